@@ -1,0 +1,40 @@
+"""gids: GPU-initiated storage for Python.
+
+Numba CUDA kernels read arrays far larger than GPU memory as if they were resident: a page
+cache on the GPU absorbs repeated accesses, and on a miss the kernel itself queues the I/O,
+which host daemon threads serve. Without a GPU everything runs in Numba's CUDA simulator.
+
+>>> import gids, numpy as np
+>>> with gids.Runtime(cache_bytes=1 << 20) as rt:             # doctest: +SKIP
+...     a = rt.open_array("data.bin", np.float32)
+...     values = rt.gather(a, np.array([3, 1 << 20]))         # a device array
+...     print(rt.stats())
+
+In your own kernels::
+
+    @numba.cuda.jit
+    def kernel(h, out):
+        i = numba.cuda.grid(1)
+        out[i] = gids.read(h, 2 * i)
+
+    kernel[blocks, threads](a.handle, out); rt.sync()
+"""
+from gids import _platform  # noqa: F401  (first: picks GPU or simulator before numba loads)
+from gids import defaults, layout
+from gids.array import StorageArray
+from gids.errors import (CacheExhaustedError, ConfigError, DaemonError, GidsError,
+                         GidsTimeoutError, IndexOutOfRangeError, StorageIOError)
+from gids.runtime import Runtime
+from gids.stats import Stats
+from host_daemon.stores import FileStore, MemoryStore, MmapStore
+from kernels.access import read
+from kernels.platform import SIMULATOR
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Runtime", "StorageArray", "Stats", "read", "defaults", "layout", "SIMULATOR",
+    "FileStore", "MemoryStore", "MmapStore",
+    "GidsError", "ConfigError", "StorageIOError", "IndexOutOfRangeError", "GidsTimeoutError",
+    "CacheExhaustedError", "DaemonError",
+]

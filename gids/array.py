@@ -1,0 +1,81 @@
+"""``StorageArray``: an array whose elements live in a store and are read through the cache."""
+import numpy as np
+
+from kernels.handle import ArrayHandle
+
+#: Element types a kernel can read (``gids.read`` returns a scalar of this type).
+SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
+    np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
+    np.float32, np.float64))
+
+
+class StorageArray:
+    """An array opened with :meth:`gids.Runtime.open_array`.
+
+    Pass :attr:`handle` to a kernel and read elements there with ``gids.read(handle, i)``,
+    ``i`` a flat (C-order) index. The handle stays valid while the Runtime is open and no other
+    array is opened after it was taken (opening an array can grow the page tables): take handles
+    after opening the arrays a kernel needs.
+    """
+
+    def __init__(self, runtime, store, dtype, shape, offset, array_id, page_base, n_pages,
+                 zero_copy):
+        self.runtime = runtime
+        self.store = store
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(shape)
+        self.offset = offset
+        self.array_id = array_id
+        self.page_base = page_base
+        self.n_pages = n_pages
+        self._zero_copy = zero_copy
+        self._zero = runtime._to_device(np.zeros(1, dtype=self.dtype))
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def handle(self):
+        """The device-side handle (an :class:`ArrayHandle`) to pass to kernels."""
+        rt = self.runtime
+        rt._check_open()
+        page_size = rt.page_size
+        return ArrayHandle(
+            cache=rt._cache.view(self.dtype),
+            cache_words=rt._cache.view(np.uint64),
+            zero=self._zero,
+            n_elems=self.size,
+            elem_shift=(page_size // self.dtype.itemsize).bit_length() - 1,
+            page_words=page_size // 8,
+            array_id=self.array_id,
+            page_base=self.page_base,
+            page_state=rt._page_state,
+            page_slot=rt._page_slot,
+            slot_page=rt._slot_page,
+            clock=rt._clock,
+            n_slots=rt.cache_slots,
+            sq=rt._sq,
+            cq=rt._cq,
+            staging=rt._staging.view(np.uint64),
+            zero_copy=self._zero_copy,
+            sq_ticket=rt._sq_ticket,
+            entry_turn=rt._entry_turn,
+            n_queues=rt.queues,
+            depth=rt.queue_depth,
+            err=rt._err,
+            stats=rt._stats,
+            timeout_ns=int(rt.timeout * 1e9),
+        )
+
+    def __repr__(self):
+        return (f"StorageArray(shape={self.shape}, dtype={self.dtype}, offset={self.offset}, "
+                f"store={self.store.name!r}, pages={self.n_pages})")

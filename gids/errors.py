@@ -1,0 +1,39 @@
+"""The exceptions gids raises. Every one derives from :class:`GidsError` and from the builtin
+exception a caller would already catch for that kind of failure."""
+
+
+class GidsError(Exception):
+    """Base class of every gids error."""
+
+
+class ConfigError(GidsError, ValueError):
+    """A Runtime or array parameter is invalid (checked before any kernel runs)."""
+
+
+class StorageIOError(GidsError, OSError):
+    """The store could not read a page. ``path`` and ``page`` say which."""
+
+    def __init__(self, message, path=None, page=None):
+        super().__init__(message)
+        self.path = path
+        self.page = page
+
+
+class IndexOutOfRangeError(GidsError, IndexError):
+    """A kernel asked for an element outside the array (recorded in the kernel, raised after)."""
+
+
+class GidsTimeoutError(GidsError, TimeoutError):
+    """A bounded wait inside a kernel or the host ran out. ``what`` names the wait."""
+
+    def __init__(self, message, what=None):
+        super().__init__(message)
+        self.what = what
+
+
+class CacheExhaustedError(GidsTimeoutError):
+    """No cache slot could be freed in time: more pages were in use at once than the cache has."""
+
+
+class DaemonError(GidsError, RuntimeError):
+    """A host daemon thread died or would not stop."""

@@ -1,0 +1,13 @@
+"""Kernels the Runtime launches itself (the user's kernels call ``gids.read`` the same way)."""
+from numba import cuda
+
+from kernels.access import read
+
+
+@cuda.jit
+def gather_kernel(h, indices, out):
+    """out[k] = array[indices[k]], grid-stride."""
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for k in range(start, indices.size, stride):
+        out[k] = read(h, indices[k])

@@ -1,0 +1,68 @@
+"""Record layouts shared by device code (``kernels``) and host code (``host_daemon``).
+
+This is the one module both sides read, so that every word offset and bit is defined once.
+It imports nothing but numpy. The byte layouts are drawn in ``docs/formats.md``.
+
+All queue records are arrays of little-endian int64 words in mapped (pinned, device-visible)
+host memory. One writer per word: the GPU writes submission records, the host daemon writes
+completion records, and each side publishes a record by storing its sequence word last with
+release semantics (the reader polls that word with acquire semantics).
+"""
+import numpy as np
+
+# --- Page state word (uint32, one per page of every open array, in device memory) -----------
+PAGE_VALID = np.uint32(1 << 31)   # the page's bytes are in cache slot page_slot[page]
+PAGE_BUSY = np.uint32(1 << 30)    # one thread owns the page and is loading it
+PAGE_ERROR = np.uint32(1 << 29)   # the last load failed; waiters give up instead of spinning
+PAGE_REF_MASK = np.uint32((1 << 24) - 1)  # threads holding the page pinned (reading its slot)
+
+SLOT_EMPTY = -1    # slot_page[s]: slot holds no page
+SLOT_CLAIMED = -2  # slot_page[s]: a loader is evicting or filling the slot
+
+# --- Submission queue record (written by a GPU thread) ---------------------------------------
+SQ_SEQ = 0      # ticket + 1; stored last (release, system scope): the record is ready
+SQ_ARRAY = 1    # array id (row of the daemon's store table)
+SQ_PAGE = 2     # page index within that array
+SQ_WORDS = 4    # 32 bytes per record (one PCIe-friendly sector)
+
+# --- Completion queue record (written by a host daemon thread) -------------------------------
+CQ_SEQ = 0      # ticket + 1; stored last (release): the completion is ready
+CQ_STATUS = 1   # STATUS_OK or a negative STATUS_* code
+CQ_SOURCE = 2   # SOURCE_STAGING: the page is in the entry's staging buffer; >= 0: word offset
+                # of the page in the array's zero-copy store buffer (no CPU copy was made)
+CQ_WORDS = 4
+
+SOURCE_STAGING = -1
+STATUS_OK = 0
+STATUS_IO_ERROR = -1      # the store's read failed (pread returned -1)
+STATUS_SHORT_READ = -2    # the store returned fewer bytes than the page holds
+STATUS_BAD_REQUEST = -3   # unknown array id or page out of range (a runtime bug, never user input)
+
+# --- Error record (int64 words in device memory, first error wins) ---------------------------
+ERR_CODE = 0
+ERR_ARRAY = 1
+ERR_PAGE = 2     # page index within the array, or -1
+ERR_DETAIL = 3   # element index for ERR_INDEX, completion status for ERR_IO
+ERR_WORDS = 4
+
+ERR_NONE = 0
+ERR_INDEX = 1            # an element index outside the array
+ERR_IO = 2               # the store could not read a page
+ERR_TIMEOUT_QUEUE = 3    # waited too long for a free submission queue entry
+ERR_TIMEOUT_IO = 4       # waited too long for the daemon to complete a request
+ERR_TIMEOUT_SLOT = 5     # found no evictable cache slot in time (too many pages in use at once)
+ERR_TIMEOUT_LOADER = 6   # waited too long for another thread to load a page
+
+# --- Statistics counters (uint64, sharded [N_STAT_SHARDS, N_STATS] to spread atomics) ---------
+STAT_HITS = 0        # page lookups that found the page resident
+STAT_MISSES = 1      # page lookups that did not (they loaded it, or waited for its loader)
+STAT_IOS = 2         # pages read from the store
+STAT_EVICTIONS = 3   # resident pages dropped to make room
+N_STATS = 4
+N_STAT_SHARDS = 64
+
+# --- Store table (one row per open array; read by the daemon) --------------------------------
+STORE_KIND_FILE = 0         # pread from a file descriptor
+STORE_KIND_MEMORY = 1       # memcpy from a host buffer
+STORE_KIND_ZERO_COPY = 2    # the buffer is pinned and device-mapped: no copy, the GPU reads it
+MAX_ARRAYS = 256

@@ -1,0 +1,486 @@
+"""``Runtime``: the page cache on the GPU, the queues, and the host daemon that serves them."""
+import math
+import os
+
+import numpy as np
+from numba import cuda
+
+from gids import defaults, layout as L
+from gids._platform import host_view
+from gids.array import SUPPORTED_DTYPES, StorageArray
+from gids.errors import (CacheExhaustedError, ConfigError, DaemonError, GidsTimeoutError,
+                         IndexOutOfRangeError, StorageIOError)
+from gids.stats import Stats
+from host_daemon.daemon import HostDaemon
+from host_daemon.stores import T_COLUMNS, FileStore, MemoryStore, MmapStore, Store
+from kernels.platform import SIMULATOR, WARP_SIZE
+
+MIN_PAGE_SIZE = 512
+MAX_PAGE_SIZE = 64 << 10
+BACKENDS = ("host",)
+
+_TIMEOUT_WHAT = {
+    L.ERR_TIMEOUT_QUEUE: "a free submission queue entry",
+    L.ERR_TIMEOUT_IO: "the host daemon to complete a page request",
+    L.ERR_TIMEOUT_SLOT: "a cache slot that could be evicted",
+    L.ERR_TIMEOUT_LOADER: "another thread loading the same page",
+}
+
+
+def _is_device_array(obj):
+    """A Numba/CuPy/PyTorch device array (or the simulator's stand-in for one)."""
+    if SIMULATOR:
+        return hasattr(obj, "copy_to_host")
+    return hasattr(obj, "__cuda_array_interface__")
+
+
+class Runtime:
+    """A GPU page cache over file-backed arrays, with its queues and host daemon.
+
+    Parameters
+    ----------
+    backend : {"host"}
+        Who serves misses: ``"host"``, CPU daemon threads reading the stores.
+    cache_bytes : int, optional
+        GPU memory for cached pages; rounded down to whole pages. Default
+        ``gids.defaults.get("cache_bytes")``. Alternatively give ``cache_pages``.
+    cache_pages : int, optional
+        Number of cache slots (pages). At least one warp's worth: 32 on a GPU (1 in the
+        simulator, where a thread is a warp of one).
+    page_size : int, optional
+        Bytes per page and per I/O, a power of two from 512 to 65536. Every element type read
+        through the Runtime must divide it.
+    daemon_threads : int, optional
+        Host threads serving requests.
+    queues, queue_depth : int, optional
+        Submission/completion queue pairs and entries per queue (depth >= warp size). Each entry
+        has a staging page in pinned memory: ``queues * queue_depth * page_size`` bytes.
+    timeout : float, optional
+        Seconds any one wait inside a kernel may take before it gives up with an error.
+
+    Notes
+    -----
+    Kernels read arrays with ``gids.read(array.handle, i)``. After launching a kernel that does,
+    call :meth:`sync`: it waits for the kernel and raises the first error a thread met
+    (:class:`~gids.errors.StorageIOError`, :class:`~gids.errors.IndexOutOfRangeError`,
+    :class:`~gids.errors.GidsTimeoutError`). :meth:`gather` does this itself.
+
+    Use as a context manager: leaving the block stops the daemon and frees the cache.
+    """
+
+    def __init__(self, backend="host", *, cache_bytes=None, cache_pages=None, page_size=None,
+                 daemon_threads=None, queues=None, queue_depth=None, timeout=None):
+        if backend not in BACKENDS:
+            raise ConfigError(f"gids: unknown backend {backend!r}; choose one of {BACKENDS}")
+        page_size = defaults.get("page_size") if page_size is None else int(page_size)
+        if not (MIN_PAGE_SIZE <= page_size <= MAX_PAGE_SIZE) or page_size & (page_size - 1):
+            raise ConfigError(f"gids: page_size must be a power of two from {MIN_PAGE_SIZE} to "
+                              f"{MAX_PAGE_SIZE} bytes, got {page_size}")
+        if cache_pages is not None and cache_bytes is not None:
+            raise ConfigError("gids: give cache_bytes or cache_pages, not both")
+        if cache_pages is None:
+            cache_bytes = defaults.get("cache_bytes") if cache_bytes is None else int(cache_bytes)
+            cache_pages = cache_bytes // page_size
+        cache_pages = int(cache_pages)
+        if cache_pages < WARP_SIZE:
+            raise ConfigError(
+                f"gids: a cache of {cache_pages} page(s) is smaller than one warp's pages "
+                f"({WARP_SIZE}): a warp reading {WARP_SIZE} different pages could never hold "
+                f"them all; give at least {WARP_SIZE * page_size} bytes")
+        queues = defaults.get("queues") if queues is None else int(queues)
+        queue_depth = defaults.get("queue_depth") if queue_depth is None else int(queue_depth)
+        if queues < 1:
+            raise ConfigError(f"gids: queues must be >= 1, got {queues}")
+        if queue_depth < WARP_SIZE:
+            raise ConfigError(f"gids: queue_depth must be >= the warp size ({WARP_SIZE}), "
+                              f"got {queue_depth}")
+        daemon_threads = (defaults.get("daemon_threads") if daemon_threads is None
+                          else int(daemon_threads))
+        if daemon_threads < 1:
+            raise ConfigError(f"gids: daemon_threads must be >= 1, got {daemon_threads}")
+        timeout = defaults.get("timeout") if timeout is None else float(timeout)
+        if not timeout > 0:
+            raise ConfigError(f"gids: timeout must be > 0 seconds, got {timeout}")
+        if not SIMULATOR and not cuda.is_available():
+            raise ConfigError("gids: no CUDA GPU is usable here; set NUMBA_ENABLE_CUDASIM=1 "
+                              "before importing numba (or import gids first) to run in the "
+                              "simulator")
+
+        self.backend = backend
+        self.page_size = page_size
+        self.cache_slots = cache_pages
+        self.queues = queues
+        self.queue_depth = queue_depth
+        self.daemon_threads = daemon_threads
+        self.timeout = timeout
+        self.simulator = SIMULATOR
+        self._closed = False
+        self._arrays = []
+        self._stores = []          # stores the Runtime opened itself (closed with it)
+        self._zero_copy = {}       # id(MemoryStore) -> its pinned, mapped buffer
+        self._n_pages = 0
+
+        # The cache (device memory).
+        self._cache = cuda.device_array(cache_pages * page_size, dtype=np.uint8)
+        self._slot_page = self._to_device(np.full(cache_pages, L.SLOT_EMPTY, dtype=np.int64))
+        self._clock = self._to_device(np.zeros(1, dtype=np.int64))
+        self._page_state = self._to_device(np.zeros(1, dtype=np.uint32))
+        self._page_slot = self._to_device(np.zeros(1, dtype=np.int64))
+        # The queues: records and staging in mapped host memory, tickets in device memory.
+        n_entries = queues * queue_depth
+        self._sq = cuda.mapped_array(n_entries * L.SQ_WORDS, dtype=np.int64)
+        self._cq = cuda.mapped_array(n_entries * L.CQ_WORDS, dtype=np.int64)
+        self._staging = cuda.mapped_array(n_entries * page_size, dtype=np.uint8)
+        self._sq_ticket = self._to_device(np.zeros(queues, dtype=np.int64))
+        self._entry_turn = self._to_device(np.zeros(n_entries, dtype=np.int64))
+        self._err = self._to_device(np.zeros(L.ERR_WORDS, dtype=np.int64))
+        self._stats = self._to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
+        self._no_zero_copy = self._to_device(np.zeros(1, dtype=np.uint64))
+        self._table = np.zeros((L.MAX_ARRAYS, T_COLUMNS), dtype=np.int64)
+        host_view(self._sq)[:] = 0
+        host_view(self._cq)[:] = 0
+        self._daemon = None
+        self._start_daemon()
+
+    # ----------------------------------------------------------------- life cycle
+    def _start_daemon(self):
+        self._daemon = HostDaemon(host_view(self._sq), host_view(self._cq),
+                                  host_view(self._staging), self._table, self.queues,
+                                  self.queue_depth, self.page_size, self.daemon_threads)
+        self._daemon.start()
+
+    def set_daemon_threads(self, n):
+        """Restart the daemon with ``n`` threads (between kernels)."""
+        self._check_open()
+        n = int(n)
+        if n < 1:
+            raise ConfigError(f"gids: daemon_threads must be >= 1, got {n}")
+        cuda.synchronize()
+        self._daemon.stop()
+        self.daemon_threads = n
+        self._reset_queues()
+        self._start_daemon()
+
+    def close(self):
+        """Stop the daemon and free the cache. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._daemon is not None:
+                self._daemon.stop()
+        finally:
+            for store in self._stores:
+                store.close()
+            self._arrays.clear()
+            self._zero_copy.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _check_open(self):
+        if self._closed:
+            raise ConfigError("gids: this Runtime is closed")
+
+    @staticmethod
+    def _to_device(host_array):
+        return cuda.to_device(host_array)
+
+    # ----------------------------------------------------------------- arrays
+    def open_array(self, source, dtype=None, shape=None, offset=0, *, storage="file",
+                   direct=True):
+        """Open an array of ``dtype`` at byte ``offset`` of a file or store.
+
+        Parameters
+        ----------
+        source : str, os.PathLike, numpy.ndarray or Store
+            A file path; a numpy array (kept in RAM, a :class:`~host_daemon.stores.MemoryStore`);
+            or a store object.
+        dtype : numpy dtype
+            Element type (``source.dtype`` for a numpy array). Its size must divide the page size.
+        shape : int or tuple, optional
+            Default: as many elements as the bytes after ``offset`` hold.
+        offset : int
+            Byte offset of element 0 in the file; any value (pages are counted from it).
+        storage : {"file", "mmap", "memory"}
+            For a path: read with ``pread`` (``"file"``), through an ``mmap``, or load the file
+            into pinned RAM first (``"memory"``).
+        direct : bool
+            For ``storage="file"``: use ``O_DIRECT`` for aligned pages where possible.
+
+        Returns
+        -------
+        StorageArray
+
+        Raises
+        ------
+        FileNotFoundError, ConfigError
+            Missing file, file shorter than ``offset + shape``, unsupported dtype, a dtype whose
+            size does not divide the page size, too many arrays.
+        """
+        self._check_open()
+        store, owned = self._make_store(source, storage, direct)
+        try:
+            if dtype is None:
+                if not isinstance(source, np.ndarray):
+                    raise ConfigError("gids: open_array needs a dtype")
+                dtype = source.dtype
+            dtype = np.dtype(dtype)
+            if dtype not in SUPPORTED_DTYPES:
+                raise ConfigError(f"gids: unsupported dtype {dtype}; supported: "
+                                  f"{', '.join(str(d) for d in SUPPORTED_DTYPES)}")
+            if self.page_size % dtype.itemsize:
+                raise ConfigError(f"gids: dtype {dtype} ({dtype.itemsize} bytes) does not divide "
+                                  f"the page size {self.page_size}")
+            offset = int(offset)
+            if offset < 0:
+                raise ConfigError(f"gids: offset must be >= 0, got {offset}")
+            available = store.nbytes - offset
+            if shape is None:
+                if isinstance(source, np.ndarray) and offset == 0:
+                    shape = source.shape
+                else:
+                    if available <= 0 or available % dtype.itemsize:
+                        raise ConfigError(
+                            f"gids: {store.name} has {store.nbytes} bytes; from offset {offset} "
+                            f"that is not a whole number of {dtype} elements: give a shape")
+                    shape = (available // dtype.itemsize,)
+            shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+            if any(s < 0 for s in shape):
+                raise ConfigError(f"gids: negative dimension in shape {shape}")
+            size = int(np.prod(shape, dtype=np.int64))
+            if size == 0:
+                raise ConfigError("gids: an array must have at least one element")
+            if size * dtype.itemsize > available:
+                raise ConfigError(
+                    f"gids: {store.name} is too short: {store.nbytes} bytes, but shape {shape} of "
+                    f"{dtype} at offset {offset} needs {offset + size * dtype.itemsize}")
+            if len(self._arrays) >= L.MAX_ARRAYS:
+                raise ConfigError(f"gids: at most {L.MAX_ARRAYS} arrays per Runtime")
+            return self._register(store, owned, dtype, shape, offset, size * dtype.itemsize)
+        except BaseException:
+            if owned:
+                store.close()
+            raise
+
+    def _make_store(self, source, storage, direct):
+        if isinstance(source, Store):
+            return source, False
+        if isinstance(source, np.ndarray):
+            return MemoryStore(source), True
+        if isinstance(source, (str, os.PathLike)):
+            if storage == "file":
+                return FileStore(source, direct=direct), True
+            if storage == "mmap":
+                return MmapStore(source), True
+            if storage == "memory":
+                if not os.path.exists(source):
+                    raise FileNotFoundError(f"gids: no such file: {os.fspath(source)!r}")
+                return MemoryStore(np.fromfile(source, dtype=np.uint8)), True
+            raise ConfigError(f"gids: storage must be 'file', 'mmap' or 'memory', got {storage!r}")
+        raise ConfigError(f"gids: cannot open {type(source).__name__}: give a path, a numpy "
+                          "array or a Store")
+
+    def _register(self, store, owned, dtype, shape, offset, nbytes):
+        array_id = len(self._arrays)
+        n_pages = math.ceil(nbytes / self.page_size)
+        page_base = self._n_pages
+        self._grow_page_tables(page_base + n_pages)
+        zero_copy = self._no_zero_copy
+        address = 0
+        if isinstance(store, MemoryStore) and store.zero_copy:
+            zero_copy, address = self._zero_copy_buffer(store)
+        self._table[array_id] = store.table_row(offset, nbytes, address)
+        array = StorageArray(self, store, dtype, shape, offset, array_id, page_base, n_pages,
+                             zero_copy)
+        self._arrays.append(array)
+        if owned:
+            self._stores.append(store)
+        return array
+
+    def _zero_copy_buffer(self, store):
+        """The store's bytes in pinned, device-mapped memory (made once per store)."""
+        key = id(store)
+        if key not in self._zero_copy:
+            # One page of slack: the GPU copies whole pages, also the array's last one.
+            words = (store.nbytes + self.page_size + 7) // 8
+            mapped = cuda.mapped_array(words, dtype=np.uint64)
+            host = host_view(mapped).view(np.uint8)
+            host[:store.nbytes] = store.data
+            host[store.nbytes:] = 0
+            self._zero_copy[key] = (mapped, store)
+        mapped = self._zero_copy[key][0]
+        return mapped, host_view(mapped).ctypes.data
+
+    def _grow_page_tables(self, n_pages):
+        if n_pages <= self._page_state.size and self._n_pages:
+            self._n_pages = n_pages
+            return
+        capacity = max(n_pages, 2 * self._page_state.size)
+        state = np.zeros(capacity, dtype=np.uint32)
+        slot = np.zeros(capacity, dtype=np.int64)
+        if self._n_pages:
+            state[:self._n_pages] = self._page_state.copy_to_host()[:self._n_pages]
+            slot[:self._n_pages] = self._page_slot.copy_to_host()[:self._n_pages]
+        self._page_state = self._to_device(state)
+        self._page_slot = self._to_device(slot)
+        self._n_pages = n_pages
+
+    # ----------------------------------------------------------------- kernels
+    def gather(self, array, indices, out=None):
+        """Read ``array.flat[indices]`` on the GPU through the cache; returns a device array.
+
+        Parameters
+        ----------
+        array : StorageArray
+        indices : array-like of int, or a device array of int64
+            Host indices are checked before the kernel runs; device indices in the kernel.
+        out : device array, optional
+            Where to write (same length as ``indices``, ``array.dtype``).
+
+        Returns
+        -------
+        numba.cuda DeviceNDArray
+            Exposes ``__cuda_array_interface__``: ``cupy.asarray(result)`` and
+            ``torch.as_tensor(result, device="cuda")`` take it without a copy.
+        """
+        from gids.kernels_host import gather_kernel   # compiled on first use
+        self._check_open()
+        if not isinstance(array, StorageArray) or array.runtime is not self:
+            raise ConfigError("gids: gather takes a StorageArray opened by this Runtime")
+        if _is_device_array(indices):
+            d_idx = indices if SIMULATOR else cuda.as_cuda_array(indices)
+            if d_idx.dtype != np.int64 or d_idx.ndim != 1:
+                raise ConfigError("gids: device indices must be a 1-D int64 array")
+        else:
+            host_idx = np.asarray(indices)
+            if host_idx.dtype.kind not in "iu":
+                raise ConfigError(f"gids: indices must be integers, got {host_idx.dtype}")
+            host_idx = host_idx.astype(np.int64).reshape(-1)
+            bad = (host_idx < 0) | (host_idx >= array.size)
+            if bad.any():
+                first = int(np.flatnonzero(bad)[0])
+                raise IndexOutOfRangeError(
+                    f"gids: index {int(host_idx[first])} (position {first}) is out of range for "
+                    f"an array of {array.size} elements")
+            d_idx = self._to_device(host_idx)
+        n = d_idx.size
+        if out is None:
+            out = cuda.device_array(n, dtype=array.dtype)
+        elif out.size != n or out.dtype != array.dtype:
+            raise ConfigError(f"gids: out must hold {n} elements of {array.dtype}")
+        if n:
+            threads = 32 if SIMULATOR else 256
+            blocks = max(1, min(math.ceil(n / threads), 2 if SIMULATOR else 4096))
+            gather_kernel[blocks, threads](array.handle, d_idx, out)
+            self.sync()
+        return out
+
+    def sync(self):
+        """Wait for the kernels launched so far; raise the first error one of their threads met.
+
+        After an error the Runtime resets its queues and empties the cache, so it can be used
+        again.
+        """
+        self._check_open()
+        cuda.synchronize()
+        err = self._err.copy_to_host()
+        daemon_error = None
+        try:
+            self._daemon.check()
+        except DaemonError as exc:
+            daemon_error = exc
+        if err[L.ERR_CODE] == L.ERR_NONE and daemon_error is None:
+            return
+        exc = daemon_error or self._error_from_record(err)
+        self._recover()
+        raise exc
+
+    def _error_from_record(self, err):
+        code, array_id, page, detail = (int(err[k]) for k in
+                                        (L.ERR_CODE, L.ERR_ARRAY, L.ERR_PAGE, L.ERR_DETAIL))
+        array = self._arrays[array_id] if 0 <= array_id < len(self._arrays) else None
+        if code == L.ERR_INDEX:
+            size = array.size if array is not None else "?"
+            return IndexOutOfRangeError(
+                f"gids: a kernel read index {detail} of an array of {size} elements")
+        if code == L.ERR_IO:
+            return self._io_error(array, page, detail)
+        if code in _TIMEOUT_WHAT:
+            what = _TIMEOUT_WHAT[code]
+            cls = CacheExhaustedError if code == L.ERR_TIMEOUT_SLOT else GidsTimeoutError
+            hint = (f" (the cache has {self.cache_slots} slots: too few for the pages in use at "
+                    "once)" if code == L.ERR_TIMEOUT_SLOT else "")
+            where = f" of {array.store.name}" if array is not None else ""
+            return cls(f"gids: a kernel thread waited more than {self.timeout} s for {what} "
+                       f"(page {page}{where}){hint}", what=what)
+        return GidsTimeoutError(f"gids: unknown error record {err.tolist()}")
+
+    def _io_error(self, array, page, status):
+        if array is None:
+            return StorageIOError(f"gids: I/O error on page {page}", page=page)
+        start = array.offset + page * self.page_size
+        n = min(self.page_size, array.nbytes - page * self.page_size)
+        reason = {L.STATUS_SHORT_READ: "short read", L.STATUS_IO_ERROR: "read failed",
+                  L.STATUS_BAD_REQUEST: "bad request"}.get(status, f"status {status}")
+        try:   # read it again here to name the OS's reason
+            got = len(array.store.read_bytes(start, n))
+            if got < n:
+                reason = f"short read ({got} of {n} bytes: the file shrank?)"
+        except OSError as exc:
+            reason = f"{reason}: {exc.strerror or exc}"
+        path = getattr(array.store, "path", None)
+        return StorageIOError(f"gids: cannot read page {page} (bytes {start}-{start + n - 1}) of "
+                              f"{array.store.name}: {reason}", path=path, page=page)
+
+    def _recover(self):
+        """After a failed kernel: fresh queues, an empty cache, no error, a new daemon."""
+        try:
+            self._daemon.stop()
+        except DaemonError:
+            pass
+        self._reset_queues()
+        self.invalidate()
+        self._err.copy_to_device(np.zeros(L.ERR_WORDS, dtype=np.int64))
+        self._start_daemon()
+
+    def _reset_queues(self):
+        """Queues back to ticket 0 (the daemon's threads restart from ticket 0 too)."""
+        host_view(self._sq)[:] = 0
+        host_view(self._cq)[:] = 0
+        self._sq_ticket.copy_to_device(np.zeros(self.queues, dtype=np.int64))
+        self._entry_turn.copy_to_device(np.zeros(self.queues * self.queue_depth, dtype=np.int64))
+
+    def invalidate(self):
+        """Drop every cached page (between kernels)."""
+        self._check_open()
+        cuda.synchronize()
+        self._page_state.copy_to_device(np.zeros(self._page_state.size, dtype=np.uint32))
+        self._slot_page.copy_to_device(np.full(self.cache_slots, L.SLOT_EMPTY, dtype=np.int64))
+        self._clock.copy_to_device(np.zeros(1, dtype=np.int64))
+
+    # ----------------------------------------------------------------- stats
+    def stats(self):
+        """Counters since the Runtime started (or :meth:`reset_stats`); call after :meth:`sync`."""
+        self._check_open()
+        counts = self._stats.copy_to_host().reshape(L.N_STAT_SHARDS, L.N_STATS).sum(axis=0)
+        ios = int(counts[L.STAT_IOS])
+        return Stats(hits=int(counts[L.STAT_HITS]), misses=int(counts[L.STAT_MISSES]), ios=ios,
+                     bytes_read=ios * self.page_size, evictions=int(counts[L.STAT_EVICTIONS]))
+
+    def reset_stats(self):
+        self._check_open()
+        self._stats.copy_to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
+
+    @property
+    def daemon(self):
+        return self._daemon
+
+    def __repr__(self):
+        world = "simulator" if self.simulator else "GPU"
+        return (f"Runtime(backend={self.backend!r}, {world}, page_size={self.page_size}, "
+                f"cache_slots={self.cache_slots}, queues={self.queues}x{self.queue_depth}, "
+                f"daemon_threads={self.daemon_threads})")

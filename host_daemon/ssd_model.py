@@ -1,0 +1,559 @@
+"""Timing model of NVMe SSDs and arrays of them: when may a read complete?
+
+One ``njit`` function, :func:`model_submit`, is the single source of truth for timing. Given the
+model state (a few numpy arrays of "busy until" times), the parameters, the time a request
+arrives and its byte range, it reserves the resources the read needs and returns the earliest
+time its completion may be posted. Two users call it:
+
+- the host daemon (real-time emulation): on seeing a request it calls :func:`model_submit_locked`
+  from its own ``njit`` loop with ``now_ns`` = its monotonic clock, and posts the completion no
+  earlier than the returned time, so a run's wall clock shows the modelled device;
+- trace replay (:mod:`host_daemon.trace`): the same function, driven by recorded or synthetic
+  request streams, predicts time, IOPS and latency percentiles.
+
+The model (equations in ``docs/ssd_models.md``): a request is split by the array's striping into
+one command per drive; each command waits for the drive controller's command slot (the IOPS
+cap, a FIFO server), pays a fixed controller latency, then each flash page it touches is read by
+its die/plane (FIFO per unit, busy for tR), moved over its flash channel, and over the drive's
+PCIe link; the whole request also crosses the host's link (the GPU's PCIe port). Channels and
+links are bandwidth resources modelled as rate limiters on the admission order (see the docs for
+why not strict FIFO on the data's ready time).
+
+Thread safety: callers serialise. All daemon threads share one model (one state) and call
+:func:`model_submit_locked`, which holds a spin lock in ``state.lock`` for the ~100 ns the call
+takes. Per-thread shards would be wrong: the drives, channels and links are shared by every queue,
+so a shard per thread would model one private copy of the array per thread and multiply its
+throughput by the thread count; and splitting the drives among threads does not work either,
+because a request's drive follows from its address, not from the thread that serves it.
+"""
+import math
+from collections import namedtuple
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+#: Striping unit of an array of drives: one GIDS cache page, as in BaM's page striping.
+DEFAULT_STRIPE_BYTES = 4096
+#: The GPU's own PCIe port, shared by all drives of the array (GB/s, 1e9 B/s): 52 GB/s is the
+#: pinned host-to-device copy rate measured on the lent H200 (gen 5 x16), docs/ssd_models.md.
+DEFAULT_HOST_LINK_GBPS = 52.0
+
+#: Transfer rate of one PCIe lane in GT/s, by generation; gen 3 and later use 128b/130b coding.
+PCIE_GT_PER_LANE = {3: 8.0, 4: 16.0, 5: 32.0}
+PCIE_ENCODING = 128.0 / 130.0
+#: Payload share of a TLP: 256 B max payload per TLP against ~24 B of header, sequence number,
+#: LCRC and framing. DLLP traffic (acks, flow-control credits) is ignored.
+PCIE_TLP_EFFICIENCY = 256.0 / 280.0
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One published number and where it comes from."""
+
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class PublishedFigures:
+    """The drive figures a profile is checked against.
+
+    Attributes
+    ----------
+    qd1_read_latency_us : Figure or None
+        Mean latency of 4 KiB random reads at queue depth 1, microseconds.
+    rand_read_iops : Figure
+        Saturated 4 KiB random-read IOPS.
+    seq_read_GBps : Figure
+        Saturated 128 KiB sequential-read bandwidth, GB/s (1e9 B/s).
+    """
+
+    qd1_read_latency_us: Figure | None
+    rand_read_iops: Figure
+    seq_read_GBps: Figure
+
+
+@dataclass(frozen=True)
+class NandMedia:
+    """Flash back end: ``channels`` buses, each with ``dies_per_channel`` dies of
+    ``planes_per_die`` independently readable planes.
+
+    Attributes
+    ----------
+    channels : int
+        Flash channels (buses) of the controller.
+    dies_per_channel : int
+        Dies sharing one channel.
+    planes_per_die : int
+        Planes per die that sense pages independently (independent multi-plane reads);
+        each plane is one FIFO "unit" that is busy for ``read_us`` per page read.
+    page_bytes : int
+        Flash page size; a read senses the whole page even if it returns part of it.
+    read_us : float
+        tR: page sense time, microseconds.
+    channel_MBps : float
+        Data rate of one channel, MB/s (1e6 B/s).
+    """
+
+    channels: int
+    dies_per_channel: int
+    planes_per_die: int
+    page_bytes: int
+    read_us: float
+    channel_MBps: float
+
+
+@dataclass(frozen=True)
+class XPointMedia:
+    """3D XPoint (Optane) back end: ``units`` independent media units, no flash channels.
+
+    Attributes
+    ----------
+    units : int
+        Units that serve reads in parallel; each is busy ``read_us`` per access.
+    read_us : float
+        Media read latency, microseconds.
+    access_bytes : int
+        Bytes one media access returns (the controller's internal access size).
+    """
+
+    units: int
+    read_us: float
+    access_bytes: int
+
+
+@dataclass(frozen=True)
+class SsdProfile:
+    """A drive: host interface, controller and media parameters, and its published figures.
+
+    Attributes
+    ----------
+    name : str
+        Key in :data:`PROFILES`.
+    description : str
+        One line: what drive (class) this is.
+    media : NandMedia, XPointMedia or None
+        None: the media costs nothing (the ideal device).
+    pcie_gen, pcie_lanes : int or None, int
+        The drive's PCIe link; ``pcie_gen`` None means no drive-side link limit.
+    max_read_GBps : float or None
+        Controller data-path ceiling (DMA, ECC decode) below the link's rate, GB/s.
+    iops_cap : float or None
+        Commands per second the controller processes (a FIFO server of 1/iops_cap per command).
+    ctrl_latency_us : float
+        Fixed latency of each command outside the media and transfers: SQE fetch, FTL lookup,
+        CQE post (and, in published QD1 figures, the host's submission and completion path).
+    published : PublishedFigures
+        What the profile is calibrated against.
+    sources : dict
+        Parameter name -> where its value comes from ("assumed: ..." when it is a judgement).
+    """
+
+    name: str
+    description: str
+    media: NandMedia | XPointMedia | None
+    pcie_gen: int | None
+    pcie_lanes: int
+    max_read_GBps: float | None
+    iops_cap: float | None
+    ctrl_latency_us: float
+    published: PublishedFigures
+    sources: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def link_GBps(self) -> float:
+        """Usable payload bandwidth of the drive's PCIe link (inf when unlimited)."""
+        if self.pcie_gen is None:
+            return math.inf
+        raw = PCIE_GT_PER_LANE[self.pcie_gen] * self.pcie_lanes * PCIE_ENCODING / 8.0
+        return raw * PCIE_TLP_EFFICIENCY
+
+    @property
+    def interface_GBps(self) -> float:
+        """Rate at which the drive can deliver read data: link or controller, the lower."""
+        ceiling = math.inf if self.max_read_GBps is None else self.max_read_GBps
+        return min(self.link_GBps, ceiling)
+
+    def model_params(self, stripe_bytes: int = DEFAULT_STRIPE_BYTES,
+                     host_link_GBps: float | None = DEFAULT_HOST_LINK_GBPS) -> "ModelParams":
+        """The scalar parameters :func:`model_submit` reads, for this drive in an array.
+
+        Parameters
+        ----------
+        stripe_bytes : int
+            Striping unit across the drives of the array.
+        host_link_GBps : float or None
+            Bandwidth of the link all drives share (the GPU's port); None: unlimited.
+        """
+        if stripe_bytes <= 0:
+            raise ValueError(f"stripe_bytes must be positive, got {stripe_bytes}")
+        media = self.media
+        if isinstance(media, NandMedia):
+            page_bytes, channels = media.page_bytes, media.channels
+            units_per_channel = media.dies_per_channel * media.planes_per_die
+            read_ns, channel_ns_per_byte = media.read_us * 1e3, 1e3 / media.channel_MBps
+        elif isinstance(media, XPointMedia):
+            # One "channel" without a transfer cost: XPoint units sit behind the controller's
+            # own buses, whose rate never limits below the PCIe link in the drives modelled.
+            page_bytes, channels, units_per_channel = media.access_bytes, 1, media.units
+            read_ns, channel_ns_per_byte = media.read_us * 1e3, 0.0
+        else:
+            # The ideal device: no media time; one huge "page" keeps the chunk loop to one pass.
+            page_bytes, channels, units_per_channel = 1 << 40, 1, 1
+            read_ns, channel_ns_per_byte = 0.0, 0.0
+        return ModelParams(
+            stripe_bytes=int(stripe_bytes),
+            page_bytes=int(page_bytes),
+            n_channels=int(channels),
+            units_per_channel=int(units_per_channel),
+            read_ns=float(read_ns),
+            channel_ns_per_byte=float(channel_ns_per_byte),
+            link_ns_per_byte=float(1.0 / self.interface_GBps),
+            command_ns=float(0.0 if self.iops_cap is None else 1e9 / self.iops_cap),
+            ctrl_latency_ns=float(self.ctrl_latency_us * 1e3),
+            host_ns_per_byte=float(0.0 if host_link_GBps is None else 1.0 / host_link_GBps),
+        )
+
+
+#: Scalars of one model instance, passed to :func:`model_submit` as one (typed) tuple.
+#: Times in ns; ``*_ns_per_byte`` are inverse bandwidths (0: unlimited).
+ModelParams = namedtuple("ModelParams", [
+    "stripe_bytes",         # int: striping unit across drives
+    "page_bytes",           # int: media access unit (flash page, XPoint access)
+    "n_channels",           # int: channels per drive
+    "units_per_channel",    # int: independently reading units (die planes) per channel
+    "read_ns",              # float: time a unit is busy per access (tR)
+    "channel_ns_per_byte",  # float
+    "link_ns_per_byte",     # float: drive -> host interface
+    "command_ns",           # float: 1 / IOPS cap
+    "ctrl_latency_ns",      # float: fixed per-command latency
+    "host_ns_per_byte",     # float: link shared by the array
+])
+
+#: Mutable state of one model instance: "busy until" times in ns, plus the lock word.
+ModelState = namedtuple("ModelState", [
+    "command_free",  # float64[n_ssd]: controller command slot free at
+    "link_free",     # float64[n_ssd]: drive link admitted bytes up to
+    "channel_free",  # float64[n_ssd, n_channels]
+    "unit_free",     # float64[n_ssd, n_channels * units_per_channel]: die planes
+    "host_free",     # float64[1]: shared host link
+    "lock",          # int64[1]: 0 free, 1 held (model_submit_locked)
+])
+
+
+def new_state(n_ssd: int, params: ModelParams) -> ModelState:
+    """Idle model state for ``n_ssd`` drives (every resource free since time 0)."""
+    if n_ssd < 1:
+        raise ValueError(f"n_ssd must be at least 1, got {n_ssd}")
+    units = params.n_channels * params.units_per_channel
+    return ModelState(
+        command_free=np.zeros(n_ssd),
+        link_free=np.zeros(n_ssd),
+        channel_free=np.zeros((n_ssd, params.n_channels)),
+        unit_free=np.zeros((n_ssd, units)),
+        host_free=np.zeros(1),
+        lock=np.zeros(1, dtype=np.int64),
+    )
+
+
+@numba.njit(nogil=True, cache=False)
+def _drive_command(state, params, drive, now, lo, hi):
+    """Reserve drive ``drive``'s resources for reading its local bytes [lo, hi); return when the
+    last byte has crossed the drive's link."""
+    start = max(now, state.command_free[drive])
+    state.command_free[drive] = start + params.command_ns
+    start += params.ctrl_latency_ns
+    # Rate limiters take their admission time from `start`, which never decreases for one
+    # drive; FIFO on the data's ready time would let one queued die stall every later transfer.
+    link = max(state.link_free[drive], start) + (hi - lo) * params.link_ns_per_byte
+    state.link_free[drive] = link
+    done = link
+    page = params.page_bytes
+    n_channels = params.n_channels
+    units = params.units_per_channel
+    for p in range((lo // page), (hi - 1) // page + 1):
+        chunk = min(hi, (p + 1) * page) - max(lo, p * page)
+        channel = p % n_channels
+        unit = channel * units + (p // n_channels) % units
+        sensed = max(start, state.unit_free[drive, unit]) + params.read_ns
+        state.unit_free[drive, unit] = sensed
+        transfer = chunk * params.channel_ns_per_byte
+        channel_done = max(state.channel_free[drive, channel], start) + transfer
+        state.channel_free[drive, channel] = channel_done
+        done = max(done, max(sensed + transfer, channel_done) + chunk * params.link_ns_per_byte)
+    return done
+
+
+@numba.njit(nogil=True, cache=False)
+def model_submit(state, params, now_ns, offset, nbytes):
+    """Reserve the array's resources for one read; return its completion time.
+
+    Parameters
+    ----------
+    state : ModelState
+        Mutated in place. Not thread-safe: see :func:`model_submit_locked`.
+    params : ModelParams
+    now_ns : int
+        Arrival time of the request, ns, on the caller's monotonic clock. Calls should come in
+        (nearly) non-decreasing ``now_ns``: the model serves in call order.
+    offset, nbytes : int
+        Byte range in the array's address space (``nbytes`` >= 1).
+
+    Returns
+    -------
+    int
+        Earliest time (ns, same clock) at which the read's completion may be posted.
+    """
+    now = float(now_ns)
+    n_ssd = state.link_free.shape[0]
+    stripe = params.stripe_bytes
+    end = offset + nbytes
+    first_stripe = offset // stripe
+    last_stripe = (end - 1) // stripe
+    done = now
+    # Stripe units s, s + n_ssd, ... of one drive are adjacent on that drive, so a request
+    # becomes one command with one contiguous local range per drive it touches.
+    for j in range(min(last_stripe - first_stripe + 1, n_ssd)):
+        first = first_stripe + j
+        drive = first % n_ssd
+        last = first + ((last_stripe - first) // n_ssd) * n_ssd
+        lo = (first // n_ssd) * stripe + (offset - first * stripe if j == 0 else 0)
+        hi = (last // n_ssd) * stripe + (end - last * stripe if last == last_stripe else stripe)
+        done = max(done, _drive_command(state, params, drive, now, lo, hi))
+    host = max(state.host_free[0], now) + nbytes * params.host_ns_per_byte
+    state.host_free[0] = host
+    return np.int64(math.ceil(max(done, host)))
+
+
+def _word_pointer(context, builder, aryty, ary_value):
+    ary = context.make_array(aryty)(context, builder, ary_value)
+    zero = context.get_constant(types.intp, 0)
+    return cgutils.get_item_pointer(context, builder, aryty, ary, [zero], wraparound=False)
+
+
+@intrinsic
+def _try_lock(typingctx, words):
+    """Compare-and-swap ``words[0]`` from 0 to 1 with acquire ordering; True if it was taken."""
+    sig = types.boolean(words)
+
+    def codegen(context, builder, sig, args):
+        ptr = _word_pointer(context, builder, sig.args[0], args[0])
+        zero = context.get_constant(types.int64, 0)
+        one = context.get_constant(types.int64, 1)
+        pair = builder.cmpxchg(ptr, zero, one, "acquire", "monotonic")
+        return builder.extract_value(pair, 1)
+    return sig, codegen
+
+
+@intrinsic
+def _lock_word(typingctx, words):
+    """``words[0]``, reloaded on every call (a relaxed atomic load) so a spin loop sees changes."""
+    sig = types.int64(words)
+
+    def codegen(context, builder, sig, args):
+        ptr = _word_pointer(context, builder, sig.args[0], args[0])
+        return builder.load_atomic(ptr, "monotonic", 8)
+    return sig, codegen
+
+
+@intrinsic
+def _unlock(typingctx, words):
+    """``words[0] = 0`` with release ordering: the holder's state updates are seen first."""
+    sig = types.void(words)
+
+    def codegen(context, builder, sig, args):
+        ptr = _word_pointer(context, builder, sig.args[0], args[0])
+        builder.store_atomic(context.get_constant(types.int64, 0), ptr, "release", 8)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@numba.njit(nogil=True, cache=False)
+def model_submit_locked(state, params, now_ns, offset, nbytes):
+    """:func:`model_submit` under the spin lock in ``state.lock``: the call for daemon threads
+    that share one model. Same arguments and result."""
+    # Test-and-test-and-set: waiters spin on a plain read, not on the cache-line-stealing CAS.
+    while not _try_lock(state.lock):
+        while _lock_word(state.lock) != 0:
+            pass
+    done = model_submit(state, params, now_ns, offset, nbytes)
+    _unlock(state.lock)
+    return done
+
+
+_SRC_GPU_NOTES = "GPU_NOTES.md, Published figures"
+_SRC_MQSIM = "GPU_NOTES.md (MQSim / SimpleSSD defaults) for scale"
+
+PROFILES: dict[str, SsdProfile] = {}
+
+
+def _register(profile: SsdProfile) -> None:
+    PROFILES[profile.name] = profile
+
+
+_register(SsdProfile(
+    name="980pro",
+    description="Samsung 980 PRO 1 TB: PCIe 4 x4 client drive, 8-channel controller, 128-layer TLC",
+    media=NandMedia(channels=8, dies_per_channel=2, planes_per_die=4, page_bytes=16384,
+                    read_us=36.45, channel_MBps=1200.0),
+    pcie_gen=4, pcie_lanes=4, max_read_GBps=7.0, iops_cap=1.0e6, ctrl_latency_us=5.0,
+    published=PublishedFigures(
+        qd1_read_latency_us=Figure(
+            1e6 / 22000, "Samsung 980 PRO data sheet: 22,000 IOPS 4 KiB random read QD1 (1 TB); "
+            "not in GPU_NOTES.md; KitGuru measured 20,176 IOPS (49.6 us) for a comparable PCIe 4 "
+            "TLC drive (Corsair MP600 PRO XT)"),
+        rand_read_iops=Figure(1.0e6, _SRC_GPU_NOTES),
+        seq_read_GBps=Figure(7.0, _SRC_GPU_NOTES)),
+    sources={
+        "channels": "8-channel Samsung Elpis controller (launch coverage)",
+        "dies_per_channel": "1 TB of 512 Gbit dies = 16 dies over 8 channels",
+        "planes_per_die": "assumed: 4 independently read planes (needed for 1 M IOPS from 16 dies)",
+        "page_bytes": "assumed: 16 KiB, the usual TLC page",
+        "read_us": "fitted so QD1 latency = published QD1 figure",
+        "channel_MBps": "assumed: 1.2 GT/s Toggle-class 8-bit bus",
+        "max_read_GBps": "fitted: published sequential read",
+        "iops_cap": "fitted: published random-read IOPS",
+        "ctrl_latency_us": "assumed: 5 us firmware + protocol (+ host stack in the QD1 figure)",
+    }))
+
+_register(SsdProfile(
+    name="pm1743",
+    description="Samsung PM1743 7.68 TB: PCIe 5 x4 enterprise drive, TLC",
+    media=NandMedia(channels=16, dies_per_channel=8, planes_per_die=4, page_bytes=16384,
+                    read_us=52.12, channel_MBps=1600.0),
+    pcie_gen=5, pcie_lanes=4, max_read_GBps=13.0, iops_cap=2.5e6, ctrl_latency_us=5.0,
+    published=PublishedFigures(
+        qd1_read_latency_us=Figure(
+            60.0, "class figure: Samsung publishes no QD1 latency for the PM1743; this is the "
+            "Micron 9550's 60 us typical read latency (same class), GPU_NOTES.md"),
+        rand_read_iops=Figure(2.5e6, _SRC_GPU_NOTES + "; Samsung announcement (computerbase.de)"),
+        seq_read_GBps=Figure(13.0, _SRC_GPU_NOTES + "; Samsung announcement (computerbase.de)")),
+    sources={
+        "channels": "assumed: 16, usual for enterprise controllers",
+        "dies_per_channel": "7.68 TB of 512 Gbit dies = 120 dies, rounded to 8 per channel",
+        "planes_per_die": "assumed: 4",
+        "page_bytes": "assumed: 16 KiB",
+        "read_us": "fitted so QD1 latency = the class figure",
+        "channel_MBps": "assumed: 1.6 GT/s bus",
+        "max_read_GBps": "fitted: published sequential read (below the 14.4 GB/s link)",
+        "iops_cap": "fitted: published random-read IOPS",
+        "ctrl_latency_us": "assumed: 5 us",
+    }))
+
+_register(SsdProfile(
+    name="micron9550",
+    description="Micron 9550 PRO 7.68 TB: PCIe 5 x4 enterprise drive, 232-layer TLC",
+    media=NandMedia(channels=16, dies_per_channel=4, planes_per_die=6, page_bytes=16384,
+                    read_us=53.0, channel_MBps=2400.0),
+    pcie_gen=5, pcie_lanes=4, max_read_GBps=14.0, iops_cap=3.3e6, ctrl_latency_us=5.0,
+    published=PublishedFigures(
+        qd1_read_latency_us=Figure(60.0, _SRC_GPU_NOTES + "; Micron 9550 spec table "
+                                   "(storagereview.com 9550 MAX review): 60 us typical read"),
+        rand_read_iops=Figure(3.3e6, _SRC_GPU_NOTES),
+        seq_read_GBps=Figure(14.0, _SRC_GPU_NOTES)),
+    sources={
+        "channels": "assumed: 16",
+        "dies_per_channel": "7.68 TB of 1 Tbit dies = 60 dies, rounded to 4 per channel",
+        "planes_per_die": "Micron 232-layer NAND: six-plane die",
+        "page_bytes": "assumed: 16 KiB",
+        "read_us": "fitted so QD1 latency = published typical read latency",
+        "channel_MBps": "Micron 232-layer NAND: 2.4 GB/s I/O",
+        "max_read_GBps": "fitted: published sequential read (just below the 14.4 GB/s link)",
+        "iops_cap": "fitted: published random-read IOPS",
+        "ctrl_latency_us": "assumed: 5 us",
+    }))
+
+_register(SsdProfile(
+    name="p5800x",
+    description="Intel Optane SSD DC P5800X: PCIe 4 x4, 3D XPoint media",
+    media=XPointMedia(units=32, read_us=2.5, access_bytes=4096),
+    pcie_gen=4, pcie_lanes=4, max_read_GBps=None, iops_cap=1.5e6, ctrl_latency_us=2.43,
+    published=PublishedFigures(
+        qd1_read_latency_us=Figure(5.5, _SRC_GPU_NOTES + ": about 5-6 us (middle of the range)"),
+        rand_read_iops=Figure(1.5e6, _SRC_GPU_NOTES),
+        seq_read_GBps=Figure(7.2, "Intel P5800X product brief: 7,200 MB/s 128 KiB sequential "
+                             "read; not in GPU_NOTES.md")),
+    sources={
+        "units": "assumed: 32 independent XPoint units (Intel does not publish the layout)",
+        "read_us": "assumed split of the QD1 figure: 2.5 us media, the rest controller",
+        "access_bytes": "4 KiB internal access (AnandTech P4800X review: performance needs >= 4 kB)",
+        "max_read_GBps": "none: the 7.2 GB/s link is the published sequential figure",
+        "iops_cap": "fitted: published 4 KiB random-read IOPS",
+        "ctrl_latency_us": "fitted so QD1 latency = published figure",
+    }))
+
+_register(SsdProfile(
+    name="ideal",
+    description="Ideal device: no media, controller or drive-link cost; only the host link limits",
+    media=None,
+    pcie_gen=None, pcie_lanes=0, max_read_GBps=None, iops_cap=None, ctrl_latency_us=0.0,
+    published=PublishedFigures(
+        qd1_read_latency_us=None,
+        rand_read_iops=Figure(52.0e9 / 4096, "GPU_NOTES.md: PCIe limit for 4 KiB pages about "
+                              "12.7 M/s (52 GB/s pinned H2D on the H200)"),
+        seq_read_GBps=Figure(52.0, "GPU_NOTES.md: 52 GB/s pinned H2D on the H200")),
+    sources={"media": "none by definition", "host link": "DEFAULT_HOST_LINK_GBPS"}))
+
+
+def get_profile(name: str) -> SsdProfile:
+    """The profile called ``name``; ValueError naming the valid ones otherwise."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        valid = ", ".join(sorted(PROFILES))
+        raise ValueError(f"unknown SSD profile {name!r}; valid profiles: {valid}") from None
+
+
+class SsdModel:
+    """An array of ``n_ssd`` identical drives striped every ``stripe_bytes``, with its state.
+
+    Parameters
+    ----------
+    profile : str or SsdProfile
+        A name from :data:`PROFILES` or a profile of one's own.
+    n_ssd : int
+        Drives in the array.
+    stripe_bytes : int
+        Striping unit: byte ``b`` of the array lives on drive ``(b // stripe_bytes) % n_ssd``.
+    host_link_GBps : float or None
+        Bandwidth of the link the whole array shares (the GPU's PCIe port); None: unlimited.
+
+    Examples
+    --------
+    >>> model = SsdModel("980pro")
+    >>> done = model.submit(0, 0, 4096)        # QD1 read at t = 0: ~45 us
+    >>> state, params = model.njit_args()       # for a daemon's njit loop:
+    >>> # done = model_submit_locked(state, params, now_ns, offset, nbytes)
+    """
+
+    def __init__(self, profile, n_ssd: int = 1, stripe_bytes: int = DEFAULT_STRIPE_BYTES,
+                 host_link_GBps: float | None = DEFAULT_HOST_LINK_GBPS):
+        self.profile = get_profile(profile) if isinstance(profile, str) else profile
+        self.n_ssd = int(n_ssd)
+        self.stripe_bytes = int(stripe_bytes)
+        self.host_link_GBps = host_link_GBps
+        self.params = self.profile.model_params(self.stripe_bytes, host_link_GBps)
+        self.state = new_state(self.n_ssd, self.params)
+
+    def submit(self, now_ns: int, offset: int, nbytes: int) -> int:
+        """Completion time (ns) of a read of ``nbytes`` at ``offset`` arriving at ``now_ns``."""
+        if nbytes < 1 or offset < 0:
+            raise ValueError(f"need offset >= 0 and nbytes >= 1, got {offset}, {nbytes}")
+        return int(model_submit_locked(self.state, self.params, now_ns, offset, nbytes))
+
+    def njit_args(self) -> tuple[ModelState, ModelParams]:
+        """``(state, params)``: pass both to :func:`model_submit_locked` from ``njit`` code."""
+        return self.state, self.params
+
+    def reset(self) -> None:
+        """Make every resource idle again (as at construction)."""
+        for array in self.state:
+            array[...] = 0
+
+    def __repr__(self) -> str:
+        return (f"SsdModel({self.profile.name!r}, n_ssd={self.n_ssd}, "
+                f"stripe_bytes={self.stripe_bytes}, host_link_GBps={self.host_link_GBps})")

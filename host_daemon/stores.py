@@ -1,0 +1,195 @@
+"""Backing stores: where the pages of an array live when they are not in the GPU cache.
+
+A store is a byte range (a file, or a buffer in RAM); an opened array is a window of it at a
+byte offset. The daemon reads a store through one row of a table of integers (kind, file
+descriptors, buffer address, offset, size), so its ``njit`` loop needs no Python objects.
+
+- :class:`FileStore`: ``pread`` on the file; pages whose offset and length are 4 KiB-aligned are
+  read with ``O_DIRECT`` (no OS page cache) when the file system allows it.
+- :class:`MemoryStore`: a numpy array in RAM. With ``zero_copy=True`` (the default) the Runtime
+  keeps it in pinned, device-mapped memory, and the daemon serves a page by telling the GPU
+  where it is, with no CPU copy; otherwise the daemon copies it into a staging buffer.
+- :class:`MmapStore`: the file mapped with ``mmap``; the OS pages it in on first touch.
+"""
+import mmap
+import os
+
+import numpy as np
+
+from gids import layout as L
+
+# Columns of the daemon's store table (host-only, so defined here rather than in gids.layout).
+T_KIND = 0
+T_FD = 1          # buffered file descriptor, or -1
+T_FD_DIRECT = 2   # O_DIRECT file descriptor, or -1
+T_ADDRESS = 3     # address of the first byte of the store in host memory, or 0
+T_OFFSET = 4      # byte offset of the array's first element in the store
+T_NBYTES = 5      # bytes in the array
+T_COLUMNS = 6
+
+#: O_DIRECT needs the offset, the length and the buffer aligned to the device's logical block;
+#: 4 KiB is the safe choice on every device.
+DIRECT_ALIGN = 4096
+
+
+class Store:
+    """A byte range the daemon can read pages from. Subclasses fill :meth:`table_row`."""
+
+    kind = None
+    #: Human-readable origin, used in error messages ("file /data/x.bin", "memory store").
+    name = "store"
+
+    @property
+    def nbytes(self):
+        raise NotImplementedError
+
+    def table_row(self, offset, nbytes, zero_copy_address=0):
+        """The daemon's table row for an array of ``nbytes`` at byte ``offset`` of the store."""
+        raise NotImplementedError
+
+    def read_bytes(self, offset, nbytes):
+        """Read bytes on the host in Python (for error reports and tests; not the data path)."""
+        raise NotImplementedError
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class FileStore(Store):
+    """A file read with ``pread``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file. It must exist; its size is checked against each array opened on it.
+    direct : bool, default True
+        Read 4 KiB-aligned pages with ``O_DIRECT``, so that a run measures the device and not
+        the OS page cache. Where the file system refuses ``O_DIRECT`` (tmpfs, some overlays),
+        every page is read through the page cache instead; ``direct_enabled`` tells which.
+
+    Notes
+    -----
+    Partial pages at the end of an array, and pages whose file offset is not 4 KiB-aligned
+    (an array opened at an unaligned ``offset``), are read through the page cache.
+    """
+
+    kind = L.STORE_KIND_FILE
+
+    def __init__(self, path, direct=True):
+        self.path = os.fspath(path)
+        if not os.path.exists(self.path):
+            raise FileNotFoundError(f"gids: no such file: {self.path!r}")
+        if not os.path.isfile(self.path):
+            raise ValueError(f"gids: not a regular file: {self.path!r}")
+        self.name = f"file {self.path}"
+        self._fd = os.open(self.path, os.O_RDONLY)
+        self._fd_direct = -1
+        if direct and hasattr(os, "O_DIRECT"):
+            try:
+                self._fd_direct = os.open(self.path, os.O_RDONLY | os.O_DIRECT)
+            except OSError:
+                self._fd_direct = -1
+
+    @property
+    def direct_enabled(self):
+        return self._fd_direct >= 0
+
+    @property
+    def nbytes(self):
+        return os.fstat(self._fd).st_size
+
+    def table_row(self, offset, nbytes, zero_copy_address=0):
+        return (self.kind, self._fd, self._fd_direct, 0, offset, nbytes)
+
+    def read_bytes(self, offset, nbytes):
+        return os.pread(self._fd, nbytes, offset)
+
+    def close(self):
+        for fd in (self._fd, self._fd_direct):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._fd_direct = -1
+
+
+class MemoryStore(Store):
+    """A numpy array (any dtype, C-contiguous) whose bytes stand for a file, kept in RAM.
+
+    Parameters
+    ----------
+    data : numpy.ndarray or bytes
+        The bytes. Arrays opened on the store view them at a byte offset, as they would a file.
+    zero_copy : bool, default True
+        Keep the bytes in pinned, device-mapped memory (the Runtime copies them there once when
+        an array is opened) and serve a miss by handing the GPU the page's address: the daemon
+        thread does no copy and the GPU pulls the page over PCIe. ``False`` makes the daemon
+        copy each page into a staging buffer, as it must for a file.
+    """
+
+    def __init__(self, data, zero_copy=True):
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            data = np.frombuffer(data, dtype=np.uint8)
+        if not isinstance(data, np.ndarray):
+            raise TypeError("gids: MemoryStore takes a numpy array or bytes")
+        self.data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self.zero_copy = bool(zero_copy)
+        self.kind = L.STORE_KIND_ZERO_COPY if zero_copy else L.STORE_KIND_MEMORY
+        self.name = "memory store"
+
+    @property
+    def nbytes(self):
+        return self.data.nbytes
+
+    def table_row(self, offset, nbytes, zero_copy_address=0):
+        if self.zero_copy:
+            return (self.kind, -1, -1, zero_copy_address, offset, nbytes)
+        return (self.kind, -1, -1, self.data.ctypes.data, offset, nbytes)
+
+    def read_bytes(self, offset, nbytes):
+        return self.data[offset:offset + nbytes].tobytes()
+
+
+class MmapStore(Store):
+    """A file mapped into memory with ``mmap``; the daemon copies pages out of the mapping.
+
+    The first touch of a page faults it in from the file (through the OS page cache), so cold
+    misses cost a fault each; warm ones a ``memcpy``.
+    """
+
+    kind = L.STORE_KIND_MEMORY
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        if not os.path.exists(self.path):
+            raise FileNotFoundError(f"gids: no such file: {self.path!r}")
+        self.name = f"mmap of file {self.path}"
+        size = os.path.getsize(self.path)
+        if size == 0:
+            raise ValueError(f"gids: cannot map an empty file: {self.path!r}")
+        with open(self.path, "rb") as f:
+            self._mmap = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        self.data = np.frombuffer(self._mmap, dtype=np.uint8)
+
+    @property
+    def nbytes(self):
+        return self.data.nbytes
+
+    def table_row(self, offset, nbytes, zero_copy_address=0):
+        return (self.kind, -1, -1, self.data.ctypes.data, offset, nbytes)
+
+    def read_bytes(self, offset, nbytes):
+        return self.data[offset:offset + nbytes].tobytes()
+
+    def close(self):
+        if self._mmap is not None:
+            self.data = None
+            try:
+                self._mmap.close()
+            except BufferError:   # a view still exists; the mapping goes with it
+                pass
+            self._mmap = None

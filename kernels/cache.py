@@ -1,0 +1,143 @@
+"""The GPU page cache: page states, slot replacement, page copies.
+
+State of a page (one uint32 in ``page_state``, bits in :mod:`gids.layout`), as in BaM:
+
+- not VALID, not BUSY: not cached. A thread that sets BUSY (atomic OR, first one wins) becomes
+  its loader: it claims a slot, issues the I/O, copies the page in and publishes VALID.
+- BUSY: being loaded. Others wait (without holding anything) and retry.
+- VALID: in slot ``page_slot[page]``. A reader pins it (reference count + 1, acquire), reads the
+  slot, unpins (release). A VALID page with no reference can be evicted.
+- ERROR: its load failed; readers stop with an error instead of waiting.
+
+Replacement is a clock over the slots: the hand advances one slot per probe, and a slot is taken
+if it is empty or if its page can go from exactly "VALID, no references" to "not cached" in one
+compare-and-swap, so referenced and busy pages are skipped. The slot word itself is claimed
+first (``SLOT_CLAIMED``), so two loaders can never take the same slot.
+"""
+import numpy as np
+from numba import cuda
+
+from gids import layout as L
+from kernels.sync import (atomic_add, atomic_add_acquire_gpu, atomic_add_release_gpu, atomic_and,
+                          atomic_cas, atomic_exch, atomic_or, ld_acquire_gpu)
+from kernels.warp import lanemask_lt, popc
+
+PIN_HIT = 0      # pinned: the page is resident
+PIN_LOAD = 1     # not resident; the caller now owns BUSY and must load it
+PIN_WAIT = 2     # another thread is loading it: retry later
+PIN_ERROR = 3    # its last load failed
+
+#: Slots a loader probes in one round before giving up the round (it retries the next round).
+VICTIM_PROBES = 64
+
+_VALID = L.PAGE_VALID
+_BUSY = L.PAGE_BUSY
+_ERROR = L.PAGE_ERROR
+_ONE = np.uint32(1)
+_MINUS_ONE = np.uint32(0xFFFFFFFF)   # adding it drops one reference (wrap-around)
+_NOT_BUSY = np.uint32(~int(L.PAGE_BUSY) & 0xFFFFFFFF)
+
+
+@cuda.jit(device=True)
+def try_pin(h, page):
+    """Pin ``page`` if resident; else try to become its loader. Returns (PIN_*, slot)."""
+    old = atomic_add_acquire_gpu(h.page_state, page, _ONE)
+    if old & _VALID:
+        return PIN_HIT, h.page_slot[page]
+    atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
+    if old & _ERROR:
+        return PIN_ERROR, -1
+    if old & _BUSY:
+        return PIN_WAIT, -1
+    old = atomic_or(h.page_state, page, _BUSY)
+    if old & _BUSY:
+        return PIN_WAIT, -1
+    if old & (_VALID | _ERROR):
+        # Loaded (or failed) between our two atomics: give BUSY back, look again next round.
+        atomic_and(h.page_state, page, _NOT_BUSY)
+        return PIN_WAIT, -1
+    return PIN_LOAD, -1
+
+
+@cuda.jit(device=True)
+def unpin(h, page):
+    atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
+
+
+@cuda.jit(device=True)
+def claim_slot(h, page):
+    """Find a slot for ``page`` (whose BUSY the caller owns). Returns (slot or -1, evicted)."""
+    n = h.n_slots
+    for _ in range(min(n, VICTIM_PROBES)):
+        s = atomic_add(h.clock, 0, 1) % n
+        victim = h.slot_page[s]
+        if victim == L.SLOT_CLAIMED:
+            continue
+        if atomic_cas(h.slot_page, s, victim, L.SLOT_CLAIMED) != victim:
+            continue
+        evicted = False
+        if victim >= 0:
+            # Evict only a page that is VALID with no reference and not BUSY.
+            if atomic_cas(h.page_state, victim, _VALID, np.uint32(0)) != _VALID:
+                atomic_exch(h.slot_page, s, victim)   # keep it; try the next slot
+                continue
+            evicted = True
+        h.page_slot[page] = s
+        atomic_exch(h.slot_page, s, page)
+        return s, evicted
+    return -1, False
+
+
+@cuda.jit(device=True)
+def _update_state(h, page, set_bits, clear_bits, add_refs):
+    old = ld_acquire_gpu(h.page_state, page)
+    while True:
+        new = np.uint32(((old | set_bits) & ~clear_bits) + add_refs)
+        seen = atomic_cas(h.page_state, page, old, new)
+        if seen == old:
+            return
+        old = seen
+
+
+@cuda.jit(device=True)
+def publish(h, page):
+    """The page's bytes are in its slot: make it VALID, keeping one reference for the loader."""
+    cuda.threadfence()   # the warp's copy into the slot is visible before VALID is
+    _update_state(h, page, _VALID, _BUSY, _ONE)
+
+
+@cuda.jit(device=True)
+def abandon(h, page, slot):
+    """The load failed: free the slot and mark the page ERROR so that waiters stop."""
+    atomic_exch(h.slot_page, slot, L.SLOT_EMPTY)
+    _update_state(h, page, _ERROR, _BUSY, np.uint32(0))
+
+
+@cuda.jit(device=True)
+def give_up_load(h, page):
+    """Drop BUSY on a page the caller could not find a slot for within its time."""
+    _update_state(h, page, np.uint32(0), _BUSY, np.uint32(0))
+
+
+@cuda.jit(device=True)
+def warp_copy_page(mask, src, src_word, dst, dst_word, n_words):
+    """All lanes of ``mask`` copy one page together: each warp load moves contiguous words.
+
+    Four loads are issued before their stores so that each lane has several PCIe reads in
+    flight (the loads are from mapped host memory when ``src`` is a staging or zero-copy buffer).
+    """
+    step = popc(mask)
+    j = popc(mask & lanemask_lt())
+    while j + 3 * step < n_words:
+        a = src[src_word + j]
+        b = src[src_word + j + step]
+        c = src[src_word + j + 2 * step]
+        d = src[src_word + j + 3 * step]
+        dst[dst_word + j] = a
+        dst[dst_word + j + step] = b
+        dst[dst_word + j + 2 * step] = c
+        dst[dst_word + j + 3 * step] = d
+        j += 4 * step
+    while j < n_words:
+        dst[dst_word + j] = src[src_word + j]
+        j += step

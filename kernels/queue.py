@@ -1,0 +1,100 @@
+"""Device side of the submission/completion queues to the host daemon.
+
+A queue is a ring of ``depth`` entries in mapped host memory. A thread that needs a page takes a
+ticket (one atomic per warp for all its loaders), waits until the ticket's entry is free for its
+turn, writes the request and publishes it by a release store of its sequence word; the daemon
+answers in the entry's completion record and the thread polls that with bounded back-off. The
+entry is handed on to ticket + depth only after the thread has copied the page out of the
+entry's staging buffer. No lock is held across any wait: a thread waits only on tickets lower
+than its own, or on the host.
+"""
+import numpy as np
+from numba import cuda
+
+from gids import layout as L
+from kernels.sync import atomic_add, ld_acquire_gpu, ld_acquire_sys, now_ns, st_release_gpu, st_release_sys
+from kernels.warp import ballot_sync, lanemask_lt, laneid, nanosleep, popc, shfl_sync
+from kernels.platform import WARP_SIZE
+
+#: Back-off bounds for polls (ns). A host round trip is about 5 us, so start well below it.
+POLL_MIN_NS = 64
+POLL_MAX_NS = 2048
+
+
+@cuda.jit(device=True)
+def lowest_lane(bits):
+    """Index of the lowest set bit of a non-zero lane mask (0-based)."""
+    return popc((bits & (~bits + 1)) - 1)
+
+
+@cuda.jit(device=True)
+def queue_of_warp(h):
+    """The queue this warp uses: warps are spread round-robin over the queues."""
+    block = cuda.blockIdx.x + cuda.gridDim.x * (cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z)
+    thread = cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
+    warps_per_block = (cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z + WARP_SIZE - 1) // WARP_SIZE
+    return (block * warps_per_block + thread // WARP_SIZE) % h.n_queues
+
+
+@cuda.jit(device=True)
+def take_tickets(h, q, mask, want):
+    """Give each lane of ``mask`` with ``want`` a distinct ticket of queue ``q`` (else -1).
+
+    One atomic per warp: a warp's tickets are consecutive, so (depth >= warp size) no two of
+    its lanes ever wait on each other for the same entry.
+    """
+    wanting = ballot_sync(mask, want)
+    if wanting == 0:
+        return -1
+    first = lowest_lane(wanting)
+    base = 0
+    if laneid() == first:
+        base = atomic_add(h.sq_ticket, q, popc(wanting))
+    base = shfl_sync(mask, base, first)
+    if not want:
+        return -1
+    return base + popc(wanting & lanemask_lt())
+
+
+@cuda.jit(device=True)
+def submit(h, q, ticket, page, deadline):
+    """Wait for the ticket's entry, write the request, publish it. False on timeout."""
+    entry = q * h.depth + ticket % h.depth
+    turn = ticket // h.depth
+    pause = POLL_MIN_NS
+    while ld_acquire_gpu(h.entry_turn, entry) != turn:
+        if now_ns() > deadline:
+            return False
+        nanosleep(pause)
+        pause = min(pause * 2, POLL_MAX_NS)
+    rec = entry * L.SQ_WORDS
+    h.sq[rec + L.SQ_ARRAY] = h.array_id
+    h.sq[rec + L.SQ_PAGE] = page
+    st_release_sys(h.sq, rec + L.SQ_SEQ, ticket + 1)
+    return True
+
+
+@cuda.jit(device=True)
+def wait_completion(h, q, ticket, deadline):
+    """Poll the ticket's completion. Returns (done, status, source); done is False on timeout."""
+    entry = q * h.depth + ticket % h.depth
+    rec = entry * L.CQ_WORDS
+    pause = POLL_MIN_NS
+    while ld_acquire_sys(h.cq, rec + L.CQ_SEQ) != ticket + 1:
+        if now_ns() > deadline:
+            return False, 0, 0
+        nanosleep(pause)
+        pause = min(pause * 2, POLL_MAX_NS)
+    return True, h.cq[rec + L.CQ_STATUS], h.cq[rec + L.CQ_SOURCE]
+
+
+@cuda.jit(device=True)
+def staging_word(h, q, ticket):
+    """Word offset of the ticket's staging page in ``h.staging``."""
+    return (q * h.depth + ticket % h.depth) * h.page_words
+
+
+@cuda.jit(device=True)
+def release_entry(h, q, ticket):
+    """Hand the ticket's entry on to ticket + depth (after its staging page was copied out)."""
+    st_release_gpu(h.entry_turn, q * h.depth + ticket % h.depth, ticket // h.depth + 1)

@@ -1,0 +1,167 @@
+"""Memory-ordering primitives for kernels that talk to the host or to other blocks.
+
+Why not ``cuda.ldcv`` or a plain ``a[i]`` in a loop: those are emitted without side effects and
+the compiler hoists them out of a spin loop (the kernel then hangs; see GPU_NOTES). Each function
+here is inline PTX marked ``side_effect=True`` with a ``~{memory}`` clobber, so it is executed on
+every iteration and orders the memory accesses around it.
+
+Scopes: ``*_sys`` for words in mapped host memory that the CPU reads or writes (queue records);
+``*_gpu`` for words in device memory shared between blocks (page states, queue entry turns).
+
+The relaxed atomics (``atomic_add`` ...) are Numba's on the GPU; use these names rather than
+``cuda.atomic`` so that the simulator gets its single-lock versions.
+
+In the simulator loads and stores are plain Python reads and writes: it runs one Python thread
+per CUDA thread over shared numpy arrays, where the GIL already orders accesses.
+"""
+import time
+
+from kernels.platform import SIMULATOR
+
+if SIMULATOR:
+    import threading
+
+    # The simulator gives each cuda.atomic operation its own lock, so an atomic OR and an
+    # atomic ADD on the same word can interleave. Ours share one lock: all read-modify-writes
+    # of a word are atomic with respect to each other, as on the GPU.
+    _ATOMIC_LOCK = threading.Lock()
+
+    def _wrap(arr, value):
+        if arr.dtype.kind == "u":
+            return value & ((1 << (8 * arr.dtype.itemsize)) - 1)
+        return value
+
+    def _rmw(arr, i, op):
+        with _ATOMIC_LOCK:
+            old = arr[i]
+            arr[i] = _wrap(arr, op(int(old)))
+        return old
+
+    def atomic_add(arr, i, value):
+        return _rmw(arr, i, lambda old: old + int(value))
+
+    def atomic_or(arr, i, value):
+        return _rmw(arr, i, lambda old: old | int(value))
+
+    def atomic_and(arr, i, value):
+        return _rmw(arr, i, lambda old: old & int(value))
+
+    def atomic_exch(arr, i, value):
+        return _rmw(arr, i, lambda old: int(value))
+
+    def atomic_cas(arr, i, expected, value):
+        return _rmw(arr, i, lambda old: int(value) if old == int(expected) else old)
+
+    atomic_add_acquire_gpu = atomic_add
+    atomic_add_release_gpu = atomic_add
+
+    def ld_acquire_sys(arr, i):
+        return arr[i]
+
+    ld_acquire_gpu = ld_acquire_sys
+
+    def st_release_sys(arr, i, value):
+        arr[i] = value
+
+    st_release_gpu = st_release_sys
+
+    def now_ns():
+        return time.monotonic_ns()
+
+else:
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba import cuda
+    from numba.cuda.extending import intrinsic
+
+    # Relaxed, GPU-scope read-modify-writes on device memory (Numba's own).
+    atomic_add = cuda.atomic.add
+    atomic_or = cuda.atomic.or_
+    atomic_and = cuda.atomic.and_
+    atomic_exch = cuda.atomic.exch
+    atomic_cas = cuda.atomic.cas
+
+    def _element_pointer(context, builder, aryty, ary_value, idx):
+        ary = context.make_array(aryty)(context, builder, ary_value)
+        return cgutils.get_item_pointer(context, builder, aryty, ary, [idx], wraparound=False)
+
+    def _check_word(arr):
+        if not isinstance(arr, types.Array) or arr.dtype.bitwidth not in (32, 64):
+            raise TypeError("sync primitives take arrays of 32- or 64-bit integers")
+        return arr.dtype.bitwidth
+
+    def _make_load(scope):
+        @intrinsic
+        def load(typingctx, arr, idx):
+            bits = _check_word(arr)
+            sig = arr.dtype(arr, types.intp)
+
+            def codegen(context, builder, sig, args):
+                ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+                fnty = ir.FunctionType(ir.IntType(bits), [ptr.type])
+                reg = "l" if bits == 64 else "r"
+                asm = ir.InlineAsm(fnty, f"ld.acquire.{scope}.b{bits} $0, [$1];",
+                                   f"={reg},l,~{{memory}}", side_effect=True)
+                return builder.call(asm, [ptr])
+            return sig, codegen
+        return load
+
+    def _make_store(scope):
+        @intrinsic
+        def store(typingctx, arr, idx, value):
+            bits = _check_word(arr)
+            sig = types.void(arr, types.intp, arr.dtype)
+
+            def codegen(context, builder, sig, args):
+                ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+                val = context.cast(builder, args[2], sig.args[2], sig.args[0].dtype)
+                fnty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(bits)])
+                reg = "l" if bits == 64 else "r"
+                asm = ir.InlineAsm(fnty, f"st.release.{scope}.b{bits} [$0], $1;",
+                                   f"l,{reg},~{{memory}}", side_effect=True)
+                builder.call(asm, [ptr, val])
+                return context.get_dummy_value()
+            return sig, codegen
+        return store
+
+    def _make_atomic_add(sem):
+        @intrinsic
+        def atomic_add(typingctx, arr, idx, value):
+            bits = _check_word(arr)
+            sig = arr.dtype(arr, types.intp, arr.dtype)
+
+            def codegen(context, builder, sig, args):
+                ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+                val = context.cast(builder, args[2], sig.args[2], sig.args[0].dtype)
+                fnty = ir.FunctionType(ir.IntType(bits), [ptr.type, ir.IntType(bits)])
+                reg = "l" if bits == 64 else "r"
+                asm = ir.InlineAsm(fnty, f"atom.{sem}.gpu.add.u{bits} $0, [$1], $2;",
+                                   f"={reg},l,{reg},~{{memory}}", side_effect=True)
+                return builder.call(asm, [ptr, val])
+            return sig, codegen
+        return atomic_add
+
+    #: ``ld.acquire.sys``: poll a word the host writes (completion sequence numbers).
+    ld_acquire_sys = _make_load("sys")
+    #: ``ld.acquire.gpu``: poll a word other blocks write (page states, entry turns).
+    ld_acquire_gpu = _make_load("gpu")
+    #: ``st.release.sys``: publish a record to the host after writing its body.
+    st_release_sys = _make_store("sys")
+    #: ``st.release.gpu``: hand a queue entry on to the next ticket holder.
+    st_release_gpu = _make_store("gpu")
+    #: Take a page reference; later reads of the slot cannot move before it.
+    atomic_add_acquire_gpu = _make_atomic_add("acquire")
+    #: Drop a page reference; earlier reads of the slot cannot move after it.
+    atomic_add_release_gpu = _make_atomic_add("release")
+
+    @intrinsic
+    def now_ns(typingctx):
+        """The GPU's global nanosecond timer (``%globaltimer``), for bounding spins in time."""
+        sig = types.int64()  # int64, not uint64: mixed comparisons with int64 would go to float
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.IntType(64), [])
+            asm = ir.InlineAsm(fnty, "mov.u64 $0, %globaltimer;", "=l", side_effect=True)
+            return builder.call(asm, [])
+        return sig, codegen

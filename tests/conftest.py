@@ -1,0 +1,23 @@
+"""Test setup: the simulator where there is no GPU, and the ``gpu`` marker.
+
+Tests run in Numba's CUDA simulator unless a GPU is present and NUMBA_ENABLE_CUDASIM is unset.
+``gpu`` tests need a real GPU and are skipped in the simulator.
+"""
+import sys
+
+import gids  # noqa: F401  (picks the world before numba.cuda loads)
+import pytest
+
+from kernels.platform import SIMULATOR
+
+# Host <-> simulated-kernel handshakes are Python threads taking turns on the GIL: switch often.
+sys.setswitchinterval(1e-4)
+
+
+def pytest_collection_modifyitems(config, items):
+    if not SIMULATOR:
+        return
+    skip = pytest.mark.skip(reason="needs a real GPU (running in the CUDA simulator)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,79 @@
+"""GPU-only tests: the same checks as the simulator's, at sizes and concurrency only a GPU has."""
+import math
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import gids
+from tests.helpers import random_file
+
+pytestmark = pytest.mark.gpu
+
+
+@cuda.jit
+def _read_many(h, idx, out):
+    k = cuda.grid(1)
+    if k < idx.size:
+        out[k] = gids.read(h, idx[k])
+
+
+@pytest.mark.parametrize("page_size", [512, 4096, 65536])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32, np.float64])
+def test_random_reads_match_numpy(tmp_path, page_size, dtype):
+    raw = random_file(tmp_path / "d.bin", 8 << 20, seed=page_size)
+    offset = 24
+    with gids.Runtime(cache_bytes=64 * page_size, page_size=page_size, daemon_threads=4) as rt:
+        a = rt.open_array(tmp_path / "d.bin", dtype, offset=offset,
+                          shape=(raw.size - offset) // np.dtype(dtype).itemsize)
+        ref = raw[offset:offset + a.nbytes].view(dtype)
+        idx = np.random.default_rng(1).integers(0, a.size, 1 << 18)
+        got = rt.gather(a, idx).copy_to_host()
+        np.testing.assert_array_equal(got.view(np.uint8), ref[idx].view(np.uint8))
+        s = rt.stats()
+        assert s.evictions > 0 and s.ios >= a.n_pages // 4
+
+
+def test_thousands_of_threads_one_page_one_io():
+    data = np.arange(1 << 16, dtype=np.int64)
+    with gids.Runtime(cache_pages=64, page_size=4096) as rt:
+        a = rt.open_array(data)
+        idx = np.full(1 << 16, 5, dtype=np.int64)
+        got = rt.gather(a, idx).copy_to_host()
+        assert (got == 5).all()
+        assert rt.stats().ios == 1
+
+
+def test_tiny_cache_heavy_contention():
+    """32 slots, 64 k threads over 4096 pages: constant eviction, every value checked."""
+    data = np.random.default_rng(5).integers(0, 1 << 60, 4096 * 512, dtype=np.int64)
+    with gids.Runtime(cache_pages=32, page_size=4096, daemon_threads=4, timeout=30) as rt:
+        a = rt.open_array(gids.MemoryStore(data, zero_copy=False), np.int64, shape=data.shape)
+        for seed in range(3):
+            idx = np.random.default_rng(seed).integers(0, data.size, 1 << 16)
+            got = rt.gather(a, idx).copy_to_host()
+            np.testing.assert_array_equal(got, data[idx])
+
+
+def test_index_out_of_range_in_kernel():
+    data = np.arange(4096, dtype=np.int32)
+    with gids.Runtime(cache_pages=64) as rt:
+        a = rt.open_array(data)
+        idx = cuda.to_device(np.array([1, 2, 5000, 3], dtype=np.int64))
+        out = cuda.device_array(4, dtype=np.int32)
+        _read_many[1, 32](a.handle, idx, out)
+        with pytest.raises(gids.IndexOutOfRangeError):
+            rt.sync()
+        # the runtime is usable again
+        assert rt.gather(a, np.array([7]))[0] == 7
+
+
+def test_gather_result_goes_to_cupy_without_copy():
+    cupy = pytest.importorskip("cupy")
+    data = np.arange(10000, dtype=np.float32)
+    with gids.Runtime(cache_pages=64) as rt:
+        a = rt.open_array(data)
+        out = rt.gather(a, np.arange(0, 10000, 7))
+        c = cupy.asarray(out)
+        assert c.data.ptr == out.device_ctypes_pointer.value
+        np.testing.assert_array_equal(cupy.asnumpy(c), data[::7])
