@@ -27,10 +27,18 @@ from gids.errors import (CacheExhaustedError, ConfigError, DaemonError, GidsErro
 from gids.runtime import Runtime
 from gids.stats import Stats
 from host_daemon.stores import FileStore, MemoryStore, MmapStore
-from kernels.access import read
 from kernels.platform import SIMULATOR
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # ``gids.read`` is loaded on first use: device modules import gids.layout, so importing
+    # kernels.access here would make ``import kernels.cache`` (before gids) circular.
+    if name == "read":
+        from kernels.access import read
+        return read
+    raise AttributeError(f"module 'gids' has no attribute {name!r}")
 
 __all__ = [
     "Runtime", "StorageArray", "Stats", "read", "defaults", "layout", "SIMULATOR",

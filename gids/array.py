@@ -65,7 +65,7 @@ class StorageArray:
             n_slots=rt.cache_slots,
             sq=rt._sq,
             cq=rt._cq,
-            staging=rt._staging.view(np.uint64),
+            staging=rt._staging,
             zero_copy=self._zero_copy,
             sq_ticket=rt._sq_ticket,
             entry_turn=rt._entry_turn,

@@ -130,7 +130,8 @@ class Runtime:
         n_entries = queues * queue_depth
         self._sq = cuda.mapped_array(n_entries * L.SQ_WORDS, dtype=np.int64)
         self._cq = cuda.mapped_array(n_entries * L.CQ_WORDS, dtype=np.int64)
-        self._staging = cuda.mapped_array(n_entries * page_size, dtype=np.uint8)
+        # uint64 words: numba-cuda's MappedNDArray.view() is broken, so allocate the type we use.
+        self._staging = cuda.mapped_array(n_entries * page_size // 8, dtype=np.uint64)
         self._sq_ticket = self._to_device(np.zeros(queues, dtype=np.int64))
         self._entry_turn = self._to_device(np.zeros(n_entries, dtype=np.int64))
         self._err = self._to_device(np.zeros(L.ERR_WORDS, dtype=np.int64))

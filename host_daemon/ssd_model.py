@@ -1,8 +1,8 @@
 """Timing model of NVMe SSDs and arrays of them: when may a read complete?
 
 One ``njit`` function, :func:`model_submit`, is the single source of truth for timing. Given the
-model state (a few numpy arrays of "busy until" times), the parameters, the time a request
-arrives and its byte range, it reserves the resources the read needs and returns the earliest
+model state (an array of "busy until" times per drive resource, and a lock word), the parameters,
+the time a request arrives and its byte range, it reserves the resources the read needs and returns the earliest
 time its completion may be posted. Two users call it:
 
 - the host daemon (real-time emulation): on seeing a request it calls :func:`model_submit_locked`
@@ -20,12 +20,13 @@ links are bandwidth resources modelled as rate limiters on the admission order (
 why not strict FIFO on the data's ready time).
 
 Thread safety: callers serialise. All daemon threads share one model (one state) and call
-:func:`model_submit_locked`, which holds a spin lock in ``state.lock`` for the ~100 ns the call
+:func:`model_submit_locked`, which holds a spin lock in ``state.lock`` for the ~50 ns the call
 takes. Per-thread shards would be wrong: the drives, channels and links are shared by every queue,
 so a shard per thread would model one private copy of the array per thread and multiply its
 throughput by the thread count; and splitting the drives among threads does not work either,
 because a request's drive follows from its address, not from the thread that serves it.
 """
+import ctypes
 import math
 from collections import namedtuple
 from dataclasses import dataclass, field
@@ -234,14 +235,19 @@ ModelParams = namedtuple("ModelParams", [
     "host_ns_per_byte",     # float: link shared by the array
 ])
 
-#: Mutable state of one model instance: "busy until" times in ns, plus the lock word.
+#: Columns of a drive's row in ``ModelState.busy`` (its channels and units follow).
+COMMAND_COLUMN = 0   # controller command slot free at
+LINK_COLUMN = 1      # drive link has admitted bytes up to
+CHANNEL_COLUMN = 2   # first of n_channels columns; units start after the channels
+
+#: Mutable state of one model instance. Two arrays, not one per resource: every njit call that
+#: is not inlined increfs and decrefs each array it is passed (an atomic add each, ~100 ns per
+#: call for six arrays), and the daemon makes one call per request.
 ModelState = namedtuple("ModelState", [
-    "command_free",  # float64[n_ssd]: controller command slot free at
-    "link_free",     # float64[n_ssd]: drive link admitted bytes up to
-    "channel_free",  # float64[n_ssd, n_channels]
-    "unit_free",     # float64[n_ssd, n_channels * units_per_channel]: die planes
-    "host_free",     # float64[1]: shared host link
-    "lock",          # int64[1]: 0 free, 1 held (model_submit_locked)
+    "busy",  # float64[n_ssd + 1, 2 + n_channels * (1 + units_per_channel)]: "busy until" (ns).
+             # Row d < n_ssd is drive d: COMMAND_COLUMN, LINK_COLUMN, then its channels, then
+             # its units (channel c's units are adjacent). Row n_ssd, column 0: the host link.
+    "lock",  # int64[1]: 0 free, 1 held (model_submit_locked)
 ])
 
 
@@ -249,46 +255,43 @@ def new_state(n_ssd: int, params: ModelParams) -> ModelState:
     """Idle model state for ``n_ssd`` drives (every resource free since time 0)."""
     if n_ssd < 1:
         raise ValueError(f"n_ssd must be at least 1, got {n_ssd}")
-    units = params.n_channels * params.units_per_channel
-    return ModelState(
-        command_free=np.zeros(n_ssd),
-        link_free=np.zeros(n_ssd),
-        channel_free=np.zeros((n_ssd, params.n_channels)),
-        unit_free=np.zeros((n_ssd, units)),
-        host_free=np.zeros(1),
-        lock=np.zeros(1, dtype=np.int64),
-    )
+    columns = CHANNEL_COLUMN + params.n_channels * (1 + params.units_per_channel)
+    return ModelState(busy=np.zeros((n_ssd + 1, columns)), lock=np.zeros(1, dtype=np.int64))
 
 
-@numba.njit(nogil=True, cache=False)
-def _drive_command(state, params, drive, now, lo, hi):
+# error_model="numpy": integer division by a parameter then has no ZeroDivisionError path, whose
+# raise branch keeps Numba from pruning reference counting. Inlined: a call would incref and
+# decref `busy` (atomic adds), a large share of the ~50 ns a request costs.
+@numba.njit(nogil=True, cache=False, error_model="numpy", inline="always")
+def _drive_command(busy, params, drive, now, lo, hi):
     """Reserve drive ``drive``'s resources for reading its local bytes [lo, hi); return when the
     last byte has crossed the drive's link."""
-    start = max(now, state.command_free[drive])
-    state.command_free[drive] = start + params.command_ns
+    start = max(now, busy[drive, COMMAND_COLUMN])
+    busy[drive, COMMAND_COLUMN] = start + params.command_ns
     start += params.ctrl_latency_ns
     # Rate limiters take their admission time from `start`, which never decreases for one
     # drive; FIFO on the data's ready time would let one queued die stall every later transfer.
-    link = max(state.link_free[drive], start) + (hi - lo) * params.link_ns_per_byte
-    state.link_free[drive] = link
+    link = max(busy[drive, LINK_COLUMN], start) + (hi - lo) * params.link_ns_per_byte
+    busy[drive, LINK_COLUMN] = link
     done = link
     page = params.page_bytes
     n_channels = params.n_channels
     units = params.units_per_channel
-    for p in range((lo // page), (hi - 1) // page + 1):
+    first_unit_column = CHANNEL_COLUMN + n_channels
+    for p in range(lo // page, (hi - 1) // page + 1):
         chunk = min(hi, (p + 1) * page) - max(lo, p * page)
         channel = p % n_channels
-        unit = channel * units + (p // n_channels) % units
-        sensed = max(start, state.unit_free[drive, unit]) + params.read_ns
-        state.unit_free[drive, unit] = sensed
+        unit = first_unit_column + channel * units + (p // n_channels) % units
+        sensed = max(start, busy[drive, unit]) + params.read_ns
+        busy[drive, unit] = sensed
         transfer = chunk * params.channel_ns_per_byte
-        channel_done = max(state.channel_free[drive, channel], start) + transfer
-        state.channel_free[drive, channel] = channel_done
+        channel_done = max(busy[drive, CHANNEL_COLUMN + channel], start) + transfer
+        busy[drive, CHANNEL_COLUMN + channel] = channel_done
         done = max(done, max(sensed + transfer, channel_done) + chunk * params.link_ns_per_byte)
     return done
 
 
-@numba.njit(nogil=True, cache=False)
+@numba.njit(nogil=True, cache=False, error_model="numpy")
 def model_submit(state, params, now_ns, offset, nbytes):
     """Reserve the array's resources for one read; return its completion time.
 
@@ -301,15 +304,19 @@ def model_submit(state, params, now_ns, offset, nbytes):
         Arrival time of the request, ns, on the caller's monotonic clock. Calls should come in
         (nearly) non-decreasing ``now_ns``: the model serves in call order.
     offset, nbytes : int
-        Byte range in the array's address space (``nbytes`` >= 1).
+        Byte range in the array's address space (``offset`` >= 0, ``nbytes`` >= 1).
 
     Returns
     -------
     int
         Earliest time (ns, same clock) at which the read's completion may be posted.
     """
+    busy = state.busy
     now = float(now_ns)
-    n_ssd = state.link_free.shape[0]
+    # A uint64 offset (a page id times a page size) mixed with int64 would promote to float64.
+    offset = np.int64(offset)
+    nbytes = np.int64(nbytes)
+    n_ssd = busy.shape[0] - 1
     stripe = params.stripe_bytes
     end = offset + nbytes
     first_stripe = offset // stripe
@@ -323,9 +330,9 @@ def model_submit(state, params, now_ns, offset, nbytes):
         last = first + ((last_stripe - first) // n_ssd) * n_ssd
         lo = (first // n_ssd) * stripe + (offset - first * stripe if j == 0 else 0)
         hi = (last // n_ssd) * stripe + (end - last * stripe if last == last_stripe else stripe)
-        done = max(done, _drive_command(state, params, drive, now, lo, hi))
-    host = max(state.host_free[0], now) + nbytes * params.host_ns_per_byte
-    state.host_free[0] = host
+        done = max(done, _drive_command(busy, params, drive, now, lo, hi))
+    host = max(busy[n_ssd, 0], now) + nbytes * params.host_ns_per_byte
+    busy[n_ssd, 0] = host
     return np.int64(math.ceil(max(done, host)))
 
 
@@ -372,21 +379,32 @@ def _unlock(typingctx, words):
     return sig, codegen
 
 
-@numba.njit(nogil=True, cache=False)
+_sched_yield = ctypes.CDLL(None).sched_yield
+_sched_yield.argtypes = []
+_sched_yield.restype = ctypes.c_int
+#: Reads of a held lock word before a waiter gives its core away: the lock is held ~50 ns, so a
+#: longer wait means the holder was preempted, and spinning on would only delay it further.
+LOCK_SPINS = 1000
+
+
+@numba.njit(nogil=True, cache=False, error_model="numpy")
 def model_submit_locked(state, params, now_ns, offset, nbytes):
     """:func:`model_submit` under the spin lock in ``state.lock``: the call for daemon threads
     that share one model. Same arguments and result."""
     # Test-and-test-and-set: waiters spin on a plain read, not on the cache-line-stealing CAS.
     while not _try_lock(state.lock):
+        spins = 0
         while _lock_word(state.lock) != 0:
-            pass
+            spins += 1
+            if spins == LOCK_SPINS:
+                _sched_yield()
+                spins = 0
     done = model_submit(state, params, now_ns, offset, nbytes)
     _unlock(state.lock)
     return done
 
 
 _SRC_GPU_NOTES = "GPU_NOTES.md, Published figures"
-_SRC_MQSIM = "GPU_NOTES.md (MQSim / SimpleSSD defaults) for scale"
 
 PROFILES: dict[str, SsdProfile] = {}
 
@@ -553,6 +571,34 @@ class SsdModel:
         """Make every resource idle again (as at construction)."""
         for array in self.state:
             array[...] = 0
+
+    # Named views of ``state.busy`` (same memory), for reading the model from Python.
+    @property
+    def command_free(self) -> np.ndarray:
+        """Per drive: when its controller takes the next command (ns)."""
+        return self.state.busy[:-1, COMMAND_COLUMN]
+
+    @property
+    def link_free(self) -> np.ndarray:
+        """Per drive: up to when its link has admitted bytes (ns)."""
+        return self.state.busy[:-1, LINK_COLUMN]
+
+    @property
+    def channel_free(self) -> np.ndarray:
+        """Per drive and channel: up to when the channel has admitted bytes (ns)."""
+        return self.state.busy[:-1, CHANNEL_COLUMN:CHANNEL_COLUMN + self.params.n_channels]
+
+    @property
+    def unit_free(self) -> np.ndarray:
+        """Per drive, channel and unit (die plane): when the unit finishes its reads (ns)."""
+        first = CHANNEL_COLUMN + self.params.n_channels
+        return self.state.busy[:-1, first:].reshape(
+            self.n_ssd, self.params.n_channels, self.params.units_per_channel)
+
+    @property
+    def host_free(self) -> float:
+        """Up to when the shared host link has admitted bytes (ns)."""
+        return float(self.state.busy[-1, 0])
 
     def __repr__(self) -> str:
         return (f"SsdModel({self.profile.name!r}, n_ssd={self.n_ssd}, "

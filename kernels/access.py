@@ -3,12 +3,17 @@
 One call runs in rounds until every lane of the calling warp has its value. In each round:
 
 1. one leader per distinct page (``match_any_sync``) tries to pin its page. Hits are read at
-   once and unpinned, so no pin is ever held while anybody waits;
+   once and unpinned. A leader whose page another thread is loading keeps a reference while
+   it waits, so the page stays until it has been read;
 2. leaders that won a miss claim a cache slot, take queue tickets (one atomic per warp), submit
    their requests and wait for the host's completions;
 3. the whole warp copies each page that arrived into its slot, 8 contiguous bytes a lane;
 4. the loaders publish their pages VALID (keeping a pin), their lanes read, the loaders unpin;
-5. lanes whose page another warp is loading back off and try again in the next round.
+5. lanes whose page another warp is loading back off and look again in the next round.
+
+References are held only on the page a lane itself waits for or reads, never on another page
+across a wait, and the waits (for the host, for lower queue tickets, for a page's loader) all
+end without help from the waiting warp: every load finishes, so no set of warps can deadlock.
 
 Every wait is bounded by ``h.timeout_ns``. An out-of-range index, an I/O error or a timeout is
 recorded in ``h.err`` (the Runtime raises it after the kernel) and the lane returns 0; an
@@ -17,10 +22,10 @@ out-of-range index never touches memory.
 from numba import cuda
 
 from gids import layout as L
-from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, abandon, claim_slot, give_up_load,
+from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait, claim_slot,
+                           give_up_load,
                            publish, try_pin, unpin, warp_copy_page)
-from kernels.platform import WARP_SIZE
-from kernels.queue import (lowest_lane, queue_of_warp, release_entry, staging_word, submit,
+from kernels.queue import (highest_lane, lowest_lane, queue_of_warp, release_entry, staging_word, submit,
                            take_tickets, wait_completion)
 from kernels.sync import atomic_add, atomic_cas, now_ns
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
@@ -85,6 +90,7 @@ def read(h, i):
     done = not in_range
     failed = 0              # leader only: 1 once the page cannot be had (the error is recorded)
     loading = False         # leader only: owns BUSY on the page
+    waiting = False         # leader only: holds a reference on a page another thread loads
     slot = -1
     first_round = True
     hit = False
@@ -98,7 +104,11 @@ def read(h, i):
         # 1. pin and read the hits, or become the loader
         pinned = False
         if is_leader and not done and not loading:
-            outcome, slot = try_pin(h, gpage)
+            if waiting:
+                outcome, slot = check_wait(h, gpage)
+            else:
+                outcome, slot = try_pin(h, gpage)
+            waiting = outcome == PIN_WAIT
             if outcome == PIN_HIT:
                 pinned = True
                 hit = first_round
@@ -111,6 +121,7 @@ def read(h, i):
         value, done = _read_pinned(h, mask, leader, pinned, slot, i, value, done)
         if pinned:
             unpin(h, gpage)
+            pinned = False
 
         if ballot_sync(mask, loading) != 0:
             # 2. loaders: a slot, a ticket, the request, the completion
@@ -123,13 +134,22 @@ def read(h, i):
                 if slot < 0:
                     wait_code = L.ERR_TIMEOUT_SLOT
             ticket = take_tickets(h, q, mask, loading and slot >= 0)
+            submitted = False
             if ticket >= 0:
-                if submit(h, q, ticket, page, deadline):
+                submitted = submit(h, q, ticket, page, deadline)
+                if not submitted:
+                    record_error(h, L.ERR_TIMEOUT_QUEUE, page, ticket)
+            # The daemon serves a queue in ticket order, so once the warp's highest ticket is
+            # complete all of its tickets are: one lane polls the host, not 32.
+            posted = ballot_sync(mask, submitted)
+            if posted != 0 and lane == highest_lane(posted):
+                wait_completion(h, q, ticket, deadline)
+            syncwarp(mask)
+            if ticket >= 0:
+                if submitted:
                     completed, status, source = wait_completion(h, q, ticket, deadline)
                     if not completed:
                         record_error(h, L.ERR_TIMEOUT_IO, page, ticket)
-                else:
-                    record_error(h, L.ERR_TIMEOUT_QUEUE, page, ticket)
                 if not completed:
                     # The entry may never be answered now; the Runtime resets the queues.
                     abandon(h, gpage, slot)
@@ -175,6 +195,9 @@ def read(h, i):
                 if loading:
                     give_up_load(h, gpage)
                     loading = False
+                if waiting:
+                    unpin(h, gpage)
+                    waiting = False
                 failed = 1
             else:
                 nanosleep(pause)

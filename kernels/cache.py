@@ -4,7 +4,8 @@ State of a page (one uint32 in ``page_state``, bits in :mod:`gids.layout`), as i
 
 - not VALID, not BUSY: not cached. A thread that sets BUSY (atomic OR, first one wins) becomes
   its loader: it claims a slot, issues the I/O, copies the page in and publishes VALID.
-- BUSY: being loaded. Others wait (without holding anything) and retry.
+- BUSY: being loaded. Others wait holding a reference, so the page cannot be evicted between
+  its publication and their read.
 - VALID: in slot ``page_slot[page]``. A reader pins it (reference count + 1, acquire), reads the
   slot, unpins (release). A VALID page with no reference can be evicted.
 - ERROR: its load failed; readers stop with an error instead of waiting.
@@ -24,8 +25,9 @@ from kernels.warp import lanemask_lt, popc
 
 PIN_HIT = 0      # pinned: the page is resident
 PIN_LOAD = 1     # not resident; the caller now owns BUSY and must load it
-PIN_WAIT = 2     # another thread is loading it: retry later
-PIN_ERROR = 3    # its last load failed
+PIN_WAIT = 2     # another thread is loading it; the caller holds a reference while it waits
+PIN_ERROR = 3    # its last load failed (no reference held)
+PIN_RETRY = 4    # its loader gave up; no reference held, try again
 
 #: Slots a loader probes in one round before giving up the round (it retries the next round).
 VICTIM_PROBES = 64
@@ -40,23 +42,50 @@ _NOT_BUSY = np.uint32(~int(L.PAGE_BUSY) & 0xFFFFFFFF)
 
 @cuda.jit(device=True)
 def try_pin(h, page):
-    """Pin ``page`` if resident; else try to become its loader. Returns (PIN_*, slot)."""
+    """Pin ``page`` if resident; else become its loader, or wait for it. Returns (PIN_*, slot).
+
+    A waiter keeps the reference it took: a page that is referenced cannot be evicted, so once
+    its loader publishes it, it stays until every waiter has read it (no waiter starves behind
+    evictions, however small the cache).
+    """
     old = atomic_add_acquire_gpu(h.page_state, page, _ONE)
     if old & _VALID:
         return PIN_HIT, h.page_slot[page]
-    atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
     if old & _ERROR:
+        atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
         return PIN_ERROR, -1
     if old & _BUSY:
         return PIN_WAIT, -1
     old = atomic_or(h.page_state, page, _BUSY)
     if old & _BUSY:
         return PIN_WAIT, -1
-    if old & (_VALID | _ERROR):
-        # Loaded (or failed) between our two atomics: give BUSY back, look again next round.
+    if old & _VALID:
+        # Loaded between our two atomics: give BUSY back; our reference pins it.
         atomic_and(h.page_state, page, _NOT_BUSY)
-        return PIN_WAIT, -1
+        cuda.threadfence()
+        return PIN_HIT, h.page_slot[page]
+    if old & _ERROR:
+        atomic_and(h.page_state, page, _NOT_BUSY)
+        atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
+        return PIN_ERROR, -1
+    # The loader holds no reference while loading; publish() adds one.
+    atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
     return PIN_LOAD, -1
+
+
+@cuda.jit(device=True)
+def check_wait(h, page):
+    """For a waiter (holding a reference): PIN_HIT once VALID, PIN_WAIT while BUSY, else the
+    reference is dropped and PIN_ERROR or PIN_RETRY (the loader gave up) is returned."""
+    state = ld_acquire_gpu(h.page_state, page)
+    if state & _VALID:
+        return PIN_HIT, h.page_slot[page]
+    if state & _BUSY:
+        return PIN_WAIT, -1
+    atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
+    if state & _ERROR:
+        return PIN_ERROR, -1
+    return PIN_RETRY, -1
 
 
 @cuda.jit(device=True)

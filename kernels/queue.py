@@ -28,6 +28,16 @@ def lowest_lane(bits):
 
 
 @cuda.jit(device=True)
+def highest_lane(bits):
+    """Index of the highest set bit of a non-zero lane mask."""
+    n = 0
+    while bits > 1:
+        bits >>= 1
+        n += 1
+    return n
+
+
+@cuda.jit(device=True)
 def queue_of_warp(h):
     """The queue this warp uses: warps are spread round-robin over the queues."""
     block = cuda.blockIdx.x + cuda.gridDim.x * (cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z)

@@ -75,12 +75,27 @@ else:
     from numba import cuda
     from numba.cuda.extending import intrinsic
 
-    # Relaxed, GPU-scope read-modify-writes on device memory (Numba's own).
-    atomic_add = cuda.atomic.add
-    atomic_or = cuda.atomic.or_
-    atomic_and = cuda.atomic.and_
-    atomic_exch = cuda.atomic.exch
-    atomic_cas = cuda.atomic.cas
+    # Relaxed, GPU-scope read-modify-writes on device memory: Numba's own, wrapped because its
+    # stubs cannot be re-bound to other names.
+    @cuda.jit(device=True, inline=True)
+    def atomic_add(arr, i, value):
+        return cuda.atomic.add(arr, i, value)
+
+    @cuda.jit(device=True, inline=True)
+    def atomic_or(arr, i, value):
+        return cuda.atomic.or_(arr, i, value)
+
+    @cuda.jit(device=True, inline=True)
+    def atomic_and(arr, i, value):
+        return cuda.atomic.and_(arr, i, value)
+
+    @cuda.jit(device=True, inline=True)
+    def atomic_exch(arr, i, value):
+        return cuda.atomic.exch(arr, i, value)
+
+    @cuda.jit(device=True, inline=True)
+    def atomic_cas(arr, i, expected, value):
+        return cuda.atomic.cas(arr, i, expected, value)
 
     def _element_pointer(context, builder, aryty, ary_value, idx):
         ary = context.make_array(aryty)(context, builder, ary_value)

@@ -34,22 +34,49 @@ if SIMULATOR:
     def nanosleep(ns):
         time.sleep(ns * 1e-9)
 
-    def ffs(x):
-        return (x & -x).bit_length()
-
     def popc(x):
         return bin(x).count("1")
 
 else:
+    import numpy as np
     from numba import cuda
 
-    activemask = cuda.activemask
-    laneid = cuda.laneid
-    lanemask_lt = cuda.lanemask_lt
-    match_any_sync = cuda.match_any_sync
-    ballot_sync = cuda.ballot_sync
-    shfl_sync = cuda.shfl_sync
-    syncwarp = cuda.syncwarp
-    nanosleep = cuda.nanosleep
-    ffs = cuda.ffs
-    popc = cuda.popc
+    # Numba's stubs cannot be re-bound to other names (typing looks them up as cuda.X), so
+    # each is wrapped in an inlined device function.
+    @cuda.jit(device=True, inline=True)
+    def activemask():
+        return cuda.activemask()
+
+    @cuda.jit(device=True, inline=True)
+    def laneid():
+        return cuda.laneid
+
+    @cuda.jit(device=True, inline=True)
+    def lanemask_lt():
+        return cuda.lanemask_lt()
+
+    @cuda.jit(device=True, inline=True)
+    def match_any_sync(mask, value):
+        return cuda.match_any_sync(mask, value)
+
+    @cuda.jit(device=True, inline=True)
+    def ballot_sync(mask, predicate):
+        return cuda.ballot_sync(mask, predicate)
+
+    @cuda.jit(device=True, inline=True)
+    def shfl_sync(mask, value, src_lane):
+        return cuda.shfl_sync(mask, value, src_lane)
+
+    @cuda.jit(device=True, inline=True)
+    def syncwarp(mask):
+        cuda.syncwarp(mask)
+
+    @cuda.jit(device=True, inline=True)
+    def nanosleep(ns):
+        cuda.nanosleep(ns)
+
+    @cuda.jit(device=True, inline=True)
+    def popc(x):
+        # int64, so that index arithmetic never mixes signed and unsigned (which Numba types
+        # as float64).
+        return np.int64(cuda.popc(x))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .csr_file import CSRGraph, Progress
+from .csr_file import CSRGraph, Progress, row_ranges
 from .edges import DEFAULT_CHUNK_EDGES
 
 #: Parent / level of a vertex the search did not reach (Graph500's convention for parents).
@@ -30,10 +30,7 @@ def _gather_neighbours(graph: CSRGraph, vertices: np.ndarray) -> tuple[np.ndarra
 def _frontier_batches(graph: CSRGraph, frontier: np.ndarray, chunk_edges: int):
     """Split a frontier into consecutive pieces of about ``chunk_edges`` entries each."""
     lengths = graph.offsets[frontier + 1] - graph.offsets[frontier]
-    cumulative = np.concatenate(([0], np.cumsum(lengths)))
-    targets = np.arange(1, -(-int(cumulative[-1]) // chunk_edges), dtype=np.int64) * chunk_edges
-    cuts = np.unique(np.concatenate(([0], np.searchsorted(cumulative, targets, side="right") - 1,
-                                     [frontier.size])))
+    cuts = row_ranges(np.concatenate(([0], np.cumsum(lengths))), chunk_edges)
     for first, stop in zip(cuts[:-1], cuts[1:]):
         yield frontier[first:stop]
 
@@ -64,8 +61,8 @@ def bfs_reference(graph: CSRGraph, root: int, *, chunk_edges: int = DEFAULT_CHUN
     Each level gathers the frontier's lists, keeps the neighbours not yet visited and, for each,
     the first entry that found it (``np.unique(..., return_index=True)``): the result is
     deterministic, and it is one of the many valid BFS trees, so compare trees by validation and
-    levels exactly. Self loops and duplicate edges are harmless: a loop's head is visited, and a
-    duplicate is one more candidate for a vertex already claimed.
+    levels exactly. Self loops and duplicate edges are harmless: a loop leads back to a visited
+    vertex, and a duplicate is one more candidate for a vertex that is claimed once.
     """
     n = graph.n_vertices
     if not 0 <= root < n:

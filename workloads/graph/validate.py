@@ -33,7 +33,7 @@ RULES = {
 }
 
 
-class BFSValidationError(AssertionError):
+class BFSValidationError(Exception):
     """A BFS result broke a Graph500 rule.
 
     Attributes

@@ -69,13 +69,28 @@ class SyntheticClusters:
     seed : int, optional
         Seed; the same parameters give the same data on every run.
     spread : float, optional
-        Standard deviation of the per-coordinate noise around a centre. Centres
-        are about ``sqrt(2 * dim)`` apart and a point about ``spread * sqrt(dim)``
-        from its centre, so the default 0.5 gives clusters that are distinct
-        but whose nearest neighbours still cross cluster borders.
+        Standard deviation of the per-coordinate noise around a centre (centres
+        are about ``sqrt(2 * dim)`` apart). It sets how hard the data is for
+        IVF; see the table below.
 
     Notes
     -----
+    How hard the data is, measured: recall@10 of an IVF index with 128 lists
+    (``train_kmeans(data, 128, n_iter=8, seed=0)``) on
+    ``SyntheticClusters(50_000, dim, 200, seed=1, spread=...)`` for 300
+    queries (``queries(300, seed=2)``), at nprobe 1 / 4 / 16:
+
+    ======  ==================  ==================
+    spread  dim 32              dim 128
+    ======  ==================  ==================
+    0.5     0.97 / 1.00 / 1.00  0.99 / 1.00 / 1.00
+    1.0     0.75 / 0.87 / 0.97  0.99 / 1.00 / 1.00
+    1.5     0.28 / 0.51 / 0.81  0.90 / 0.95 / 0.99
+    2.0     0.17 / 0.37 / 0.69  0.52 / 0.61 / 0.77
+    ======  ==================  ==================
+
+    The default 1.5 gives a real recall-versus-nprobe trade-off at both dimensions.
+
     Supports ``len``, ``shape``, ``dtype``, ``ndim``, indexing by an int, a slice,
     an integer array or a boolean mask (optionally followed by a column index),
     and ``np.asarray(data)`` (which generates everything: mind the size).
@@ -93,7 +108,7 @@ class SyntheticClusters:
     dtype = np.dtype(np.float32)
     ndim = 2
 
-    def __init__(self, n: int, dim: int, n_clusters: int, seed: int = 0, *, spread: float = 0.5):
+    def __init__(self, n: int, dim: int, n_clusters: int, seed: int = 0, *, spread: float = 1.5):
         for name, value in (("n", n), ("dim", dim), ("n_clusters", n_clusters)):
             if int(value) != value or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -427,8 +442,8 @@ def _load_xvecs(path: Path, fmt: str, mmap: bool) -> np.ndarray:
         dim = int.from_bytes(f.read(4), "little", signed=True)
     if dim <= 0 or 4 + dim * component.itemsize > size:
         raise VectorFileError(
-            f"{path}: first row declares dimension {dim}, impossible for a {size}-byte .{fmt} file "
-            f"(a file of another format?)"
+            f"{path}: first row declares dimension {dim}, impossible in a {size}-byte .{fmt} file "
+            f"(truncated, or a file of another format?)"
         )
     row_dtype = np.dtype([("dim", "<i4"), ("vector", component, (dim,))])
     if size % row_dtype.itemsize:

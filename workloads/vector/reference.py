@@ -145,7 +145,7 @@ def exact_search(
     """
     n_rows, dim = source_shape(vectors)
     metric = _check_metric(metric)
-    queries = _as_queries(queries, dim, "the vectors")
+    queries = _as_queries(queries, dim, "the vectors have")
     k = _check_k(k)
     if ids is not None:
         ids = np.asarray(ids, dtype=np.int64)
@@ -176,7 +176,8 @@ def probe_lists(queries, centroids, nprobe: int, metric: str = "l2") -> np.ndarr
     ndarray of int64, shape (n_queries, nprobe)
         List numbers, nearest first; ties go to the lower list number.
     """
-    n_lists = len(centroids)
+    n_lists, dim = source_shape(centroids)
+    queries = _as_queries(queries, dim, "the centroids have")
     if int(nprobe) != nprobe or not 1 <= nprobe <= n_lists:
         raise ValueError(f"nprobe must be an integer from 1 to the number of lists ({n_lists}), got {nprobe!r}")
     return exact_search(queries, centroids, int(nprobe), metric=metric)[1]
@@ -213,7 +214,7 @@ def ivf_search(index, queries, k: int, nprobe: int, *, progress: Progress | None
     ValueError
         If the queries' dimension is not the index's, or on a bad ``k`` or ``nprobe``.
     """
-    queries = _as_queries(queries, index.dim, "the index")
+    queries = _as_queries(queries, index.dim, "the index has")
     k = _check_k(k)
     probes = probe_lists(queries, index.centroids, nprobe, index.metric)
     topk = _RunningTopK(queries, k, index.metric)
@@ -356,7 +357,8 @@ class _RunningTopK:
         if len(vectors) == 0 or len(rows) == 0:
             return
         sq_norms = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64)
-        query_step = min(len(rows), _QUERY_BLOCK_ROWS)
+        # Few vectors (centroids): take many queries per block so each BLAS call stays large.
+        query_step = min(len(rows), max(_QUERY_BLOCK_ROWS, _SCORE_BLOCK_ELEMENTS // len(vectors)))
         vector_step = max(1, _SCORE_BLOCK_ELEMENTS // query_step)
         for x0 in range(0, len(vectors), vector_step):
             block = slice(x0, x0 + vector_step)
@@ -427,7 +429,7 @@ def _as_queries(queries, dim: int, against: str) -> np.ndarray:
     if array.ndim != 2:
         raise ValueError(f"queries must be 1-D (one query) or 2-D (n_queries x dim), got shape {array.shape}")
     if array.shape[1] != dim:
-        raise ValueError(f"dimension mismatch: the queries have dimension {array.shape[1]} but {against} {dim}")
+        raise ValueError(f"dimension mismatch: the queries have dimension {array.shape[1]} but {against} dimension {dim}")
     if array.dtype.kind not in "fiu":
         raise ValueError(f"queries must be real numbers, got dtype {array.dtype}")
     array = np.ascontiguousarray(array, dtype=np.float32)

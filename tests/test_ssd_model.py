@@ -1,0 +1,159 @@
+"""SSD timing model: profiles against their published figures, the model's equations, striping,
+arrays up to the host link, and the lock that lets daemon threads share one model."""
+import threading
+
+import numba
+import numpy as np
+import pytest
+
+from host_daemon.ssd_model import (DEFAULT_HOST_LINK_GBPS, PROFILES, Figure, NandMedia,
+                                   PublishedFigures, SsdModel, SsdProfile, get_profile,
+                                   model_submit_locked)
+from host_daemon.trace import calibrate, replay, synthetic_trace
+
+TOLERANCE = 0.10  # the issue's bar: within 10% of the published figure
+METRICS = ("qd1_read_latency_us", "rand_read_iops", "seq_read_GBps")
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    """calibrate() of every profile, computed once."""
+    return {name: calibrate(name) for name in PROFILES}
+
+
+def _cap_only_profile(iops_cap=1e6):
+    """A drive whose only cost is its command slot: 1/iops_cap per command, nothing else."""
+    return SsdProfile(
+        name="cap-only", description="test: IOPS cap only", media=None, pcie_gen=None,
+        pcie_lanes=0, max_read_GBps=None, iops_cap=iops_cap, ctrl_latency_us=0.0,
+        published=PublishedFigures(None, Figure(iops_cap, "test"), Figure(1.0, "test")))
+
+
+def test_required_profiles_exist():
+    assert {"980pro", "pm1743", "p5800x", "ideal"} <= set(PROFILES)
+    for name, profile in PROFILES.items():
+        assert get_profile(name) is profile and profile.name == name
+
+
+def test_unknown_profile_names_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown SSD profile 'nope'.*980pro.*p5800x"):
+        get_profile("nope")
+    with pytest.raises(ValueError, match="valid profiles"):
+        SsdModel("nope")
+
+
+def test_every_figure_and_parameter_has_a_source():
+    for profile in PROFILES.values():
+        assert profile.sources, profile.name
+        for metric in METRICS:
+            figure = getattr(profile.published, metric)
+            assert figure is None or figure.source, (profile.name, metric)
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+@pytest.mark.parametrize("metric", METRICS)
+def test_profile_matches_published_figure(calibration, name, metric):
+    figure = getattr(get_profile(name).published, metric)
+    if figure is None:
+        pytest.skip(f"{name} has no published {metric}")
+    assert calibration[name][metric] == pytest.approx(figure.value, rel=TOLERANCE)
+
+
+@pytest.mark.parametrize("name", ["980pro", "pm1743", "micron9550"])
+def test_nand_qd1_latency_is_the_sum_of_its_stages(name):
+    """QD1: controller latency + tR + channel transfer + link transfer, nothing else."""
+    profile = get_profile(name)
+    media = profile.media
+    assert isinstance(media, NandMedia)
+    expected_ns = (profile.ctrl_latency_us * 1e3 + media.read_us * 1e3
+                   + 4096 / (media.channel_MBps * 1e-3) + 4096 / profile.interface_GBps)
+    assert SsdModel(profile).submit(0, 0, 4096) == pytest.approx(expected_ns, abs=1)
+
+
+def test_ideal_device_costs_only_the_host_link():
+    assert SsdModel("ideal").submit(1000, 0, 4096) == 1000 + np.ceil(4096 / DEFAULT_HOST_LINK_GBPS)
+    assert SsdModel("ideal", host_link_GBps=None).submit(1000, 0, 1 << 20) == 1000
+
+
+def test_request_becomes_one_command_per_drive_with_contiguous_ranges():
+    """8 stripe units over 4 drives: two units per drive, adjacent there, so one command each."""
+    model = SsdModel(_cap_only_profile(1e6), n_ssd=4, stripe_bytes=4096)
+    model.submit(0, 4096, 8 * 4096)
+    np.testing.assert_array_equal(model.command_free, [1000.0] * 4)
+    model.submit(0, 4096 * 3, 4096)  # one unit: drive 3 only
+    np.testing.assert_array_equal(model.command_free, [1000.0, 1000.0, 1000.0, 2000.0])
+
+
+def test_striped_bytes_land_on_the_right_drives():
+    """Drive link time is bytes / bandwidth: read 2.5 stripe units starting mid-unit."""
+    profile = get_profile("p5800x")
+    model = SsdModel(profile, n_ssd=2, stripe_bytes=4096, host_link_GBps=None)
+    model.submit(0, 2048, 10240)  # drive 0: 2048 + 4096 bytes, drive 1: 4096
+    start = (profile.ctrl_latency_us * 1e3)
+    per_byte = 1 / profile.interface_GBps
+    np.testing.assert_allclose(model.link_free,
+                               [start + 6144 * per_byte, start + 4096 * per_byte])
+
+
+def test_reset_makes_the_array_idle_again():
+    model = SsdModel("980pro")
+    first = model.submit(0, 0, 4096)
+    assert model.submit(0, 0, 4096) > first  # the same die is busy
+    model.reset()
+    assert model.submit(0, 0, 4096) == first
+
+
+@pytest.mark.parametrize("name", ["980pro", "pm1743"])
+def test_iops_grow_with_drives_until_the_host_link(name):
+    cap = get_profile(name).iops_cap
+    host_limit = DEFAULT_HOST_LINK_GBPS * 1e9 / 4096
+    previous = 0.0
+    for n_ssd in (1, 2, 4, 8, 16):
+        iops = replay(synthetic_trace(60_000 * n_ssd, 512 * n_ssd), name, n_ssd=n_ssd).iops
+        assert iops >= previous * 0.99, (n_ssd, iops, previous)
+        assert iops == pytest.approx(min(n_ssd * cap, host_limit), rel=TOLERANCE), n_ssd
+        previous = iops
+    assert previous == pytest.approx(host_limit, rel=0.01)  # 16 drives: link-bound
+
+
+def test_sequential_bandwidth_scales_with_drives():
+    one = replay(synthetic_trace(4000, 32, 131072, "sequential"), "980pro").bandwidth_GBps
+    four = replay(synthetic_trace(16000, 128, 131072, "sequential"), "980pro",
+                  n_ssd=4).bandwidth_GBps
+    assert four == pytest.approx(4 * one, rel=0.05)
+
+
+@numba.njit(nogil=True)
+def _submit_many(state, params, count):
+    last = 0
+    for i in range(count):
+        last = max(last, model_submit_locked(state, params, 0, i * 4096, 4096))
+    return last
+
+
+def test_threads_sharing_one_model_lose_no_update():
+    """Every command at t = 0 on a cap-only drive: the command slot must end exactly at
+    total x 1 us, which any lost update (unserialised read-modify-write) would shorten; the
+    last command starts, and completes, 1 us before that."""
+    model = SsdModel(_cap_only_profile(1e6))
+    state, params = model.njit_args()
+    _submit_many(state, params, 1)
+    model.reset()
+    n_threads, per_thread = 4, 50_000
+    results = []
+    # Released together so that the loops overlap (unlocked, this loses thousands of updates).
+    barrier = threading.Barrier(n_threads)
+
+    def submit():
+        barrier.wait()
+        results.append(_submit_many(state, params, per_thread))
+
+    threads = [threading.Thread(target=submit) for _ in range(n_threads)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    total = n_threads * per_thread
+    assert model.command_free[0] == total * 1000.0
+    assert max(results) == (total - 1) * 1000
+    assert state.lock[0] == 0

@@ -1,0 +1,204 @@
+"""Trace files (round trip, corrupt and truncated files) and replay (closed and open loop,
+Little's law, speed, the CLI)."""
+import time
+
+import numpy as np
+import pytest
+
+from host_daemon.trace import (HEADER_BYTES, MAGIC, OP_WRITE, TRACE_DTYPE, TraceFormatError,
+                               TraceWriter, main, read_trace, replay, synthetic_trace)
+
+
+def _records(n, seed=0):
+    rng = np.random.default_rng(seed)
+    records = np.zeros(n, dtype=TRACE_DTYPE)
+    records["offset"] = rng.integers(0, 1 << 30, n) * 4096
+    records["issue_ns"] = np.sort(rng.integers(0, 10**9, n))
+    records["complete_ns"] = records["issue_ns"] + rng.integers(1, 10**5, n)
+    records["nbytes"] = 4096
+    records["queue"] = rng.integers(0, 128, n)
+    return records
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    """A 1000-record trace written in three chunks; returns (path, records)."""
+    records = _records(1000)
+    path = tmp_path / "run.trace"
+    with TraceWriter(path) as writer:
+        for chunk in np.array_split(records, [10, 500]):
+            writer.append(chunk)
+        assert writer.count == 1000
+    return path, records
+
+
+def test_record_layout_is_32_bytes_without_padding():
+    assert TRACE_DTYPE.itemsize == 32
+    assert sum(TRACE_DTYPE[name].itemsize for name in TRACE_DTYPE.names) == 32
+    assert HEADER_BYTES == 24
+
+
+def test_round_trip(trace_file):
+    path, records = trace_file
+    assert path.stat().st_size == HEADER_BYTES + 1000 * 32
+    np.testing.assert_array_equal(read_trace(path), records)
+
+
+def test_empty_trace_round_trip(tmp_path):
+    TraceWriter(tmp_path / "empty.trace").close()
+    assert len(read_trace(tmp_path / "empty.trace")) == 0
+
+
+def test_truncated_file_is_an_error(trace_file):
+    path, _ = trace_file
+    data = path.read_bytes()
+    path.write_bytes(data[:-1])
+    with pytest.raises(TraceFormatError, match="truncated: the header counts 1000 records"):
+        read_trace(path)
+    path.write_bytes(data[:10])
+    with pytest.raises(TraceFormatError, match="shorter than the 24-byte trace header"):
+        read_trace(path)
+
+
+def test_trailing_bytes_are_an_error_unless_salvaging(trace_file):
+    path, records = trace_file
+    with open(path, "ab") as f:
+        f.write(b"\0" * 40)  # a chunk whose header update never happened
+    with pytest.raises(TraceFormatError, match="40 bytes after the 1000 records"):
+        read_trace(path)
+    np.testing.assert_array_equal(read_trace(path, strict=False), records)
+
+
+@pytest.mark.parametrize("offset, patch, message", [
+    (0, b"NOTATRCE", "not a gids I/O trace"),
+    (8, np.uint32(99).tobytes(), "version 99"),
+    (12, np.uint32(40).tobytes(), "40-byte records"),
+])
+def test_corrupt_header_is_an_error(trace_file, offset, patch, message):
+    path, _ = trace_file
+    data = bytearray(path.read_bytes())
+    data[offset:offset + len(patch)] = patch
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceFormatError, match=message):
+        read_trace(path)
+
+
+def test_impossible_record_is_an_error(tmp_path):
+    records = _records(5)
+    records["complete_ns"][3] = records["issue_ns"][3] - 1
+    with TraceWriter(tmp_path / "bad.trace") as writer:
+        writer.append(records)
+    with pytest.raises(TraceFormatError, match="record 3 completes before it is issued"):
+        read_trace(tmp_path / "bad.trace")
+
+
+def test_writer_rejects_other_layouts_and_closed_appends(tmp_path):
+    writer = TraceWriter(tmp_path / "w.trace")
+    with pytest.raises(TypeError, match="TRACE_DTYPE"):
+        writer.append(np.zeros(3, dtype=np.int64))
+    writer.close()
+    writer.close()
+    with pytest.raises(ValueError, match="closed"):
+        writer.append(_records(1))
+    assert (tmp_path / "w.trace").read_bytes()[:8] == MAGIC
+
+
+def test_closed_replay_keeps_the_trace_concurrency():
+    report = replay(synthetic_trace(50_000, 64), "pm1743")
+    assert report.peak_inflight == 64
+    assert report.mean_inflight == pytest.approx(64, rel=0.02)
+
+
+@pytest.mark.parametrize("mode", ["closed", "open"])
+def test_littles_law_holds(mode):
+    """Mean in flight (an event sweep) = IOPS x mean latency (per-request sums)."""
+    report = replay(_records(20_000), "980pro", n_ssd=2, mode=mode)
+    assert report.mean_inflight == pytest.approx(report.iops * report.latency_us_mean * 1e-6,
+                                                 rel=1e-6)
+
+
+def test_open_loop_below_capacity_matches_offered_load():
+    """Poisson arrivals at half the drive's IOPS: the replay completes them at the offered
+    rate, and in-flight = offered rate x latency (Little's law on the arrival process)."""
+    rate = 0.5e6
+    n = 100_000
+    records = synthetic_trace(n, 1)
+    gaps = np.random.default_rng(1).exponential(1e9 / rate, n)
+    records["issue_ns"] = np.cumsum(gaps).astype(np.int64)
+    records["complete_ns"] = records["issue_ns"] + 1
+    report = replay(records, "980pro", mode="open")
+    np.testing.assert_array_equal(report.issue_ns, records["issue_ns"] - records["issue_ns"][0])
+    assert report.iops == pytest.approx(rate, rel=0.02)
+    assert report.mean_inflight == pytest.approx(rate * report.latency_us_mean * 1e-6, rel=0.02)
+    assert report.latency_us_p50 < 2 * 45.5  # lightly loaded: near the QD1 latency
+
+
+def test_closed_replay_keeps_think_time():
+    """One chain: each request issued 100 us after the previous completed (in the trace); the
+    replay issues it 100 us after the modelled completion."""
+    n = 50
+    records = synthetic_trace(n, 1, latency_ns=20_000)
+    records["issue_ns"] = np.arange(n) * 120_000
+    records["complete_ns"] = records["issue_ns"] + 20_000
+    report = replay(records, "p5800x")
+    np.testing.assert_array_equal(report.issue_ns[1:] - report.complete_ns[:-1], 100_000)
+    assert report.peak_inflight == 1
+
+
+def test_closed_replay_follows_a_faster_device():
+    """A trace recorded at QD 8 on a slow device replays faster on a fast one, same QD."""
+    records = synthetic_trace(20_000, 8, latency_ns=1_000_000)
+    report = replay(records, "p5800x")
+    recorded_s = (records["complete_ns"].max() - records["issue_ns"].min()) / 1e9
+    assert report.time_s < recorded_s / 50
+    assert report.peak_inflight == 8
+
+
+def test_replay_sorts_by_issue_time():
+    records = _records(5000)
+    shuffled = records[np.random.default_rng(2).permutation(len(records))]
+    assert replay(shuffled, "pm1743").time_s == replay(records, "pm1743").time_s
+
+
+def test_replay_rejects_writes_empty_traces_and_unknown_modes():
+    records = _records(10)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        replay(records, "980pro", mode="half-open")
+    with pytest.raises(ValueError, match="empty trace"):
+        replay(records[:0], "980pro")
+    records["op"][4] = OP_WRITE
+    with pytest.raises(ValueError, match="reads only; this trace has 1 writes"):
+        replay(records, "980pro")
+
+
+def test_a_million_requests_replay_in_seconds():
+    records = synthetic_trace(1_000_000, 256)
+    replay(records[:1000], "pm1743", n_ssd=4)  # compile outside the timing
+    for mode in ("closed", "open"):
+        start = time.perf_counter()
+        report = replay(records, "pm1743", n_ssd=4, mode=mode)
+        assert time.perf_counter() - start < 5.0, mode
+        assert report.n_requests == 1_000_000
+
+
+def test_cli_simulate_prints_the_table(trace_file, capsys):
+    path, _ = trace_file
+    assert main(["simulate", str(path), "--ssd", "p5800x", "--n-ssd", "2", "--mode", "open"]) == 0
+    out = capsys.readouterr().out
+    for word in ("2 x p5800x, open loop", "IOPS", "bandwidth", "p99.9", "in flight"):
+        assert word in out
+
+
+def test_cli_reports_bad_input_without_a_traceback(trace_file, tmp_path, capsys):
+    path, _ = trace_file
+    assert main(["simulate", str(path), "--ssd", "nope"]) == 2
+    assert "valid profiles: 980pro" in capsys.readouterr().err
+    (tmp_path / "junk").write_bytes(b"x" * 100)
+    assert main(["simulate", str(tmp_path / "junk")]) == 2
+    assert "not a gids I/O trace" in capsys.readouterr().err
+
+
+def test_cli_calibrate(capsys):
+    assert main(["calibrate", "--ssd", "p5800x"]) == 0
+    out = capsys.readouterr().out
+    assert "p5800x" in out and "rand_read_iops" in out
