@@ -27,7 +27,7 @@ from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, chec
                            publish, try_pin, unpin, warp_copy_page)
 from kernels.queue import (highest_lane, lowest_lane, queue_of_warp, release_entry, staging_word, submit,
                            take_tickets, wait_completion)
-from kernels.sync import atomic_add, atomic_cas, now_ns
+from kernels.sync import atomic_add, atomic_cas, load_l2, now_ns
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
 
 #: Sleep between rounds for a lane waiting on another warp's load (doubles up to the max).
@@ -60,7 +60,7 @@ def _read_pinned(h, mask, leader, pinned, slot, i, value, done):
     """Lanes whose leader holds a pin read their element from the slot (collective)."""
     leader_slot = shfl_sync(mask, slot if pinned else -1, leader)
     if not done and leader_slot >= 0:
-        value = h.cache[(leader_slot << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))]
+        value = load_l2(h.cache, (leader_slot << h.elem_shift) + (i & ((1 << h.elem_shift) - 1)))
         done = True
     syncwarp(mask)   # every lane has read before the leader unpins
     return value, done

@@ -68,6 +68,9 @@ if SIMULATOR:
     def now_ns():
         return time.monotonic_ns()
 
+    def load_l2(arr, i):
+        return arr[i]
+
 else:
     from llvmlite import ir
     from numba import types
@@ -169,6 +172,12 @@ else:
     atomic_add_acquire_gpu = _make_atomic_add("acquire")
     #: Drop a page reference; earlier reads of the slot cannot move after it.
     atomic_add_release_gpu = _make_atomic_add("release")
+
+    @cuda.jit(device=True, inline=True)
+    def load_l2(arr, i):
+        """A load that skips the SM's L1 (``ld.global.cg``): L1 is not coherent, and a slot or a
+        staging buffer may hold other bytes than when this SM last read it."""
+        return cuda.ldcg(arr, i)
 
     @intrinsic
     def now_ns(typingctx):

@@ -1,0 +1,70 @@
+"""Compile the device code to PTX with the real CUDA compiler (no GPU needed) and check it.
+
+Runs in a subprocess with NUMBA_ENABLE_CUDASIM=0, since this process may be in the simulator.
+Needs the nvidia-nvvm and nvidia-cuda-nvrtc wheels (the ``test`` extra).
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent('''
+    import os, re
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    import numpy as np
+    import numba.cuda.dispatcher as dispatcher
+    from numba import cuda, typeof, types
+
+    class _Hopper:   # compile device functions for cc 9.0 without a device
+        compute_capability = (9, 0)
+    dispatcher.get_current_device = lambda: _Hopper()
+
+    from kernels.sync import ld_acquire_sys
+    from kernels.warp import nanosleep
+    from kernels.handle import ArrayHandle
+    from gids.kernels_host import gather_kernel
+
+    def poll(flag, out):
+        n = 0
+        while ld_acquire_sys(flag, 0) == 0:
+            nanosleep(100)
+            n += 1
+        out[0] = n
+
+    ptx, _ = cuda.compile_ptx(poll, (types.int64[::1], types.int64[::1]), cc=(9, 0))
+    lines = [l.strip() for l in ptx.splitlines()]
+    loads = [i for i, l in enumerate(lines) if "ld.acquire.sys" in l]
+    labels = {l[:-1]: i for i, l in enumerate(lines) if re.match(r"^\\$L__\\w+:$", l)}
+    back_edges = [(i, labels[m.group(1)]) for i, l in enumerate(lines)
+                  for m in [re.search(r"bra(?:\\.uni)?\\s+(\\$L__\\w+);", l)] if m and m.group(1) in labels]
+    # The compiler may rotate the loop (a first load before it), but one load must lie between
+    # a loop label and the branch back to it.
+    assert any(dst <= ld < src for ld in loads for src, dst in back_edges), "load hoisted out of the loop"
+    print("POLL_OK")
+
+    a = lambda dt: np.zeros(4, dt)
+    for dt in (np.int32, np.int64, np.float32, np.float64):
+        h = ArrayHandle(cache=a(dt), cache_words=a(np.uint64), zero=a(dt), n_elems=1, elem_shift=1,
+            page_words=1, array_id=0, page_base=0, page_state=a(np.uint32), page_slot=a(np.int64),
+            slot_page=a(np.int64), clock=a(np.int64), n_slots=1, sq=a(np.int64), cq=a(np.int64),
+            staging=a(np.uint64), zero_copy=a(np.uint64), sq_ticket=a(np.int64),
+            entry_turn=a(np.int64), n_queues=1, depth=1, err=a(np.int64), stats=a(np.uint64),
+            timeout_ns=1)
+        ptx, _ = cuda.compile_ptx(gather_kernel.py_func, (typeof(h), types.int64[::1], typeof(a(dt))),
+                                  cc=(9, 0))
+        assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "match.any.sync" in ptx
+    print("GATHER_OK")
+''')
+
+
+def test_poll_load_stays_in_the_loop_and_read_compiles():
+    pytest.importorskip("numba.cuda")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=600)
+    if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
+        pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
+    assert "POLL_OK" in proc.stdout and "GATHER_OK" in proc.stdout, proc.stderr[-3000:]

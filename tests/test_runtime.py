@@ -1,0 +1,146 @@
+"""The runtime core in the simulator: values against numpy, errors before and after kernels."""
+import os
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import gids
+from tests.helpers import random_file
+
+
+@cuda.jit
+def _read_at(h, idx, out):
+    k = cuda.grid(1)
+    if k < idx.size:
+        out[k] = gids.read(h, idx[k])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32, np.float64])
+@pytest.mark.parametrize("page_size, offset", [(512, 0), (4096, 3), (65536, 24)])
+def test_values_match_numpy(tmp_path, dtype, page_size, offset):
+    raw = random_file(tmp_path / "d.bin", 3 * page_size + 1000, seed=page_size + offset)
+    n = (raw.size - offset) // np.dtype(dtype).itemsize
+    ref = raw[offset:offset + n * np.dtype(dtype).itemsize].view(dtype)
+    with gids.Runtime(cache_pages=2, page_size=page_size) as rt:
+        a = rt.open_array(tmp_path / "d.bin", dtype, shape=n, offset=offset)
+        idx = np.random.default_rng(offset).integers(0, n, 48)
+        idx[:2] = [0, n - 1]                       # first and last element
+        got = rt.gather(a, idx).copy_to_host()
+        np.testing.assert_array_equal(got.view(np.uint8), ref[idx].view(np.uint8))
+
+
+@pytest.mark.parametrize("storage", ["file", "mmap", "memory"])
+def test_storage_kinds_and_evictions(tmp_path, storage):
+    raw = random_file(tmp_path / "d.bin", 32 * 512, seed=1)
+    ref = raw.view(np.int64)
+    with gids.Runtime(cache_pages=4, page_size=512) as rt:   # cache = 1/8 of the data
+        a = rt.open_array(tmp_path / "d.bin", np.int64, storage=storage)
+        idx = np.random.default_rng(2).integers(0, ref.size, 64)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
+        s = rt.stats()
+        assert s.evictions > 0 and s.ios > 4 and s.bytes_read == s.ios * 512
+
+
+def test_memory_store_copy_and_zero_copy():
+    data = np.random.default_rng(3).standard_normal(5000)
+    for zero_copy in (True, False):
+        with gids.Runtime(cache_pages=2, page_size=1024) as rt:
+            a = rt.open_array(gids.MemoryStore(data, zero_copy=zero_copy), np.float64,
+                              shape=data.shape)
+            idx = np.random.default_rng(4).integers(0, data.size, 40)
+            np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), data[idx])
+
+
+def test_many_threads_one_page_one_io():
+    data = np.arange(1000, dtype=np.int64)
+    with gids.Runtime(cache_pages=2, page_size=512) as rt:
+        a = rt.open_array(data)
+        got = rt.gather(a, np.full(64, 70)).copy_to_host()
+        assert (got == 70).all()
+        s = rt.stats()
+        assert s.ios == 1 and s.lookups == 64
+
+
+def test_repeated_reads_hit():
+    data = np.arange(4096, dtype=np.int32)
+    with gids.Runtime(cache_pages=8, page_size=4096) as rt:
+        a = rt.open_array(data)
+        rt.gather(a, np.arange(0, 4096, 97))
+        rt.reset_stats()
+        rt.gather(a, np.arange(0, 4096, 89))
+        s = rt.stats()
+        assert s.ios == 0 and s.hits == s.lookups
+
+
+def test_index_out_of_range_in_kernel_raises_and_runtime_recovers():
+    data = np.arange(100, dtype=np.int32)
+    with gids.Runtime(cache_pages=2, page_size=512) as rt:
+        a = rt.open_array(data)
+        out = cuda.to_device(np.full(3, -7, dtype=np.int32))
+        _read_at[1, 3](a.handle, cuda.to_device(np.array([1, 100, -1])), out)
+        with pytest.raises(gids.IndexOutOfRangeError):
+            rt.sync()
+        got = out.copy_to_host()
+        assert got[0] == 1 and got[1] == 0 and got[2] == 0
+        assert rt.gather(a, [5])[0] == 5
+
+
+def test_host_indices_checked_before_the_kernel():
+    with gids.Runtime(cache_pages=2, page_size=512) as rt:
+        a = rt.open_array(np.arange(10, dtype=np.int64))
+        with pytest.raises(gids.IndexOutOfRangeError):
+            rt.gather(a, [3, 10])
+        with pytest.raises(gids.ConfigError):
+            rt.gather(a, [1.5])
+
+
+def test_bad_input_gets_clear_errors(tmp_path):
+    random_file(tmp_path / "short.bin", 100, seed=0)
+    with pytest.raises(gids.ConfigError, match="power of two"):
+        gids.Runtime(page_size=3000)
+    with pytest.raises(gids.ConfigError, match="power of two"):
+        gids.Runtime(page_size=256)
+    with pytest.raises(gids.ConfigError, match="smaller than one warp"):
+        gids.Runtime(cache_pages=0)
+    with pytest.raises(gids.ConfigError, match="backend"):
+        gids.Runtime(backend="magic")
+    with gids.Runtime(cache_pages=2, page_size=512) as rt:
+        with pytest.raises(FileNotFoundError):
+            rt.open_array(tmp_path / "missing.bin", np.int32)
+        with pytest.raises(gids.ConfigError, match="too short"):
+            rt.open_array(tmp_path / "short.bin", np.int64, shape=20)
+        with pytest.raises(gids.ConfigError, match="unsupported dtype"):
+            rt.open_array(tmp_path / "short.bin", np.dtype("V12"), shape=2)
+        with pytest.raises(gids.ConfigError, match="whole number"):
+            rt.open_array(tmp_path / "short.bin", np.int64, offset=1)
+
+
+def test_short_read_names_file_and_page(tmp_path):
+    path = tmp_path / "d.bin"
+    random_file(path, 4 * 512, seed=5)
+    with gids.Runtime(cache_pages=2, page_size=512) as rt:
+        a = rt.open_array(path, np.int64)
+        os.truncate(path, 512)                       # the file shrinks under the runtime
+        with pytest.raises(gids.StorageIOError, match=r"page 2 .*d\.bin.*short read") as info:
+            rt.gather(a, [2 * 64])
+        assert info.value.page == 2 and info.value.path == str(path)
+
+
+def test_dead_daemon_times_out_with_a_named_error():
+    with gids.Runtime(cache_pages=2, page_size=512, timeout=1.0) as rt:
+        a = rt.open_array(np.arange(1000, dtype=np.int64))
+        rt.daemon.stop()
+        with pytest.raises(gids.GidsTimeoutError, match="daemon"):
+            rt.gather(a, [3])
+        assert rt.gather(a, [4])[0] == 4             # recovered with a new daemon
+
+
+def test_defaults_context_manager():
+    before = gids.defaults.get("page_size")
+    with gids.defaults.set(page_size=1024):
+        with gids.Runtime(cache_pages=2) as rt:
+            assert rt.page_size == 1024
+    assert gids.defaults.get("page_size") == before
+    with pytest.raises(KeyError):
+        gids.defaults.get("nope")
