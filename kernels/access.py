@@ -27,7 +27,7 @@ from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, chec
                            publish, try_pin, unpin, warp_copy_page)
 from kernels.queue import (highest_lane, lowest_lane, queue_of_warp, release_entry, staging_word, submit,
                            take_tickets, wait_completion)
-from kernels.sync import atomic_add, atomic_cas, load_l2, now_ns
+from kernels.sync import atomic_add, atomic_cas, ld_relaxed_gpu, now_ns
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
 
 #: Sleep between rounds for a lane waiting on another warp's load (doubles up to the max).
@@ -60,7 +60,7 @@ def _read_pinned(h, mask, leader, pinned, slot, i, value, done):
     """Lanes whose leader holds a pin read their element from the slot (collective)."""
     leader_slot = shfl_sync(mask, slot if pinned else -1, leader)
     if not done and leader_slot >= 0:
-        value = load_l2(h.cache, (leader_slot << h.elem_shift) + (i & ((1 << h.elem_shift) - 1)))
+        value = ld_relaxed_gpu(h.cache, (leader_slot << h.elem_shift) + (i & ((1 << h.elem_shift) - 1)))
         done = True
     syncwarp(mask)   # every lane has read before the leader unpins
     return value, done
@@ -169,6 +169,9 @@ def read(h, i):
                     warp_copy_page(mask, h.zero_copy, src_source, h.cache_words,
                                    src_slot * h.page_words, h.page_words)
                 to_copy &= to_copy - 1
+            # Each lane's share of the copied pages must be visible GPU-wide before a loader
+            # publishes VALID (syncwarp alone orders memory only within the warp).
+            cuda.threadfence()
             syncwarp(mask)
             # 4. publish (keeping a pin), read, unpin
             if completed:

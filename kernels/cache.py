@@ -20,7 +20,8 @@ from numba import cuda
 
 from gids import layout as L
 from kernels.sync import (atomic_add, atomic_add_acquire_gpu, atomic_add_release_gpu, atomic_and,
-                          atomic_cas, atomic_exch, atomic_or, ld_acquire_gpu, load_l2)
+                          atomic_cas, atomic_exch, atomic_or, ld_acquire_gpu, ld_relaxed_gpu,
+                          ld_relaxed_sys)
 from kernels.warp import lanemask_lt, popc
 
 PIN_HIT = 0      # pinned: the page is resident
@@ -50,7 +51,7 @@ def try_pin(h, page):
     """
     old = atomic_add_acquire_gpu(h.page_state, page, _ONE)
     if old & _VALID:
-        return PIN_HIT, load_l2(h.page_slot, page)
+        return PIN_HIT, ld_relaxed_gpu(h.page_slot, page)
     if old & _ERROR:
         atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
         return PIN_ERROR, -1
@@ -63,7 +64,7 @@ def try_pin(h, page):
         # Loaded between our two atomics: give BUSY back; our reference pins it.
         atomic_and(h.page_state, page, _NOT_BUSY)
         cuda.threadfence()
-        return PIN_HIT, load_l2(h.page_slot, page)
+        return PIN_HIT, ld_relaxed_gpu(h.page_slot, page)
     if old & _ERROR:
         atomic_and(h.page_state, page, _NOT_BUSY)
         atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
@@ -79,7 +80,7 @@ def check_wait(h, page):
     reference is dropped and PIN_ERROR or PIN_RETRY (the loader gave up) is returned."""
     state = ld_acquire_gpu(h.page_state, page)
     if state & _VALID:
-        return PIN_HIT, load_l2(h.page_slot, page)
+        return PIN_HIT, ld_relaxed_gpu(h.page_slot, page)
     if state & _BUSY:
         return PIN_WAIT, -1
     atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
@@ -158,15 +159,15 @@ def warp_copy_page(mask, src, src_word, dst, dst_word, n_words):
     step = popc(mask)
     j = popc(mask & lanemask_lt())
     while j + 3 * step < n_words:
-        a = load_l2(src, src_word + j)
-        b = load_l2(src, src_word + j + step)
-        c = load_l2(src, src_word + j + 2 * step)
-        d = load_l2(src, src_word + j + 3 * step)
+        a = ld_relaxed_sys(src, src_word + j)
+        b = ld_relaxed_sys(src, src_word + j + step)
+        c = ld_relaxed_sys(src, src_word + j + 2 * step)
+        d = ld_relaxed_sys(src, src_word + j + 3 * step)
         dst[dst_word + j] = a
         dst[dst_word + j + step] = b
         dst[dst_word + j + 2 * step] = c
         dst[dst_word + j + 3 * step] = d
         j += 4 * step
     while j < n_words:
-        dst[dst_word + j] = load_l2(src, src_word + j)
+        dst[dst_word + j] = ld_relaxed_sys(src, src_word + j)
         j += step

@@ -12,7 +12,7 @@ import numpy as np
 from numba import cuda
 
 from gids import layout as L
-from kernels.sync import atomic_add, ld_acquire_gpu, ld_acquire_sys, load_l2, now_ns, st_release_gpu, st_release_sys
+from kernels.sync import atomic_add, ld_acquire_gpu, ld_acquire_sys, ld_relaxed_sys, now_ns, st_release_gpu, st_release_sys
 from kernels.warp import ballot_sync, lanemask_lt, laneid, nanosleep, popc, shfl_sync
 from kernels.platform import WARP_SIZE
 
@@ -95,7 +95,7 @@ def wait_completion(h, q, ticket, deadline):
             return False, 0, 0
         nanosleep(pause)
         pause = min(pause * 2, POLL_MAX_NS)
-    return True, load_l2(h.cq, rec + L.CQ_STATUS), load_l2(h.cq, rec + L.CQ_SOURCE)
+    return True, ld_relaxed_sys(h.cq, rec + L.CQ_STATUS), ld_relaxed_sys(h.cq, rec + L.CQ_SOURCE)
 
 
 @cuda.jit(device=True)

@@ -68,8 +68,10 @@ if SIMULATOR:
     def now_ns():
         return time.monotonic_ns()
 
-    def load_l2(arr, i):
+    def ld_relaxed_gpu(arr, i):
         return arr[i]
+
+    ld_relaxed_sys = ld_relaxed_gpu
 
 else:
     from llvmlite import ir
@@ -173,11 +175,38 @@ else:
     #: Drop a page reference; earlier reads of the slot cannot move after it.
     atomic_add_release_gpu = _make_atomic_add("release")
 
-    @cuda.jit(device=True, inline=True)
-    def load_l2(arr, i):
-        """A load that skips the SM's L1 (``ld.global.cg``): L1 is not coherent, and a slot or a
-        staging buffer may hold other bytes than when this SM last read it."""
-        return cuda.ldcg(arr, i)
+    def _make_relaxed_load(scope):
+        @intrinsic
+        def load(typingctx, arr, idx):
+            if not isinstance(arr, types.Array) or arr.dtype.bitwidth not in (8, 16, 32, 64):
+                raise TypeError("relaxed loads take arrays of 1-, 2-, 4- or 8-byte elements")
+            sig = arr.dtype(arr, types.intp)
+
+            def codegen(context, builder, sig, args):
+                dtype = sig.args[0].dtype
+                bits = dtype.bitwidth
+                ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+                # PTX registers are at least 16 bits; a byte is loaded into a 32-bit one.
+                reg_bits, reg = {8: (32, "r"), 16: (16, "h"), 32: (32, "r"), 64: (64, "l")}[bits]
+                kind = "u8" if bits == 8 else f"b{bits}"
+                fnty = ir.FunctionType(ir.IntType(reg_bits), [ptr.type])
+                asm = ir.InlineAsm(fnty, f"ld.relaxed.{scope}.{kind} $0, [$1];",
+                                   f"={reg},l,~{{memory}}", side_effect=True)
+                raw = builder.call(asm, [ptr])
+                if reg_bits != bits:
+                    raw = builder.trunc(raw, ir.IntType(bits))
+                return builder.bitcast(raw, context.get_value_type(dtype))
+            return sig, codegen
+        return load
+
+    #: ``ld.relaxed.gpu``: a read of device memory that other SMs write (a slot's bytes, the
+    #: page table). Not served from the SM's own L1, which is not coherent, and, being a
+    #: side-effecting asm, never moved by the compiler before the acquire that guards it
+    #: (``cuda.ldcg`` is neither: its asm is pure and may be hoisted).
+    ld_relaxed_gpu = _make_relaxed_load("gpu")
+    #: ``ld.relaxed.sys``: the same for mapped host memory the CPU writes (staging pages, a
+    #: completion's status and source).
+    ld_relaxed_sys = _make_relaxed_load("sys")
 
     @intrinsic
     def now_ns(typingctx):

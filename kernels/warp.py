@@ -7,9 +7,9 @@ the mask is one bit, every thread leads its own group, a shuffle returns the cal
 """
 import time
 
-from kernels.platform import SIMULATOR
+from kernels.platform import SIMULATOR, WARP_SIZE
 
-if SIMULATOR:
+if SIMULATOR and WARP_SIZE == 1:
     def activemask():
         return 1
 
@@ -30,6 +30,71 @@ if SIMULATOR:
 
     def syncwarp(mask):
         pass
+
+    def nanosleep(ns):
+        time.sleep(ns * 1e-9)
+
+    def popc(x):
+        return bin(x).count("1")
+
+elif SIMULATOR:
+    # Emulated 32-lane warps: each collective is a rendezvous of the warp's simulator threads
+    # (one Python thread per CUDA thread) that swaps their values. Every existing lane of the
+    # warp must reach the same collectives in the same order, as on the GPU with a full mask.
+    import threading
+
+    _warps = {}
+    _warps_lock = threading.Lock()
+    _RENDEZVOUS_TIMEOUT = 120.0   # a lane that never arrives fails the kernel, not hangs it
+
+    class _Warp:
+        def __init__(self, n_lanes):
+            self.barrier = threading.Barrier(n_lanes, timeout=_RENDEZVOUS_TIMEOUT)
+            self.values = [None] * n_lanes
+
+    def _me():
+        t = threading.current_thread()
+        block_threads = t._manager._block_dim
+        n_block = block_threads[0] * block_threads[1] * block_threads[2]
+        warp = t.thread_id // 32
+        key = (id(t._manager), tuple(t.blockIdx), warp)
+        with _warps_lock:
+            w = _warps.get(key)
+            if w is None:
+                w = _warps[key] = _Warp(min(32, n_block - warp * 32))
+        return w, t.thread_id % 32
+
+    def _exchange(value):
+        w, lane = _me()
+        w.values[lane] = value
+        w.barrier.wait()
+        values = list(w.values)
+        w.barrier.wait()   # nobody writes the next round's value before all have read
+        return values
+
+    def activemask():
+        w, _ = _me()
+        return (1 << len(w.values)) - 1
+
+    def laneid():
+        return _me()[1]
+
+    def lanemask_lt():
+        return (1 << laneid()) - 1
+
+    def match_any_sync(mask, value):
+        values = _exchange(value)
+        return sum(1 << k for k, v in enumerate(values) if v == value)
+
+    def ballot_sync(mask, predicate):
+        values = _exchange(bool(predicate))
+        return sum(1 << k for k, v in enumerate(values) if v)
+
+    def shfl_sync(mask, value, src_lane):
+        return _exchange(value)[src_lane]
+
+    def syncwarp(mask):
+        _exchange(None)
 
     def nanosleep(ns):
         time.sleep(ns * 1e-9)
