@@ -100,7 +100,9 @@ def claim_slot(h, page):
     n = h.n_slots
     for _ in range(min(n, VICTIM_PROBES)):
         s = atomic_add(h.clock, 0, 1) % n
-        victim = h.slot_page[s]
+        # Coherent read: a plain load may keep returning a stale value from this SM's L1,
+        # making every compare-and-swap on the slot fail (the loader would starve).
+        victim = ld_relaxed_gpu(h.slot_page, s)
         if victim == L.SLOT_CLAIMED:
             continue
         if atomic_cas(h.slot_page, s, victim, L.SLOT_CLAIMED) != victim:
