@@ -170,6 +170,12 @@ class HostDaemon:
     def start(self):
         if self._threads:
             raise RuntimeError("gids: HostDaemon already started")
+        # Compile the loop here, before any thread runs it: compiling is Python work that holds
+        # the GIL, and in the simulator it would crawl behind the spinning kernel threads.
+        self._stop[0] = 1
+        serve_queues(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), self.sq, self.cq,
+                     self.staging.ctypes.data, self.depth, self.page_size, self.table, self._stop,
+                     np.zeros(1, dtype=np.int64))
         self._stop[0] = 0
         for k in range(self.n_threads):
             my_queues = np.arange(k, self.n_queues, self.n_threads, dtype=np.int64)

@@ -360,7 +360,7 @@ def test_out_of_range_neighbour_is_found_even_with_a_valid_checksum(graph_file):
 
 
 def test_header_field_offsets_match_the_documented_layout(graph_file):
-    # docs/formats-graph.md lists these byte offsets; a GPU-side or C reader relies on them.
+    # docs/formats.md (graph section) lists these byte offsets; a GPU-side or C reader relies on them.
     raw = graph_file.read_bytes()[:HEADER_SIZE]
     header = read_csr_header(graph_file)
     assert raw[0:8] == b"GIDSCSR\0"

@@ -3,7 +3,7 @@ importers, CPU reference BFS / connected components, and Graph500 validation and
 
 The GPU BFS kernels read ``neighbours[offsets[v]:offsets[v+1]]`` from the file's neighbours
 section (:attr:`CSRGraph.neighbour_section`) through the page cache, with ``offsets`` in device
-memory. File layout: ``docs/formats-graph.md``.
+memory. File layout: ``docs/formats.md (graph section)``.
 """
 
 from .bfs import (UNREACHED, bfs_reference, connected_components_reference, sample_bfs_roots)

@@ -1,6 +1,6 @@
 """The on-disk CSR graph format: one definition, a streaming writer, a reader, a verifier.
 
-Byte layout (all integers little-endian; full description in ``docs/formats-graph.md``)::
+Byte layout (all integers little-endian; full description in ``docs/formats.md (graph section)``)::
 
     0      header, 4096 bytes: fixed fields (96 bytes), reserved zeros, JSON metadata at 256
     4096   offsets section: (n_vertices + 1) int64, offsets[v] .. offsets[v+1] index v's neighbours
@@ -85,7 +85,7 @@ def section_layout(n_vertices: int, n_edges: int, itemsize: int) -> tuple[int, i
 
 @dataclass(frozen=True)
 class CSRHeader:
-    """The fixed header of a CSR file (see ``docs/formats-graph.md`` for the byte layout).
+    """The fixed header of a CSR file (see ``docs/formats.md (graph section)`` for the byte layout).
 
     Attributes
     ----------

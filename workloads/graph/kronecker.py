@@ -287,7 +287,7 @@ def generate_kronecker_csr(path: str | os.PathLike, scale: int,
     Parameters
     ----------
     path : str or os.PathLike
-        Output file (see ``docs/formats-graph.md``); written to ``path + ".tmp"`` and renamed, so
+        Output file (see ``docs/formats.md (graph section)``); written to ``path + ".tmp"`` and renamed, so
         a crash never leaves a half-written file under the final name.
     scale, edgefactor, seed
         As in :class:`KroneckerEdges`.

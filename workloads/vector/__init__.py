@@ -2,7 +2,7 @@
 
 Host side: data sets (:mod:`.datasets`), k-means training and the on-disk index
 (:mod:`.ivf`), and the exact host reference the GPU search must match
-(:mod:`.reference`). The file layout is in ``docs/formats-vector.md``.
+(:mod:`.reference`). The file layout is in ``docs/formats.md (vector section)``.
 
 Long operations take ``progress=None``: a callable ``progress(stage, done, total)``
 called as work completes, e.g. to drive one progress bar per stage.

@@ -20,7 +20,7 @@ Typical use::
     #   gids.read(section.handle, list_starts[l] + j * dim + d)
     # with index.centroids, index.list_starts and index.list_lengths copied to GPU memory.
 
-The byte layout is in ``docs/formats-vector.md``.
+The byte layout is in ``docs/formats.md (vector section)``.
 """
 
 from __future__ import annotations
@@ -388,7 +388,7 @@ def open_ivf(path) -> IVFIndex:
     IndexFormatError
         If the file is not an index (magic), of another format version, shorter
         or longer than its header says, or its header or list table disagree with
-        the layout (see ``docs/formats-vector.md``), or a centroid is not finite.
+        the layout (see ``docs/formats.md (vector section)``), or a centroid is not finite.
     FileNotFoundError
         If there is no file.
 

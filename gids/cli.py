@@ -1,0 +1,118 @@
+"""The ``gids`` command: ``gids demo``, ``gids info``, ``gids simulate``."""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def _progress(label, done, total, width=30):
+    """A one-line progress bar on stderr (plain text; no dependency)."""
+    frac = done / total if total else 1.0
+    bar = "#" * int(width * frac)
+    sys.stderr.write(f"\r{label} [{bar:<{width}}] {frac:6.1%}")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def _write_random_file(path, nbytes, seed, chunk=64 << 20):
+    rng = np.random.default_rng(seed)
+    with open(path, "wb") as f:
+        written = 0
+        while written < nbytes:
+            n = min(chunk, nbytes - written)
+            f.write(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+            written += n
+            _progress("writing", written, nbytes)
+
+
+def cmd_demo(args):
+    import gids
+    world = "the CUDA simulator (no GPU found: kernels run as Python threads)" if gids.SIMULATOR \
+        else "the GPU"
+    print(f"gids demo: running on {world}")
+    size = args.size if args.size else ((256 << 10) if gids.SIMULATOR else (1 << 30))
+    reads = args.reads if args.reads else (256 if gids.SIMULATOR else 1 << 22)
+    page = args.page_size if args.page_size else (512 if gids.SIMULATOR else 4096)
+    dtype = np.dtype(np.float64)
+    size -= size % page
+    from kernels.platform import WARP_SIZE
+    cache_pages = max(WARP_SIZE, int(size // page * args.cache_fraction))
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        path = os.path.join(tmp, "demo.bin")
+        _write_random_file(path, size, seed=args.seed)
+        ref = np.memmap(path, dtype=dtype, mode="r")
+        idx = np.random.default_rng(args.seed + 1).integers(0, ref.size, reads)
+        print(f"file {size:,} bytes ({ref.size:,} float64), page {page} B, cache {cache_pages} "
+              f"pages ({cache_pages * page:,} bytes = {cache_pages * page / size:.1%} of the file), "
+              f"{reads:,} random reads")
+        with gids.Runtime(cache_pages=cache_pages, page_size=page) as rt:
+            arr = rt.open_array(path, dtype, storage=args.storage)
+            start = time.perf_counter()
+            got = rt.gather(arr, idx).copy_to_host()
+            secs = time.perf_counter() - start
+            stats = rt.stats()
+        wrong = int(np.count_nonzero(got.view(np.uint64) != np.asarray(ref[idx]).view(np.uint64)))
+        del ref
+    print(f"stats: {stats}")
+    print(f"time: {secs:.3f} s ({reads / secs:,.0f} reads/s"
+          f"{', simulator: not a GPU figure' if gids.SIMULATOR else ''})")
+    if wrong:
+        print(f"FAILED: {wrong} of {reads} values differ from numpy")
+        return 1
+    print(f"OK: all {reads:,} values equal numpy's")
+    return 0
+
+
+def cmd_info(args):
+    import gids
+    from gids import defaults
+    print(f"gids {gids.__version__}")
+    print(f"world: {'CUDA simulator' if gids.SIMULATOR else 'GPU'}")
+    if not gids.SIMULATOR:
+        from numba import cuda
+        dev = cuda.get_current_device()
+        print(f"device: {dev.name}, compute capability {dev.compute_capability}")
+    for k, v in defaults.all_settings().items():
+        print(f"default {k}: {v}")
+    return 0
+
+
+def cmd_simulate(args):
+    from host_daemon.trace import run_simulate
+    print(run_simulate(args))
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="gids", description="GPU-initiated storage for Python")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("demo", help="write a file, read random elements from a kernel through a "
+                                    "cache smaller than the file, check every value")
+    p.add_argument("--size", type=int, default=0, help="file bytes (default: 1 GiB on a GPU, "
+                                                       "256 KiB in the simulator)")
+    p.add_argument("--reads", type=int, default=0, help="random reads (default 4 M / 256)")
+    p.add_argument("--page-size", type=int, default=0)
+    p.add_argument("--cache-fraction", type=float, default=0.125,
+                   help="cache size as a fraction of the file (default 1/8)")
+    p.add_argument("--storage", choices=["file", "mmap", "memory"], default="file")
+    p.add_argument("--dir", default=None, help="where to write the file (default: temp dir)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("info", help="the world (GPU or simulator) and the defaults")
+    p.set_defaults(func=cmd_info)
+    p = sub.add_parser("simulate", help="replay an I/O trace through an SSD model")
+    from host_daemon.trace import add_simulate_arguments
+    add_simulate_arguments(p)
+    p.set_defaults(func=cmd_simulate)
+    args = parser.parse_args(argv)
+    if args.cmd == "demo":
+        sys.setswitchinterval(1e-4)   # the simulator's host<->kernel handshakes go faster
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
