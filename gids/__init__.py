@@ -26,10 +26,17 @@ from gids.errors import (CacheExhaustedError, ConfigError, DaemonError, GidsErro
                          GidsTimeoutError, IndexOutOfRangeError, StorageIOError)
 from gids.runtime import Runtime
 from gids.stats import Stats
+from host_daemon.ssd_model import PROFILES as _SSD_PROFILES
 from host_daemon.stores import FileStore, MemoryStore, MmapStore
+from host_daemon.trace import read_trace, replay
 from kernels.platform import SIMULATOR
 
 __version__ = "0.1.0"
+
+
+def ssd_profiles():
+    """Names of the SSD profiles ``Runtime(ssd=...)`` and ``gids simulate --ssd`` accept."""
+    return sorted(_SSD_PROFILES)
 
 
 def __getattr__(name):
@@ -42,7 +49,7 @@ def __getattr__(name):
 
 __all__ = [
     "Runtime", "StorageArray", "Stats", "read", "defaults", "layout", "SIMULATOR",
-    "FileStore", "MemoryStore", "MmapStore",
+    "FileStore", "MemoryStore", "MmapStore", "ssd_profiles", "read_trace", "replay",
     "GidsError", "ConfigError", "StorageIOError", "IndexOutOfRangeError", "GidsTimeoutError",
     "CacheExhaustedError", "DaemonError",
 ]

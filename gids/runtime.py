@@ -12,6 +12,8 @@ from gids.errors import (CacheExhaustedError, ConfigError, DaemonError, GidsTime
                          IndexOutOfRangeError, StorageIOError)
 from gids.stats import Stats
 from host_daemon.daemon import HostDaemon
+from host_daemon.ssd_model import SsdModel
+from host_daemon.trace import TraceWriter
 from host_daemon.stores import T_COLUMNS, FileStore, MemoryStore, MmapStore, Store
 from kernels.platform import SIMULATOR, WARP_SIZE
 
@@ -57,6 +59,15 @@ class Runtime:
         has a staging page in pinned memory: ``queues * queue_depth * page_size`` bytes.
     timeout : float, optional
         Seconds any one wait inside a kernel may take before it gives up with an error.
+    ssd : str or host_daemon.ssd_model.SsdProfile, optional
+        Emulate an array of ``n_ssd`` such drives in real time: the daemon posts each
+        completion no earlier than the SSD model says (profiles: ``gids.ssd_profiles()``).
+        Default: no model, completions as soon as the page is read.
+    n_ssd : int
+        Drives in the emulated array (pages striped across them).
+    trace : str or os.PathLike, optional
+        Record every I/O (store offset, size, queue, time seen, time completed) to this file,
+        for ``gids simulate``.
 
     Notes
     -----
@@ -69,7 +80,8 @@ class Runtime:
     """
 
     def __init__(self, backend="host", *, cache_bytes=None, cache_pages=None, page_size=None,
-                 daemon_threads=None, queues=None, queue_depth=None, timeout=None):
+                 daemon_threads=None, queues=None, queue_depth=None, timeout=None, ssd=None,
+                 n_ssd=1, trace=None):
         if backend not in BACKENDS:
             raise ConfigError(f"gids: unknown backend {backend!r}; choose one of {BACKENDS}")
         page_size = defaults.get("page_size") if page_size is None else int(page_size)
@@ -106,6 +118,14 @@ class Runtime:
                               "before importing numba (or import gids first) to run in the "
                               "simulator")
 
+        model = None
+        if ssd is not None:
+            if int(n_ssd) < 1:
+                raise ConfigError(f"gids: n_ssd must be >= 1, got {n_ssd}")
+            try:
+                model = SsdModel(ssd, n_ssd=int(n_ssd))
+            except ValueError as exc:
+                raise ConfigError(f"gids: {exc}") from None
         self.backend = backend
         self.page_size = page_size
         self.cache_slots = cache_pages
@@ -140,6 +160,8 @@ class Runtime:
         self._table = np.zeros((L.MAX_ARRAYS, T_COLUMNS), dtype=np.int64)
         host_view(self._sq)[:] = 0
         host_view(self._cq)[:] = 0
+        self._model = model
+        self._trace_writer = TraceWriter(trace) if trace is not None else None
         self._daemon = None
         self._start_daemon()
 
@@ -147,7 +169,8 @@ class Runtime:
     def _start_daemon(self):
         self._daemon = HostDaemon(host_view(self._sq), host_view(self._cq),
                                   host_view(self._staging), self._table, self.queues,
-                                  self.queue_depth, self.page_size, self.daemon_threads)
+                                  self.queue_depth, self.page_size, self.daemon_threads,
+                                  model=self._model, trace_writer=self._trace_writer)
         self._daemon.start()
 
     def set_daemon_threads(self, n):
@@ -171,6 +194,8 @@ class Runtime:
             if self._daemon is not None:
                 self._daemon.stop()
         finally:
+            if self._trace_writer is not None:
+                self._trace_writer.close()
             for store in self._stores:
                 store.close()
             self._arrays.clear()
@@ -388,6 +413,7 @@ class Runtime:
         """
         self._check_open()
         cuda.synchronize()
+        self._daemon.drain_trace()
         err = self._err.copy_to_host()
         daemon_error = None
         try:
@@ -479,6 +505,11 @@ class Runtime:
     @property
     def daemon(self):
         return self._daemon
+
+    @property
+    def ssd_model(self):
+        """The emulated SSD array (:class:`~host_daemon.ssd_model.SsdModel`), or None."""
+        return self._model
 
     def __repr__(self):
         world = "simulator" if self.simulator else "GPU"

@@ -10,17 +10,32 @@ Requests of one queue are served in ticket order.
 
 An idle thread spins for a while, then sleeps in short naps so that an idle Runtime costs no
 CPU; the first request after a nap waits up to one nap.
+
+Two options, both off by default:
+
+- real-time emulation of an SSD array (``model``, a :class:`host_daemon.ssd_model.SsdModel`):
+  each request is timed by the model from the moment the daemon sees it, and its completion is
+  posted no earlier than the model's completion time. Completions wait in a min-heap by due
+  time, so one slow request does not hold back later, faster ones (completions may then be
+  posted out of ticket order; every GPU thread polls its own);
+- tracing (``trace_writer``, a :class:`host_daemon.trace.TraceWriter`): every request is
+  recorded (store byte offset, size, queue, time seen, time completed) into a ring per thread,
+  which a Python thread drains to the file.
 """
 import ctypes
 import threading
+from collections import namedtuple
 
 import numpy as np
 from numba import njit
 
 from gids import layout as L
+from host_daemon.minheap import heap_pop, heap_push
+from host_daemon.ssd_model import SsdModel, model_submit_locked
 from host_daemon.stores import (DIRECT_ALIGN, T_ADDRESS, T_FD, T_FD_DIRECT, T_KIND, T_NBYTES,
                                  T_OFFSET)
 from host_daemon.sync import load_acquire, store_release
+from host_daemon.trace import OP_READ, TRACE_DTYPE
 
 _libc = ctypes.CDLL(None, use_errno=True)
 # Addresses travel as size_t: the same registers as pointers in the x86-64 and AArch64 ABIs,
@@ -37,6 +52,24 @@ _memset.restype = ctypes.c_size_t
 _usleep = _libc.usleep
 _usleep.argtypes = [ctypes.c_uint]
 _usleep.restype = ctypes.c_int
+_clock_gettime = _libc.clock_gettime
+_clock_gettime.argtypes = [ctypes.c_int, ctypes.c_size_t]
+_clock_gettime.restype = ctypes.c_int
+_CLOCK_MONOTONIC = 1   # the clock of Python's time.monotonic_ns()
+
+#: What one daemon thread needs for real-time emulation: ``on`` (0 or 1), the shared model's
+#: state and parameters, and the thread's heap of pending completions (due time -> entry) with
+#: what each pending entry will post.
+Emulation = namedtuple("Emulation", ["on", "state", "params", "due", "entry", "size",
+                                     "status", "source", "ticket", "seen", "offset", "nbytes"])
+#: One thread's trace ring: record fields, ``head`` (written here), ``tail`` (written by the
+#: drain thread), ``dropped`` (records lost because the ring was full), ``on``.
+TraceRing = namedtuple("TraceRing", ["on", "offset", "nbytes", "queue", "seen", "done", "head",
+                                     "tail", "dropped"])
+
+#: Records per thread's trace ring; the drain thread empties it every DRAIN_S seconds.
+TRACE_RING = 1 << 18
+DRAIN_S = 0.01
 
 #: Empty polls over all of a thread's queues before it starts napping.
 SPIN_POLLS = 20000
@@ -95,12 +128,62 @@ def serve_page(table, array_id, page, page_size, dst):
 
 
 @njit(nogil=True)
+def _now_ns(ts):
+    _clock_gettime(_CLOCK_MONOTONIC, ts.ctypes.data)
+    return ts[0] * 1_000_000_000 + ts[1]
+
+
+@njit(nogil=True)
+def _record(ring, queue, offset, nbytes, seen, done):
+    """Append one I/O to the trace ring (dropped, and counted, if the ring is full)."""
+    head = ring.head[0]
+    cap = ring.offset.shape[0]
+    if head - load_acquire(ring.tail, 0) >= cap:
+        ring.dropped[0] += 1
+        return
+    k = head % cap
+    ring.offset[k] = offset
+    ring.nbytes[k] = nbytes
+    ring.queue[k] = queue
+    ring.seen[k] = seen
+    ring.done[k] = done
+    store_release(ring.head, 0, head + 1)
+
+
+@njit(nogil=True)
+def _post(cq, entry, ticket, status, source):
+    crec = entry * L.CQ_WORDS
+    cq[crec + L.CQ_STATUS] = status
+    cq[crec + L.CQ_SOURCE] = source
+    store_release(cq, crec + L.CQ_SEQ, ticket + 1)
+
+
+@njit(nogil=True)
+def _post_due(cq, emu, ring, depth, now):
+    """Post every pending completion whose due time has come; return how many."""
+    n = 0
+    while emu.size[0] > 0 and emu.due[0] <= now:
+        _, entry, size = heap_pop(emu.due, emu.entry, emu.size[0])
+        emu.size[0] = size
+        _post(cq, entry, emu.ticket[entry], emu.status[entry], emu.source[entry])
+        if ring.on:
+            _record(ring, entry // depth, emu.offset[entry], emu.nbytes[entry], emu.seen[entry],
+                    now)
+        n += 1
+    return n
+
+
+@njit(nogil=True)
 def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, table, stop,
-                 served):
+                 served, emu, ring, clock):
     """The daemon thread's loop: serve ``my_queues`` until ``stop[0]`` becomes non-zero."""
     idle = 0
+    timed = emu.on or ring.on
     while load_acquire(stop, 0) == 0:
         progressed = False
+        now = _now_ns(clock) if timed else 0
+        if emu.on and _post_due(cq, emu, ring, depth, now) > 0:
+            progressed = True
         for k in range(my_queues.shape[0]):
             q = my_queues[k]
             for _ in range(BATCH):
@@ -109,21 +192,56 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                 rec = entry * L.SQ_WORDS
                 if load_acquire(sq, rec + L.SQ_SEQ) != ticket + 1:
                     break
-                status, source = serve_page(table, sq[rec + L.SQ_ARRAY], sq[rec + L.SQ_PAGE],
-                                            page_size, staging_address + entry * page_size)
-                crec = entry * L.CQ_WORDS
-                cq[crec + L.CQ_STATUS] = status
-                cq[crec + L.CQ_SOURCE] = source
-                store_release(cq, crec + L.CQ_SEQ, ticket + 1)
+                array_id = sq[rec + L.SQ_ARRAY]
+                page = sq[rec + L.SQ_PAGE]
+                seen = _now_ns(clock) if timed else 0
+                status, source = serve_page(table, array_id, page, page_size,
+                                            staging_address + entry * page_size)
+                offset = 0
+                if timed and 0 <= array_id < table.shape[0]:
+                    offset = table[array_id, T_OFFSET] + page * page_size
+                due = 0
+                if emu.on:
+                    due = model_submit_locked(emu.state, emu.params, seen, offset, page_size)
+                if emu.on and due > _now_ns(clock):
+                    emu.status[entry] = status
+                    emu.source[entry] = source
+                    emu.ticket[entry] = ticket
+                    emu.seen[entry] = seen
+                    emu.offset[entry] = offset
+                    emu.nbytes[entry] = page_size
+                    emu.size[0] = heap_push(emu.due, emu.entry, emu.size[0], due, entry)
+                else:
+                    _post(cq, entry, ticket, status, source)
+                    if ring.on:
+                        _record(ring, q, offset, page_size, seen, _now_ns(clock))
                 heads[k] = ticket + 1
                 served[0] += 1
                 progressed = True
-        if progressed:
-            idle = 0
+        if progressed or emu.size[0] > 0:
+            idle = 0   # completions pending: keep polling the clock, never nap past a due time
         else:
             idle += 1
             if idle > SPIN_POLLS:
                 _usleep(NAP_US)
+
+
+def _emulation(model, n_entries):
+    """Per-thread emulation state; an ``on=0`` stand-in (same types) when there is no model."""
+    size = n_entries if model is not None else 1
+    state, params = (model if model is not None else SsdModel("ideal")).njit_args()
+    z = lambda: np.zeros(size, dtype=np.int64)   # noqa: E731
+    return Emulation(on=int(model is not None), state=state, params=params, due=z(), entry=z(),
+                     size=np.zeros(1, dtype=np.int64), status=z(), source=z(), ticket=z(),
+                     seen=z(), offset=z(), nbytes=z())
+
+
+def _trace_ring(on):
+    size = TRACE_RING if on else 1
+    z = lambda: np.zeros(size, dtype=np.int64)   # noqa: E731
+    return TraceRing(on=int(on), offset=z(), nbytes=z(), queue=z(), seen=z(), done=z(),
+                     head=np.zeros(1, dtype=np.int64), tail=np.zeros(1, dtype=np.int64),
+                     dropped=np.zeros(1, dtype=np.int64))
 
 
 class HostDaemon:
@@ -142,21 +260,36 @@ class HostDaemon:
     n_threads : int
         Daemon threads; each takes ``n_queues / n_threads`` queues. More threads serve more
         requests per second until they contend for cores or memory bandwidth.
+    model : host_daemon.ssd_model.SsdModel, optional
+        Emulate this SSD array in real time: completions are posted no earlier than the model
+        says. All threads share the model (it holds a lock for the ~50 ns of each call).
+    trace_writer : host_daemon.trace.TraceWriter, optional
+        Record every request to this trace (drained from per-thread rings every 10 ms; records
+        that find a ring full are counted in :attr:`trace_dropped`).
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
-    def __init__(self, sq, cq, staging, table, n_queues, depth, page_size, n_threads):
+    def __init__(self, sq, cq, staging, table, n_queues, depth, page_size, n_threads,
+                 model=None, trace_writer=None):
         if n_threads < 1:
             raise ValueError(f"gids: daemon_threads must be >= 1, got {n_threads}")
         self.sq, self.cq, self.staging, self.table = sq, cq, staging, table
         self.n_queues, self.depth, self.page_size = n_queues, depth, page_size
         self.n_threads = min(n_threads, n_queues)
+        self.model = model
+        self.trace_writer = trace_writer
         self._stop = np.zeros(1, dtype=np.int64)
         self._threads = []
+        self._drainer = None
+        self._drain_stop = threading.Event()
         self._errors = []
         self._served = [np.zeros(1, dtype=np.int64) for _ in range(self.n_threads)]
         self._heads = [None] * self.n_threads
+        n_entries = n_queues * depth
+        self._emu = [_emulation(model, n_entries) for _ in range(self.n_threads)]
+        self._rings = [_trace_ring(trace_writer is not None) for _ in range(self.n_threads)]
+        self._clocks = [np.zeros(2, dtype=np.int64) for _ in range(self.n_threads)]
 
     @property
     def running(self):
@@ -167,6 +300,11 @@ class HostDaemon:
         """Requests served since start."""
         return int(sum(s[0] for s in self._served))
 
+    @property
+    def trace_dropped(self):
+        """Trace records lost to full rings (0 unless the drain thread fell behind)."""
+        return int(sum(r.dropped[0] for r in self._rings))
+
     def start(self):
         if self._threads:
             raise RuntimeError("gids: HostDaemon already started")
@@ -175,7 +313,7 @@ class HostDaemon:
         self._stop[0] = 1
         serve_queues(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), self.sq, self.cq,
                      self.staging.ctypes.data, self.depth, self.page_size, self.table, self._stop,
-                     np.zeros(1, dtype=np.int64))
+                     np.zeros(1, dtype=np.int64), self._emu[0], self._rings[0], self._clocks[0])
         self._stop[0] = 0
         for k in range(self.n_threads):
             my_queues = np.arange(k, self.n_queues, self.n_threads, dtype=np.int64)
@@ -184,15 +322,45 @@ class HostDaemon:
                                  name=f"gids-daemon-{k}")
             self._threads.append(t)
             t.start()
+        if self.trace_writer is not None:
+            self._drain_stop.clear()
+            self._drainer = threading.Thread(target=self._drain_loop, daemon=True,
+                                             name="gids-trace-drain")
+            self._drainer.start()
         return self
 
     def _run(self, k, my_queues):
         try:
             serve_queues(my_queues, self._heads[k], self.sq, self.cq,
                          self.staging.ctypes.data, self.depth, self.page_size, self.table,
-                         self._stop, self._served[k])
+                         self._stop, self._served[k], self._emu[k], self._rings[k],
+                         self._clocks[k])
         except BaseException as exc:   # reported by check(); a dead thread must not go unseen
             self._errors.append((k, exc))
+
+    def drain_trace(self):
+        """Move the records in the threads' rings to the trace file (safe while running)."""
+        if self.trace_writer is None:
+            return
+        for ring in self._rings:
+            head, tail = int(ring.head[0]), int(ring.tail[0])
+            if head == tail:
+                continue
+            cap = ring.offset.shape[0]
+            k = np.arange(tail, head) % cap
+            records = np.zeros(head - tail, dtype=TRACE_DTYPE)
+            records["offset"] = ring.offset[k]
+            records["nbytes"] = ring.nbytes[k]
+            records["queue"] = ring.queue[k]
+            records["issue_ns"] = ring.seen[k]
+            records["complete_ns"] = ring.done[k]
+            records["op"] = OP_READ
+            ring.tail[0] = head   # the ring's slots are free once copied out
+            self.trace_writer.append(records)
+
+    def _drain_loop(self):
+        while not self._drain_stop.wait(DRAIN_S):
+            self.drain_trace()
 
     def check(self):
         """Raise if a daemon thread died (the kernels it served would time out)."""
@@ -204,16 +372,26 @@ class HostDaemon:
             raise DaemonError("gids: a daemon thread exited unexpectedly")
 
     def stop(self, timeout=5.0):
-        """Ask every thread to stop and join them; raises if one does not stop in time."""
+        """Ask every thread to stop and join them; raises if one does not stop in time.
+
+        Completions still pending under emulation are not posted (no kernel waits for them once
+        the Runtime stops); the trace is drained to its file.
+        """
         from gids.errors import DaemonError
-        store_flag = self._stop
-        store_flag[0] = 1
+        self._stop[0] = 1
         stuck = []
         for t in self._threads:
             t.join(timeout)
             if t.is_alive():
                 stuck.append(t.name)
         self._threads = []
+        if self._drainer is not None:
+            self._drain_stop.set()
+            self._drainer.join(timeout)
+            self._drainer = None
+        self.drain_trace()
+        for emu in self._emu:
+            emu.size[0] = 0
         if stuck:
             raise DaemonError(f"gids: daemon threads did not stop within {timeout} s: {stuck}")
 

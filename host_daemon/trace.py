@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import (DEFAULT_HOST_LINK_GBPS, DEFAULT_STRIPE_BYTES, PROFILES,
                                    SsdModel, get_profile, model_submit)
 
@@ -236,45 +237,6 @@ def synthetic_trace(n_requests: int, queue_depth: int = 1, nbytes: int = 4096,
 
 
 @numba.njit(nogil=True, cache=False)
-def _heap_push(keys, items, size, key, item):
-    """Push ``(key, item)`` on the binary min-heap in ``keys[:size]``; return the new size."""
-    i = size
-    while i > 0:
-        parent = (i - 1) >> 1
-        if keys[parent] <= key:
-            break
-        keys[i] = keys[parent]
-        items[i] = items[parent]
-        i = parent
-    keys[i] = key
-    items[i] = item
-    return size + 1
-
-
-@numba.njit(nogil=True, cache=False)
-def _heap_pop(keys, items, size):
-    """Pop the smallest key; return ``(key, item, new size)``."""
-    top_key, top_item = keys[0], items[0]
-    size -= 1
-    key, item = keys[size], items[size]
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= size:
-            break
-        if child + 1 < size and keys[child + 1] < keys[child]:
-            child += 1
-        if keys[child] >= key:
-            break
-        keys[i] = keys[child]
-        items[i] = items[child]
-        i = child
-    keys[i] = key
-    items[i] = item
-    return top_key, top_item, size
-
-
-@numba.njit(nogil=True, cache=False)
 def _slot_chains(issue, complete):
     """Slot chains of a trace sorted by issue time (see the module docstring).
 
@@ -291,7 +253,7 @@ def _slot_chains(issue, complete):
     n_free = 0
     for i in range(n):
         while n_busy > 0 and busy_keys[0] <= issue[i]:
-            _, j, n_busy = _heap_pop(busy_keys, busy_items, n_busy)
+            _, j, n_busy = heap_pop(busy_keys, busy_items, n_busy)
             free[n_free] = j
             n_free += 1
         if n_free > 0:
@@ -299,7 +261,7 @@ def _slot_chains(issue, complete):
             successor[free[n_free]] = i
         else:
             is_head[i] = True
-        n_busy = _heap_push(busy_keys, busy_items, n_busy, complete[i], i)
+        n_busy = heap_push(busy_keys, busy_items, n_busy, complete[i], i)
     return successor, is_head
 
 
@@ -318,15 +280,15 @@ def _replay_events(state, params, offsets, sizes, head_ns, successor, think_ns, 
     size = 0
     for i in range(n):
         if head_ns[i] >= 0:
-            size = _heap_push(keys, items, size, head_ns[i], i)
+            size = heap_push(keys, items, size, head_ns[i], i)
     while size > 0:
-        now, i, size = _heap_pop(keys, items, size)
+        now, i, size = heap_pop(keys, items, size)
         done = model_submit(state, params, now, offsets[i], sizes[i])
         issue_out[i] = now
         complete_out[i] = done
         nxt = successor[i]
         if nxt >= 0:
-            size = _heap_push(keys, items, size, done + think_ns[nxt], nxt)
+            size = heap_push(keys, items, size, done + think_ns[nxt], nxt)
 
 
 @numba.njit(nogil=True, cache=False)
