@@ -27,7 +27,7 @@ from gids.errors import (CacheExhaustedError, ConfigError, DaemonError, GidsErro
 from gids.runtime import Runtime
 from gids.stats import Stats
 from host_daemon.ssd_model import PROFILES as _SSD_PROFILES
-from host_daemon.stores import FileStore, MemoryStore, MmapStore
+from host_daemon.stores import FaultyStore, FileStore, MemoryStore, MmapStore
 from host_daemon.trace import read_trace, replay
 from kernels.platform import SIMULATOR
 
@@ -49,7 +49,7 @@ def __getattr__(name):
 
 __all__ = [
     "Runtime", "StorageArray", "Stats", "read", "defaults", "layout", "SIMULATOR",
-    "FileStore", "MemoryStore", "MmapStore", "ssd_profiles", "read_trace", "replay",
+    "FileStore", "MemoryStore", "MmapStore", "FaultyStore", "ssd_profiles", "read_trace", "replay",
     "GidsError", "ConfigError", "StorageIOError", "IndexOutOfRangeError", "GidsTimeoutError",
     "CacheExhaustedError", "DaemonError",
 ]

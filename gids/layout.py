@@ -65,4 +65,5 @@ N_STAT_SHARDS = 64
 STORE_KIND_FILE = 0         # pread from a file descriptor
 STORE_KIND_MEMORY = 1       # memcpy from a host buffer
 STORE_KIND_ZERO_COPY = 2    # the buffer is pinned and device-mapped: no copy, the GPU reads it
+STORE_KIND_FAULTY = 3       # memcpy from a host buffer, with injected faults (tests)
 MAX_ARRAYS = 256

@@ -14,7 +14,7 @@ from gids.stats import Stats
 from host_daemon.daemon import HostDaemon
 from host_daemon.ssd_model import SsdModel
 from host_daemon.trace import TraceWriter
-from host_daemon.stores import T_COLUMNS, FileStore, MemoryStore, MmapStore, Store
+from host_daemon.stores import T_COLUMNS, FaultyStore, FileStore, MemoryStore, MmapStore, Store
 from kernels.platform import SIMULATOR, WARP_SIZE
 
 MIN_PAGE_SIZE = 512
@@ -319,7 +319,13 @@ class Runtime:
         address = 0
         if isinstance(store, MemoryStore) and store.zero_copy:
             zero_copy, address = self._zero_copy_buffer(store)
-        self._table[array_id] = store.table_row(offset, nbytes, address)
+        if isinstance(store, FaultyStore) and store.page_size != self.page_size:
+            raise ConfigError(f"gids: the FaultyStore counts pages of {store.page_size} bytes, "
+                              f"the Runtime {self.page_size}")
+        try:
+            self._table[array_id] = store.table_row(offset, nbytes, address)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         array = StorageArray(self, store, dtype, shape, offset, array_id, page_base, n_pages,
                              zero_copy)
         self._arrays.append(array)
@@ -452,6 +458,7 @@ class Runtime:
         start = array.offset + page * self.page_size
         n = min(self.page_size, array.nbytes - page * self.page_size)
         reason = {L.STATUS_SHORT_READ: "short read", L.STATUS_IO_ERROR: "read failed",
+                  L.STATUS_OK: "an earlier read of it failed",
                   L.STATUS_BAD_REQUEST: "bad request"}.get(status, f"status {status}")
         try:   # read it again here to name the OS's reason
             got = len(array.store.read_bytes(start, n))

@@ -32,7 +32,8 @@ from numba import njit
 from gids import layout as L
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_submit_locked
-from host_daemon.stores import (DIRECT_ALIGN, T_ADDRESS, T_FD, T_FD_DIRECT, T_KIND, T_NBYTES,
+from host_daemon.stores import (DIRECT_ALIGN, FAULT_CRASH, FAULT_EIO, FAULT_SHORT, FAULT_SLOW,
+                                 T_ADDRESS, T_FAULTS, T_FD, T_FD_DIRECT, T_KIND, T_NBYTES,
                                  T_OFFSET)
 from host_daemon.sync import load_acquire, store_release
 from host_daemon.trace import OP_READ, TRACE_DTYPE
@@ -66,6 +67,9 @@ Emulation = namedtuple("Emulation", ["on", "state", "params", "due", "entry", "s
 #: drain thread), ``dropped`` (records lost because the ring was full), ``on``.
 TraceRing = namedtuple("TraceRing", ["on", "offset", "nbytes", "queue", "seen", "done", "head",
                                      "tail", "dropped"])
+
+#: serve_page's answer for FAULT_CRASH: the thread's loop returns without posting.
+_CRASH = -1000
 
 #: Records per thread's trace ring; the drain thread empties it every DRAIN_S seconds.
 TRACE_RING = 1 << 18
@@ -120,6 +124,19 @@ def serve_page(table, array_id, page, page_size, dst):
                 status = _pread_full(table[array_id, T_FD], dst, n, offset)
         else:
             status = _pread_full(table[array_id, T_FD], dst, n, offset)
+    elif kind == L.STORE_KIND_FAULTY:
+        fault = np.empty(2, dtype=np.int64)
+        _memcpy(fault.ctypes.data, table[array_id, T_FAULTS] + 16 * page, 16)
+        if fault[0] == FAULT_EIO:
+            return L.STATUS_IO_ERROR, L.SOURCE_STAGING
+        if fault[0] == FAULT_CRASH:
+            return _CRASH, L.SOURCE_STAGING
+        if fault[0] == FAULT_SLOW:
+            _usleep(fault[1])
+        if fault[0] == FAULT_SHORT:
+            _memcpy(dst, table[array_id, T_ADDRESS] + offset, n // 2)
+            return L.STATUS_SHORT_READ, L.SOURCE_STAGING
+        _memcpy(dst, table[array_id, T_ADDRESS] + offset, n)
     else:
         _memcpy(dst, table[array_id, T_ADDRESS] + offset, n)
     if n < page_size:
@@ -197,6 +214,8 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                 seen = _now_ns(clock) if timed else 0
                 status, source = serve_page(table, array_id, page, page_size,
                                             staging_address + entry * page_size)
+                if status == _CRASH:
+                    return
                 offset = 0
                 if timed and 0 <= array_id < table.shape[0]:
                     offset = table[array_id, T_OFFSET] + page * page_size

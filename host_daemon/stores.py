@@ -10,6 +10,8 @@ descriptors, buffer address, offset, size), so its ``njit`` loop needs no Python
   keeps it in pinned, device-mapped memory, and the daemon serves a page by telling the GPU
   where it is, with no CPU copy; otherwise the daemon copies it into a staging buffer.
 - :class:`MmapStore`: the file mapped with ``mmap``; the OS pages it in on first touch.
+- :class:`FaultyStore`: a memory store that fails on chosen pages (I/O error, short read, slow
+  read, a daemon thread that dies), for testing what the runtime does then.
 """
 import mmap
 import os
@@ -25,7 +27,15 @@ T_FD_DIRECT = 2   # O_DIRECT file descriptor, or -1
 T_ADDRESS = 3     # address of the first byte of the store in host memory, or 0
 T_OFFSET = 4      # byte offset of the array's first element in the store
 T_NBYTES = 5      # bytes in the array
-T_COLUMNS = 6
+T_FAULTS = 6      # FaultyStore: address of its int64 [pages, 2] fault table (code, argument)
+T_COLUMNS = 7
+
+# Fault codes of a FaultyStore page.
+FAULT_NONE = 0
+FAULT_EIO = 1      # the read fails (as pread returning -1 with EIO)
+FAULT_SHORT = 2    # half the page is returned (as a file that shrank)
+FAULT_SLOW = 3     # the read takes `argument` microseconds longer
+FAULT_CRASH = 4    # the daemon thread serving the page dies (its loop returns)
 
 #: O_DIRECT needs the offset, the length and the buffer aligned to the device's logical block;
 #: 4 KiB is the safe choice on every device.
@@ -44,7 +54,8 @@ class Store:
         raise NotImplementedError
 
     def table_row(self, offset, nbytes, zero_copy_address=0):
-        """The daemon's table row for an array of ``nbytes`` at byte ``offset`` of the store."""
+        """The daemon's table row (T_COLUMNS integers) for an array of ``nbytes`` at byte
+        ``offset`` of the store."""
         raise NotImplementedError
 
     def read_bytes(self, offset, nbytes):
@@ -105,7 +116,7 @@ class FileStore(Store):
         return os.fstat(self._fd).st_size
 
     def table_row(self, offset, nbytes, zero_copy_address=0):
-        return (self.kind, self._fd, self._fd_direct, 0, offset, nbytes)
+        return (self.kind, self._fd, self._fd_direct, 0, offset, nbytes, 0)
 
     def read_bytes(self, offset, nbytes):
         return os.pread(self._fd, nbytes, offset)
@@ -147,8 +158,8 @@ class MemoryStore(Store):
 
     def table_row(self, offset, nbytes, zero_copy_address=0):
         if self.zero_copy:
-            return (self.kind, -1, -1, zero_copy_address, offset, nbytes)
-        return (self.kind, -1, -1, self.data.ctypes.data, offset, nbytes)
+            return (self.kind, -1, -1, zero_copy_address, offset, nbytes, 0)
+        return (self.kind, -1, -1, self.data.ctypes.data, offset, nbytes, 0)
 
     def read_bytes(self, offset, nbytes):
         return self.data[offset:offset + nbytes].tobytes()
@@ -180,7 +191,7 @@ class MmapStore(Store):
         return self.data.nbytes
 
     def table_row(self, offset, nbytes, zero_copy_address=0):
-        return (self.kind, -1, -1, self.data.ctypes.data, offset, nbytes)
+        return (self.kind, -1, -1, self.data.ctypes.data, offset, nbytes, 0)
 
     def read_bytes(self, offset, nbytes):
         return self.data[offset:offset + nbytes].tobytes()
@@ -193,3 +204,52 @@ class MmapStore(Store):
             except BufferError:   # a view still exists; the mapping goes with it
                 pass
             self._mmap = None
+
+
+class FaultyStore(MemoryStore):
+    """A memory store that fails on chosen pages: for testing what the runtime does then.
+
+    Parameters
+    ----------
+    data : numpy.ndarray or bytes
+        The bytes, as for :class:`MemoryStore` (served by copying, never zero-copy).
+    page_size : int
+        The page size the faults are counted in; open arrays on this store at offset 0 in a
+        Runtime with this page size.
+    faults : dict
+        Page index -> ``"eio"``, ``"short"``, ``("slow", seconds)`` or ``"crash"`` (the daemon
+        thread that serves the page dies).
+    """
+
+    _CODES = {"eio": FAULT_EIO, "short": FAULT_SHORT, "crash": FAULT_CRASH}
+
+    def __init__(self, data, page_size, faults):
+        super().__init__(data, zero_copy=False)
+        self.kind = L.STORE_KIND_FAULTY
+        self.name = "faulty memory store"
+        self.page_size = int(page_size)
+        n_pages = -(-self.nbytes // self.page_size)
+        self.faults = np.zeros((n_pages, 2), dtype=np.int64)
+        for page, fault in faults.items():
+            if not 0 <= page < n_pages:
+                raise ValueError(f"gids: fault on page {page}, but the store has {n_pages} pages")
+            if isinstance(fault, tuple) and fault[0] == "slow":
+                self.faults[page] = (FAULT_SLOW, int(fault[1] * 1e6))
+            elif fault in self._CODES:
+                self.faults[page] = (self._CODES[fault], 0)
+            else:
+                raise ValueError(f"gids: unknown fault {fault!r}")
+
+    def table_row(self, offset, nbytes, zero_copy_address=0):
+        if offset != 0:
+            raise ValueError("gids: open arrays on a FaultyStore at offset 0")
+        return (self.kind, -1, -1, self.data.ctypes.data, offset, nbytes,
+                self.faults.ctypes.data)
+
+    def read_bytes(self, offset, nbytes):
+        page = offset // self.page_size
+        if self.faults[page, 0] == FAULT_EIO:
+            raise OSError(5, "Input/output error (injected)")
+        if self.faults[page, 0] == FAULT_SHORT:
+            return super().read_bytes(offset, nbytes // 2)
+        return super().read_bytes(offset, nbytes)

@@ -1,0 +1,83 @@
+"""Faults reach Python as named exceptions within their time bound, and the Runtime recovers."""
+import time
+
+import numpy as np
+import pytest
+
+import gids
+
+PAGE = 512
+DATA = np.arange(16 * PAGE // 8, dtype=np.int64)      # 16 pages
+
+
+def _runtime(faults, timeout=2.0, **kw):
+    rt = gids.Runtime(cache_pages=4, page_size=PAGE, timeout=timeout, **kw)
+    store = gids.FaultyStore(DATA, page_size=PAGE, faults=faults)
+    return rt, rt.open_array(store, np.int64, shape=DATA.shape)
+
+
+def _element_of(page):
+    return page * PAGE // 8 + 3
+
+
+@pytest.mark.parametrize("fault, match", [("eio", "page 5 .*faulty memory store.*Input/output"),
+                                          ("short", "page 5 .*short read")])
+def test_io_errors_name_the_page_and_runtime_recovers(fault, match):
+    rt, a = _runtime({5: fault})
+    with rt:
+        start = time.monotonic()
+        with pytest.raises(gids.StorageIOError, match=match) as info:
+            rt.gather(a, [_element_of(1), _element_of(5), _element_of(2)])
+        assert info.value.page == 5
+        assert time.monotonic() - start < 30
+        got = rt.gather(a, [_element_of(1), _element_of(2)]).copy_to_host()
+        np.testing.assert_array_equal(got, DATA[[_element_of(1), _element_of(2)]])
+
+
+def test_slow_page_times_out_with_a_named_wait():
+    rt, a = _runtime({3: ("slow", 3.0)}, timeout=0.5)
+    with rt:
+        start = time.monotonic()
+        with pytest.raises(gids.GidsTimeoutError, match="daemon to complete") as info:
+            rt.gather(a, [_element_of(3)])
+        assert "complete" in info.value.what
+        assert time.monotonic() - start < 20
+        assert rt.gather(a, [_element_of(4)])[0] == DATA[_element_of(4)]
+
+
+def test_dead_daemon_thread_is_reported():
+    rt, a = _runtime({7: "crash"}, timeout=0.5)
+    with rt:
+        with pytest.raises(gids.DaemonError, match="exited"):
+            rt.gather(a, [_element_of(7)])
+        # a new daemon serves the other pages
+        assert rt.gather(a, [_element_of(6)])[0] == DATA[_element_of(6)]
+
+
+def test_full_queue_times_out_when_nobody_serves_it():
+    with gids.Runtime(cache_pages=16, page_size=PAGE, queues=1, queue_depth=2, timeout=0.5) as rt:
+        a = rt.open_array(DATA)
+        rt.daemon.stop()
+        with pytest.raises(gids.GidsTimeoutError):
+            rt.gather(a, [_element_of(p) for p in range(8)])
+
+
+def test_more_pages_in_use_than_slots():
+    """Two slots, held by two slow loads; other threads find no slot to evict in time."""
+    rt = gids.Runtime(cache_pages=2, page_size=PAGE, timeout=0.5)
+    store = gids.FaultyStore(DATA, page_size=PAGE, faults={p: ("slow", 2.0) for p in range(16)})
+    with rt:
+        a = rt.open_array(store, np.int64, shape=DATA.shape)
+        with pytest.raises(gids.GidsTimeoutError):
+            rt.gather(a, [_element_of(p) for p in range(8)])
+
+
+def test_faulty_store_checks_its_arguments():
+    with pytest.raises(ValueError, match="unknown fault"):
+        gids.FaultyStore(DATA, page_size=PAGE, faults={1: "gremlins"})
+    with pytest.raises(ValueError, match="has 16 pages"):
+        gids.FaultyStore(DATA, page_size=PAGE, faults={99: "eio"})
+    with gids.Runtime(cache_pages=4, page_size=1024) as rt:
+        with pytest.raises(gids.ConfigError, match="pages of 512"):
+            rt.open_array(gids.FaultyStore(DATA, page_size=PAGE, faults={}), np.int64,
+                          shape=DATA.shape)
