@@ -45,46 +45,43 @@ def _next_random(x):
     return x
 
 
-@cuda.jit
-def random_reads_gids(h, mask, reads, seed, out):
-    t = cuda.grid(1)
-    x = np.uint64(t * 2654435761 + seed + 1)
-    acc = 0
-    for _ in range(reads):
-        x = _next_random(x)
-        acc += gids.read(h, np.int64(x & mask))
-    out[t] = acc
+@cuda.jit(device=True)
+def _plain_read(a, i):
+    return a[i]
 
 
-@cuda.jit
-def random_reads_plain(a, mask, reads, seed, out):
-    t = cuda.grid(1)
-    x = np.uint64(t * 2654435761 + seed + 1)
-    acc = 0
-    for _ in range(reads):
-        x = _next_random(x)
-        acc += a[np.int64(x & mask)]
-    out[t] = acc
+def _random_reads(read):
+    """A kernel doing ``reads`` random reads per thread with ``read(src, i)``: the same stream
+    of indices whichever reader, so gids and a plain device array are compared like for like."""
+    @cuda.jit
+    def kernel(src, mask, reads, seed, out):
+        t = cuda.grid(1)
+        x = np.uint64(t * 2654435761 + seed + 1)
+        acc = 0
+        for _ in range(reads):
+            x = _next_random(x)
+            acc += read(src, np.int64(x & mask))
+        out[t] = acc
+    return kernel
 
 
-@cuda.jit
-def sequential_reads_gids(h, n, out):
-    t = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    acc = 0
-    for i in range(t, n, stride):
-        acc += gids.read(h, i)
-    out[t] = acc
+def _sequential_reads(read):
+    """A kernel reading elements 0..n-1 grid-stride (coalesced) with ``read(src, i)``."""
+    @cuda.jit
+    def kernel(src, n, out):
+        t = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        acc = 0
+        for i in range(t, n, stride):
+            acc += read(src, i)
+        out[t] = acc
+    return kernel
 
 
-@cuda.jit
-def sequential_reads_plain(a, n, out):
-    t = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    acc = 0
-    for i in range(t, n, stride):
-        acc += a[i]
-    out[t] = acc
+random_reads_gids = _random_reads(gids.read)
+random_reads_plain = _random_reads(_plain_read)
+sequential_reads_gids = _sequential_reads(gids.read)
+sequential_reads_plain = _sequential_reads(_plain_read)
 
 
 @cuda.jit
