@@ -107,10 +107,12 @@ else:
     from numba import cuda
 
     # Numba's stubs cannot be re-bound to other names (typing looks them up as cuda.X), so
-    # each is wrapped in an inlined device function.
+    # each is wrapped in an inlined device function. Lane masks come back as int64 in 0..2**32-1:
+    # numba-cuda 0.30 types ballot_sync as int32, so a mask with lane 31 set would be negative,
+    # and `m &= m - 1` over it sign-extends and never ends after 32 lanes.
     @cuda.jit(device=True, inline=True)
     def activemask():
-        return cuda.activemask()
+        return np.int64(cuda.activemask()) & 0xFFFFFFFF
 
     @cuda.jit(device=True, inline=True)
     def laneid():
@@ -118,15 +120,15 @@ else:
 
     @cuda.jit(device=True, inline=True)
     def lanemask_lt():
-        return cuda.lanemask_lt()
+        return np.int64(cuda.lanemask_lt()) & 0xFFFFFFFF
 
     @cuda.jit(device=True, inline=True)
     def match_any_sync(mask, value):
-        return cuda.match_any_sync(mask, value)
+        return np.int64(cuda.match_any_sync(mask, value)) & 0xFFFFFFFF
 
     @cuda.jit(device=True, inline=True)
     def ballot_sync(mask, predicate):
-        return cuda.ballot_sync(mask, predicate)
+        return np.int64(cuda.ballot_sync(mask, predicate)) & 0xFFFFFFFF
 
     @cuda.jit(device=True, inline=True)
     def shfl_sync(mask, value, src_lane):

@@ -56,6 +56,17 @@ SCRIPT = textwrap.dedent('''
                                   cc=(9, 0))
         assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "match.any.sync" in ptx
     print("GATHER_OK")
+
+    # Lane masks must be non-negative int64: numba-cuda types ballot_sync as int32, and a
+    # negative mask made the page-copy loop (`m &= m - 1`) run past lane 31 (wrong pages copied
+    # into slots on the H200, 2026-11-29).
+    import kernels.warp as warp
+    for name, sig in (("activemask", ()), ("lanemask_lt", ()),
+                      ("ballot_sync", (types.int64, types.boolean)),
+                      ("match_any_sync", (types.int64, types.int64)), ("popc", (types.int64,))):
+        _, restype = cuda.compile_ptx(getattr(warp, name).py_func, sig, device=True, cc=(9, 0))
+        assert restype == types.int64, (name, restype)
+    print("MASKS_OK")
 ''')
 
 
@@ -68,3 +79,4 @@ def test_poll_load_stays_in_the_loop_and_read_compiles():
     if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
         pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
     assert "POLL_OK" in proc.stdout and "GATHER_OK" in proc.stdout, proc.stderr[-3000:]
+    assert "MASKS_OK" in proc.stdout, proc.stderr[-3000:]
