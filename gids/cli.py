@@ -108,6 +108,10 @@ def main(argv=None):
     from host_daemon.trace import add_simulate_arguments
     add_simulate_arguments(p)
     p.set_defaults(func=cmd_simulate)
+    from workloads.bench import add_bench_arguments
+    add_bench_arguments(sub)
+    from workloads.graph.cli import add_bfs_arguments
+    add_bfs_arguments(sub)
     args = parser.parse_args(argv)
     if args.cmd == "demo":
         sys.setswitchinterval(1e-4)   # the simulator's host<->kernel handshakes go faster

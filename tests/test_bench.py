@@ -1,0 +1,184 @@
+"""``gids bench`` in the simulator: every sweep runs and checks its values, the JSON schema is
+stable, every figure is labelled a simulator figure, bad arguments get clear errors."""
+import argparse
+import json
+
+import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
+import numpy as np
+import pytest
+
+from gids.errors import ConfigError
+from kernels.platform import SIMULATOR
+from workloads import baselines as B
+from workloads import bench
+
+# The documented schema (bench's module docstring), version 1: keys and their types.
+NUM = (int, float)
+OPT_NUM = (int, float, type(None))
+OPT_INT = (int, type(None))
+OPT_STR = (str, type(None))
+TOP = {"schema_version": int, "simulator": bool, "label": str, "date": str, "command": str,
+       "machine": dict, "config": dict, "ceilings": dict, "paths": dict, "results": list,
+       "plots": list}
+MACHINE = {"hostname": str, "gpu": str, "cpu_cores": int, "python": str, "numpy": str,
+           "numba": str, "numba_cuda": OPT_STR, "gids": str, "commit": OPT_STR}
+CONFIG = {"paths": list, "sweeps": list, "workloads": list, "data_bytes": int,
+          "request_bytes": int, "cache_fraction": float, "zipf_cache_fraction": float,
+          "threads": int, "block": int, "requests": int, "batch_bytes": int, "reps": int,
+          "steps": int, "store": str, "seed": int, "iops_threads": list, "queues": list,
+          "queue_depths": list, "daemon_threads": list, "request_sizes": list,
+          "hit_rates": list, "latency_requests": int, "gather_threads": OPT_INT}
+CEILINGS = {"h2d_pinned_Bps": float, "d2d_Bps": float, "bytes": int}
+PATH_INFO = {"available": bool, "reason": OPT_STR, "description": str}
+ROW = {"sweep": str, "workload": str, "path": str, "x_name": OPT_STR, "x": OPT_NUM,
+       "params": dict, "requests": int, "request_bytes": int, "bytes": int,
+       "seconds": OPT_NUM, "reps": int, "requests_per_s": OPT_NUM, "bytes_per_s": OPT_NUM,
+       "fraction_of_h2d": OPT_NUM, "fraction_of_d2d": OPT_NUM, "hit_rate": OPT_NUM,
+       "bytes_to_gpu": OPT_INT, "passes": OPT_INT, "latency_us": (dict, type(None)),
+       "path_stats": dict, "correct": bool, "label": str, "error": OPT_STR}
+PARAMS = {"request_bytes": int, "page_size": OPT_INT, "threads": int, "block": int,
+          "cache_bytes": OPT_INT, "batch_bytes": int, "daemon_threads": OPT_INT,
+          "queues": OPT_INT, "queue_depth": OPT_INT, "gather_threads": OPT_INT, "steps": int,
+          "hot_fraction": OPT_NUM, "data_bytes": int}
+LATENCY = {"p50": float, "p90": float, "p99": float, "mean": float, "max": float}
+
+
+def _check(obj, spec, where):
+    assert set(obj) == set(spec), f"{where}: keys {sorted(obj)} != {sorted(spec)}"
+    for key, types in spec.items():
+        value = obj[key]
+        assert isinstance(value, types) and not (isinstance(value, bool) and bool not in
+                                                 (types if isinstance(types, tuple) else
+                                                  (types,))), \
+            f"{where}.{key}: {value!r} is not {types}"
+
+
+@pytest.fixture(scope="module")
+def result():
+    """One run of every sweep at the smallest sizes (a few points each)."""
+    config = bench.make_config(
+        sweeps=["all"], requests=8, reps=1, steps=4, iops_threads=[64], queues=[4],
+        queue_depths=[32], daemon_threads=[1], request_sizes=[256, 1024], hit_rates=[0.5],
+        latency_requests=2)
+    return bench.run_bench(config, command="pytest", progress=False)
+
+
+def test_every_point_runs_and_checks_its_values(result):
+    rows = result["results"]
+    assert {r["sweep"] for r in rows} == set(bench.SWEEPS)
+    assert {r["workload"] for r in rows if r["sweep"] == "workloads"} == set(bench.WORKLOADS)
+    assert {r["path"] for r in rows} == set(B.available_paths())
+    bad = [(r["sweep"], r["workload"], r["path"], r["x"], r["error"]) for r in rows
+           if not r["correct"]]
+    assert not bad
+    for r in rows:
+        assert r["seconds"] > 0 and r["requests_per_s"] > 0
+        assert r["fraction_of_h2d"] == pytest.approx(r["bytes_per_s"] /
+                                                     result["ceilings"]["h2d_pinned_Bps"])
+    # The all-hit workload never goes to the store once the hot set is in the gids cache.
+    hits = [r for r in rows if r["workload"] == "hits" and r["path"] == "gids"][0]
+    assert hits["hit_rate"] == 1.0 and hits["path_stats"]["ios"] == 0
+    # A dependent chain costs cpu_batch one pass per step (+1) per launch.
+    chains = [r for r in rows if r["workload"] == "chains" and r["path"] == "cpu_batch"][0]
+    assert chains["passes"] >= chains["params"]["steps"] + 1
+    lat = [r for r in rows if r["sweep"] == "latency"]
+    assert all(r["latency_us"]["p50"] > 0 for r in lat)
+
+
+def test_json_schema_is_stable(result):
+    result = json.loads(json.dumps(result))      # what a machine reads back
+    _check(result, TOP, "top")
+    assert result["schema_version"] == bench.SCHEMA_VERSION == 1
+    _check(result["machine"], MACHINE, "machine")
+    _check(result["config"], CONFIG, "config")
+    _check(result["ceilings"], CEILINGS, "ceilings")
+    assert set(result["paths"]) == set(B.PATHS)
+    for name, info in result["paths"].items():
+        _check(info, PATH_INFO, f"paths.{name}")
+    for k, row in enumerate(result["results"]):
+        _check(row, ROW, f"results[{k}]")
+        _check(row["params"], PARAMS, f"results[{k}].params")
+        if row["latency_us"] is not None:
+            _check(row["latency_us"], LATENCY, f"results[{k}].latency_us")
+
+
+def test_every_figure_is_labelled_a_simulator_figure(result, tmp_path):
+    assert SIMULATOR and result["simulator"] is True
+    assert result["label"] == "simulator figure"
+    assert all(r["label"] == "simulator figure" for r in result["results"])
+    table = bench.format_table(result)
+    assert table.startswith("**SIMULATOR FIGURES")
+    assert "(simulator figures)" in table and table.rstrip().endswith(
+        "**(simulator figures: not GPU measurements)**")
+    body = [line for line in table.splitlines() if line.startswith("| ") and "sweep" not in line]
+    assert len(body) == len(result["results"])
+    assert all(line.rstrip().endswith("| simulator |") for line in body)
+    files = bench.write_outputs(dict(result), str(tmp_path))
+    assert (tmp_path / "bench.json").exists() and (tmp_path / "bench.md").exists()
+    try:
+        import matplotlib  # noqa: F401
+        assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(
+            f"bench_{s}.png" for s in bench.SWEEPS)
+    except ImportError:
+        assert not list(tmp_path.glob("*.png"))
+    assert len(files) >= 2
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(paths=["nvme"]), "unknown data path 'nvme'; choose from memory, zero_copy, gids"),
+    (dict(threads=0), "threads must be an integer >= 1, got 0"),
+    (dict(threads=48), "threads must be a multiple of 32"),
+    (dict(iops_threads=[64, 0]), "threads must be an integer >= 1, got 0"),
+    (dict(request_bytes=100), "request_bytes 100 is not a multiple of the element size "
+                              r"\(8 bytes of int64\)"),
+    (dict(request_sizes=[512, 1020]), "request size 1020 is not a multiple of the element"),
+    (dict(sweeps=["speed"]), "unknown sweep 'speed'"),
+    (dict(workloads=["random"]), "unknown workload 'random'"),
+    (dict(hit_rates=[0.5, 1.5]), r"hit rates must be in \[0, 1\]"),
+    (dict(daemon_threads=[0]), "daemon threads must be an integer >= 1"),
+    (dict(block=48), "block must be a multiple of 32"),
+    (dict(batch_bytes=1024), "batch_bytes 1024 is too small"),
+    (dict(request_bytes=1 << 30), "larger than the data"),
+    (dict(bogus=1), r"unknown option\(s\) \['bogus'\]"),
+])
+def test_bad_arguments_get_clear_errors(options, message):
+    with pytest.raises(ConfigError, match=message):
+        bench.make_config(**options)
+
+
+def test_command_line_errors_and_registration(capsys):
+    parser = argparse.ArgumentParser(prog="gids")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    bench.add_bench_arguments(sub)
+    args = parser.parse_args(["bench", "iops", "latency", "--paths", "memory,gids"])
+    assert args.func is bench.cmd_bench and args.sweeps == ["iops", "latency"]
+    assert args.paths == ["memory", "gids"]
+    assert parser.parse_args(["bench", "--request-bytes", "4K"]).request_bytes == 4096
+
+    assert bench.main(["--paths", "memory,nvme"]) == 2
+    assert "gids bench: error: unknown data path 'nvme'" in capsys.readouterr().err
+    assert bench.main(["--threads", "0"]) == 2
+    assert "threads must be an integer >= 1" in capsys.readouterr().err
+    assert bench.main(["--request-bytes", "1001"]) == 2
+    assert "not a multiple of the element size" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--request-bytes", "4X"])
+    assert exc.value.code == 2
+    assert "not a size: '4X'" in capsys.readouterr().err
+
+
+def test_cli_prints_json(capsys):
+    rc = bench.main(["latency", "--paths", "memory", "--latency-requests", "2", "--json",
+                     "--no-progress"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["command"].startswith("python -m workloads.bench latency")
+    assert [r["path"] for r in out["results"]] == ["memory"]
+
+
+def test_access_patterns():
+    rng = np.random.default_rng(0)
+    ids = bench.zipf_ids(1000, 20000, rng)
+    assert ids.min() >= 0 and ids.max() < 1000
+    counts = np.sort(np.bincount(ids, minlength=1000))[::-1]
+    assert counts[0] > 20 * np.median(counts)        # a heavy head
+    assert bench.parse_size("1M") == 1 << 20 and bench.parse_size("512") == 512

@@ -1,0 +1,370 @@
+"""GPU BFS and connected components (workloads.graph.gpu_*) in the simulator, for every data path.
+
+Every search is checked by Graph500's five rules and against scipy's levels; components against
+scipy and the CPU reference. Graphs are tiny (the simulator runs one Python thread per CUDA
+thread) and the gids caches small: 512-byte pages, a cache smaller than the neighbours array
+where evictions are the point.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import gids  # noqa: F401  (first: picks the world before numba.cuda loads)
+import numpy as np
+import pytest
+from numba import cuda
+
+from workloads.graph import (EdgeArray, GraphFormatError, connected_components_reference,
+                             generate_kronecker_csr, open_csr, sample_bfs_roots, scipy_bfs,
+                             traversed_edges, write_csr)
+from workloads.graph.cli import add_bfs_arguments, main as cli_main
+from workloads.graph.gpu_bfs import make_bfs_kernels, run_bfs, validate_bfs_result
+from workloads.graph.gpu_cc import make_cc_kernels, run_cc, validate_cc_result
+from workloads.graph.gpu_graph import (DATA_PATHS, Access, DeviceArraySource, open_device_graph,
+                                       read_device_array, read_gids, register_data_path)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGE = 512
+
+# A graph with every awkward case: duplicates (0-1 three times, 4-5 thirty-five times: one list
+# longer than a warp), self loops (on 0 twice, on 12, and on 13, whose only edge it is), a cycle,
+# a path, a second component, and isolated vertices, the last vertex among them.
+SPECIAL_EDGES = ([(0, 1)] * 3 + [(0, 0), (0, 0)] + [(0, k) for k in range(2, 8)]
+                 + [(1, 2), (2, 3), (3, 8), (8, 9), (9, 10)] + [(4, 5)] * 35
+                 + [(11, 12), (12, 12), (12, 11), (13, 13)])
+SPECIAL_N = 20
+SPECIAL_COMPONENTS = 2 + 1 + 6       # {0..10}, {11, 12}, {13}, {14} .. {19}
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpu-graphs")
+    paths = {"kron6": folder / "kron6.csr", "kron8": folder / "kron8.csr",
+             "special": folder / "special.csr", "edgeless": folder / "edgeless.csr"}
+    # Scale 6, edge factor 8: 8 pages of neighbours, cheap to read through gids in the simulator.
+    generate_kronecker_csr(paths["kron6"], 6, 8, seed=1)
+    generate_kronecker_csr(paths["kron8"], 8, 16, seed=2)
+    write_csr(paths["special"], EdgeArray(np.array(SPECIAL_EDGES), n_vertices=SPECIAL_N))
+    write_csr(paths["edgeless"], EdgeArray(np.empty((0, 2), dtype=np.int64), n_vertices=5))
+    return paths
+
+
+def check_search(graph, result):
+    """Five rules, scipy's levels, and Graph500's edge count."""
+    validate_bfs_result(graph, result, against_scipy=True)
+    assert result.traversed_edges == traversed_edges(graph, scipy_bfs(graph, result.root)[1])
+    assert result.seconds > 0
+
+
+def check_components(graph, result):
+    validate_cc_result(graph, result)
+    assert np.array_equal(result.labels, connected_components_reference(graph))
+
+
+# ---------------------------------------------------------------------------------- BFS
+def test_bfs_in_gpu_memory_many_roots_both_directions(graphs):
+    graph = open_csr(graphs["kron8"])
+    with open_device_graph(graph, "memory") as dg:
+        for root in sample_bfs_roots(graph, 3, seed=3).tolist():
+            check_search(graph, dg.bfs(root))
+        for root in sample_bfs_roots(graph, 1, seed=4).tolist():
+            result = dg.bfs(root, direction="auto")
+            check_search(graph, result)
+            assert "B" in result.steps     # the heuristic went bottom-up on this small world
+
+
+def test_bfs_through_gids_whole_graph_cached(graphs):
+    graph = open_csr(graphs["kron6"])
+    with open_device_graph(graph, "gids", cache_fraction=1.0, page_size=PAGE) as dg:
+        n_pages = dg.source.array.n_pages
+        for root in sample_bfs_roots(graph, 2, seed=5).tolist():
+            result = dg.bfs(root)
+            check_search(graph, result)
+            # Cold cache that holds everything: each page read at most once, nothing evicted.
+            assert 0 < result.stats["ios"] <= n_pages and result.stats["evictions"] == 0
+
+
+def test_bfs_through_gids_cache_smaller_than_the_edges(graphs):
+    graph = open_csr(graphs["kron6"])
+    with gids.Runtime(cache_pages=2, page_size=PAGE) as rt:     # 2 slots for 8 pages of data
+        for root, direction in zip(sample_bfs_roots(graph, 2, seed=6).tolist(),
+                                   ["top-down", "auto"]):
+            result = run_bfs(graphs["kron6"], root, runtime=rt, direction=direction)
+            check_search(graph, result)
+            assert result.stats["evictions"] > 0 and result.stats["ios"] > 8
+        rt.gather(rt.open_array(np.arange(10, dtype=np.int64)), [3])   # still usable after
+
+
+def test_bfs_awkward_graph_both_paths(graphs):
+    graph = open_csr(graphs["special"])
+    gids_options = {"cache_fraction": 0.5, "page_size": PAGE}
+    for data_path, options in (("memory", {}), ("gids", gids_options)):
+        with open_device_graph(graph, data_path, **options) as dg:
+            for root, direction in ((0, "top-down"), (10, "auto"), (11, "top-down"),
+                                    (13, "top-down"), (SPECIAL_N - 1, "auto")):
+                result = dg.bfs(root, direction=direction)
+                check_search(graph, result)
+            assert result.traversed_edges == 0 and result.teps == 0.0   # an isolated root
+            assert dg.bfs(13).traversed_edges == 1                      # only a self loop
+
+
+def test_edgeless_graph(graphs):
+    for data_path in ("memory", "gids"):
+        result = run_bfs(graphs["edgeless"], 2, data_path=data_path)
+        assert result.levels.tolist() == [-1, -1, 0, -1, -1] and result.traversed_edges == 0
+        assert run_cc(graphs["edgeless"], data_path=data_path).n_components == 5
+
+
+# ---------------------------------------------------------------------------------- CC
+def test_components_in_gpu_memory(graphs):
+    for name in ("kron8", "special"):
+        graph = open_csr(graphs[name])
+        result = run_cc(graph, data_path="memory")
+        check_components(graph, result)
+    assert result.n_components == SPECIAL_COMPONENTS
+
+
+def test_components_through_gids_with_evictions(graphs):
+    for name, fraction in (("kron6", 0.25), ("special", 0.5)):
+        graph = open_csr(graphs[name])
+        result = run_cc(graphs[name], data_path="gids", cache_fraction=fraction, page_size=PAGE)
+        check_components(graph, result)
+        if name == "kron6":
+            assert result.stats["evictions"] > 0
+            # Sorted lists: the hook stops at the first neighbour >= v, so it reads about half.
+            assert result.stats["lookups"] < 0.75 * graph.n_edges
+
+
+# ---------------------------------------------------------------------------------- errors
+def test_truncated_or_corrupt_graph_raises_graph_format_error(graphs, tmp_path):
+    truncated = tmp_path / "truncated.csr"
+    shutil.copy(graphs["kron6"], truncated)
+    os.truncate(truncated, os.path.getsize(truncated) - 4096)
+    for data_path in ("gids", "memory"):
+        with pytest.raises(GraphFormatError, match="truncated"):
+            run_bfs(truncated, 0, data_path=data_path)
+    with pytest.raises(GraphFormatError, match="not a gids CSR graph"):
+        run_cc(_garbage(tmp_path), data_path="memory")
+
+    # A neighbour id out of range (the offsets and header intact, so opening succeeds): the
+    # kernels check every id before using it, and the host raises after the launch.
+    graph = open_csr(graphs["kron6"])
+    root = int(sample_bfs_roots(graph, 1, seed=0)[0])
+    corrupt = tmp_path / "corrupt.csr"
+    shutil.copy(graphs["kron6"], corrupt)
+    entry = int(graph.offsets[root])
+    with open(corrupt, "r+b") as f:
+        f.seek(graph.header.neighbours_offset + entry * 4)
+        f.write(np.int32(graph.n_vertices + 5).tobytes())
+    for data_path in ("memory", "gids"):
+        with pytest.raises(GraphFormatError, match=f"entry {entry} holds vertex id 69"):
+            run_bfs(corrupt, root, data_path=data_path, direction="top-down")
+        with pytest.raises(GraphFormatError, match="outside"):
+            run_cc(corrupt, data_path=data_path)
+    with pytest.raises(GraphFormatError, match="checksum"):
+        open_device_graph(corrupt, "memory", verify=True)
+
+
+def _garbage(tmp_path):
+    path = tmp_path / "garbage.csr"
+    path.write_bytes(b"x" * 8192)
+    return path
+
+
+def test_option_errors(graphs):
+    with pytest.raises(ValueError, match="not both"):
+        with gids.Runtime(cache_pages=2, page_size=PAGE) as rt:
+            run_bfs(graphs["kron6"], 0, runtime=rt, cache_fraction=0.5)
+    with pytest.raises(ValueError, match="with a cache"):
+        run_bfs(graphs["kron6"], 0, data_path="memory", cache_fraction=0.5)
+    with pytest.raises(ValueError, match="unknown data path"):
+        run_bfs(graphs["kron6"], 0, data_path="nvme")
+    with pytest.raises(ValueError, match="not a vertex"):
+        run_bfs(graphs["kron6"], 64, data_path="memory")
+    with pytest.raises(ValueError, match="direction"):
+        run_bfs(graphs["kron6"], 0, data_path="memory", direction="bottom-up")
+
+
+# ---------------------------------------------------------------------------------- the hooks
+class RecordingSource(DeviceArraySource):
+    """A data path as a colleague would add one: a kernel-addressable array, plus a look at the
+    accesses announced before each launch (where a CPU-initiated batch path would stage data)."""
+
+    def __init__(self, graph):
+        # Mapped pinned host memory: the zero-copy baseline's shape, with the same reader.
+        mapped = cuda.mapped_array(graph.n_edges, dtype=graph.neighbours.dtype)
+        mapped[:] = graph.neighbours
+        super().__init__(mapped, "recording", "recording (mapped host memory)")
+        self.accesses = []
+
+    def before_launch(self, access: Access) -> None:
+        self.accesses.append((access.kind, access.count))
+
+
+def test_registered_data_path_and_launch_hook(graphs):
+    graph = open_csr(graphs["kron6"])
+    register_data_path("recording", RecordingSource)
+    try:
+        with open_device_graph(graph, "recording") as dg:
+            root = int(sample_bfs_roots(graph, 1, seed=9)[0])
+            result = dg.bfs(root)
+            check_search(graph, result)
+            # One top-down launch per level, announced with that level's frontier size.
+            per_level = np.bincount(result.levels[result.levels >= 0])
+            assert dg.source.accesses == [("frontier", int(c)) for c in per_level]
+            dg.source.accesses.clear()
+            dg.bfs(root, direction="auto")
+            assert {kind for kind, _ in dg.source.accesses} == {"frontier", "unvisited"}
+            check_components(graph, dg.connected_components())
+            assert dg.source.accesses[-1] == ("all", 0)
+    finally:
+        DATA_PATHS.pop("recording")
+    # One compiled traversal per reader, shared by every path that uses it.
+    assert make_bfs_kernels(read_device_array) is make_bfs_kernels(read_device_array)
+    assert make_bfs_kernels(read_gids) is not make_bfs_kernels(read_device_array)
+    assert make_cc_kernels(read_device_array) is make_cc_kernels(read_device_array)
+
+
+# ---------------------------------------------------------------------------------- the CLI
+def test_cli_bfs_and_cc(tmp_path, capsys):
+    out = tmp_path / "bfs.json"
+    status = cli_main(["bfs", "--scale", "5", "--edgefactor", "4", "--roots", "2",
+                       "--data-path", "gids,memory", "--cache-fractions", "1,0.5",
+                       "--validate", "scipy", "--json", str(out), "--dir", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "simulator figures" in captured.out and "hmean TEPS" in captured.out
+    lines = captured.out.splitlines()
+    rows = lines[[i for i, line in enumerate(lines) if line.startswith("---")][0] + 1:]
+    assert [row.split()[:2] for row in rows] == [["gids", "100%"], ["gids", "50%"], ["memory", "-"]]
+    assert "root 2/2" in captured.err                              # progress on stderr
+    report = json.loads(out.read_text())
+    assert report["simulator"] and len(report["runs"]) == 3
+    assert all(s["valid"] for run in report["runs"] for s in run["searches"])
+    assert report["runs"][1]["options"]["cache_fraction"] == 0.5
+
+    graph_path = tmp_path / "g.csr"
+    generate_kronecker_csr(graph_path, 5, 4, seed=7)
+    status = cli_main(["cc", "--graph", str(graph_path), "--data-path", "memory,gids",
+                       "--cache-fractions", "0.5", "--json", str(tmp_path / "cc.json")])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "components" in captured.out and "simulator figures" in captured.out
+    runs = json.loads((tmp_path / "cc.json").read_text())["runs"]
+    assert [r["valid"] for r in runs] == [True, True]
+    assert runs[0]["n_components"] == runs[1]["n_components"]
+
+    assert cli_main(["bfs", "--graph", str(tmp_path / "missing.csr")]) == 2
+
+
+def test_cli_registers_on_a_parser():
+    import argparse
+    parser = argparse.ArgumentParser(prog="gids")
+    add_bfs_arguments(parser.add_subparsers(dest="cmd", required=True))
+    args = parser.parse_args(["bfs", "--scale", "4", "--data-path", "memory"])
+    assert args.func.__name__ == "cmd_bfs" and args.data_path == ["memory"]
+    assert args.cache_fractions == [1.0, 0.5, 0.25, 0.1]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["cc", "--scale", "4", "--cache-fractions", "0,2"])
+
+
+# ---------------------------------------------------------------------------------- other worlds
+_WARP32 = textwrap.dedent('''
+    import sys
+    import gids
+    import numpy as np
+    import kernels.warp as warp
+    warp._RENDEZVOUS_TIMEOUT = 20.0     # a lane left behind fails in 20 s, not 120
+    from numba import cuda
+    from kernels.platform import WARP_SIZE
+    from workloads.graph import open_csr
+    from workloads.graph.gpu_graph import DeviceArraySource, DeviceGraph
+    from workloads.graph.gpu_bfs import validate_bfs_result
+    from workloads.graph.gpu_cc import validate_cc_result
+    sys.setswitchinterval(1e-4)
+    assert WARP_SIZE == 32
+
+    @cuda.jit(device=True)
+    def read_in_step(neighbours, k):
+        # A rendezvous of the whole warp at every read, as gids.read has: a warp loop that let
+        # lanes drift apart would hang here.
+        warp.syncwarp(warp.activemask())
+        return neighbours[k]
+
+    graph = open_csr(sys.argv[1])
+    source = DeviceArraySource(cuda.to_device(np.asarray(graph.neighbours)), "in-step")
+    source.reader = read_in_step
+    dg = DeviceGraph(graph, source)
+    for root, direction in ((0, "top-down"), (10, "auto"), (19, "top-down")):
+        validate_bfs_result(graph, dg.bfs(root, direction=direction), against_scipy=True)
+    validate_cc_result(graph, dg.connected_components())
+    print("WARP32_OK")
+''')
+
+
+def test_warp_cooperative_loops_with_emulated_32_lane_warps(graphs):
+    """The warp loops keep all 32 lanes together (lists longer than a warp, early exits)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", GIDS_SIM_WARP_SIZE="32")
+    proc = subprocess.run([sys.executable, "-c", _WARP32, str(graphs["special"])], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert "WARP32_OK" in proc.stdout, proc.stderr[-3000:]
+
+
+_PTX = textwrap.dedent('''
+    import os
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    import numpy as np
+    import numba.cuda.dispatcher as dispatcher
+    from numba import cuda, typeof, types
+
+    class _Hopper:   # compile for cc 9.0 without a device
+        compute_capability = (9, 0)
+    dispatcher.get_current_device = lambda: _Hopper()
+
+    import gids
+    from kernels.handle import ArrayHandle
+    from workloads.graph.gpu_graph import read_device_array, read_gids
+    from workloads.graph.gpu_bfs import make_bfs_kernels
+    from workloads.graph.gpu_cc import make_cc_kernels
+
+    a = lambda dt: np.zeros(4, dt)
+    h = ArrayHandle(cache=a(np.int32), cache_words=a(np.uint64), zero=a(np.int32), n_elems=1,
+        elem_shift=1, page_words=1, array_id=0, page_base=0, page_state=a(np.uint32),
+        page_slot=a(np.int64), slot_page=a(np.int64), clock=a(np.int64), n_slots=1,
+        sq=a(np.int64), cq=a(np.int64), staging=a(np.uint64), zero_copy=a(np.uint64),
+        sq_ticket=a(np.int64), entry_turn=a(np.int64), n_queues=1, depth=1, err=a(np.int64),
+        stats=a(np.uint64), timeout_ns=1)
+    i64, n = types.int64[::1], types.int64
+    memory = types.int32[::1]
+    # Every kernel with the plain reader; with gids.read (large, and slow to compile) the
+    # top-down kernel, which shows that a kernel closing over it compiles.
+    k = make_bfs_kernels(read_device_array)
+    ptx, _ = cuda.compile_ptx(k.top_down.py_func,
+                              (memory, i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64),
+                              cc=(9, 0))
+    assert "atom.global.cas.b64" in ptx and "vote.sync.ballot" in ptx and "shfl.sync" in ptx
+    ptx, _ = cuda.compile_ptx(k.bottom_up.py_func, (memory, i64, i64, i64, i64, n, i64), cc=(9, 0))
+    assert "vote.sync.ballot" in ptx and "shfl.sync" in ptx
+    ptx, _ = cuda.compile_ptx(make_cc_kernels(read_device_array).py_func,
+                              (memory, i64, i64, types.boolean, i64), cc=(9, 0))
+    assert "atom.global.cas.b64" in ptx and "vote.sync.ballot" in ptx
+    k = make_bfs_kernels(read_gids)
+    ptx, _ = cuda.compile_ptx(k.top_down.py_func,
+                              (typeof(h), i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64),
+                              cc=(9, 0))
+    assert "match.any.sync" in ptx and "atom.global.cas.b64" in ptx
+    print("PTX_OK")
+''')
+
+
+def test_kernels_compile_for_a_gpu():
+    """The traversal kernels, specialised for both readers, compile to PTX (no GPU needed)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    proc = subprocess.run([sys.executable, "-c", _PTX], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
+        pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
+    assert "PTX_OK" in proc.stdout, proc.stderr[-3000:]

@@ -1,0 +1,371 @@
+"""The ``gids bfs`` and ``gids cc`` commands: GPU graph traversal through each data path.
+
+``gids/cli.py`` registers them with :func:`add_bfs_arguments`; ``python -m workloads.graph.cli``
+runs them on their own. Progress goes to stderr; stdout gets one table, with TEPS (BFS) or
+edges/s (CC) per data path and cache size; ``--json OUT`` writes every search.
+
+Examples::
+
+    gids bfs --scale 20 --roots 64 --data-path gids,memory --cache-fractions 1,0.5,0.25,0.1
+    gids cc --graph twitter.csr --data-path gids --cache-fractions 0.1 --json cc.json
+"""
+from __future__ import annotations
+
+import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda loads)
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+from .bfs import connected_components_reference, sample_bfs_roots
+from .csr_file import GraphFormatError, open_csr
+from .gpu_bfs import DIRECTIONS, ReferenceMismatchError, validate_bfs_result
+from .gpu_cc import ComponentsMismatchError, validate_cc_result
+from .gpu_graph import DATA_PATHS, open_device_graph
+from .kronecker import generate_kronecker_csr
+from .validate import BFSValidationError, teps_statistics
+
+#: Searches per run by default: Graph500's 64 on a GPU; the simulator is ~1e5 times slower.
+DEFAULT_ROOTS = 4 if gids.SIMULATOR else 64
+
+
+def _progress_bar(label: str, width: int = 30):
+    """A ``progress(done, total)`` callback drawing one line on stderr (ended once, at 100 %)."""
+    finished = False
+
+    def progress(done: int, total: int) -> None:
+        nonlocal finished
+        if finished:
+            return
+        frac = done / total if total else 1.0
+        sys.stderr.write(f"\r{label} [{'#' * int(width * frac):<{width}}] {frac:6.1%}")
+        if done >= total:
+            sys.stderr.write("\n")
+            finished = True
+        sys.stderr.flush()
+
+    return progress
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _names(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in DATA_PATHS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown data path(s) {unknown or text!r}; known: "
+                                         f"{', '.join(DATA_PATHS)}")
+    return names
+
+
+def _fractions(text: str) -> list[float]:
+    try:
+        values = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+    if not values or any(not 0 < v <= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"cache fractions must lie in (0, 1]: {text!r}")
+    return values
+
+
+def add_bfs_arguments(subparsers) -> None:
+    """Register the ``bfs`` and ``cc`` subcommands on an ``argparse`` subparsers object.
+
+    Each sets ``func`` (``args.func(args)`` runs it and returns the exit status: 0, or 1 if a
+    result failed validation).
+
+    Parameters
+    ----------
+    subparsers
+        What ``ArgumentParser.add_subparsers()`` returned.
+    """
+    for name in ("bfs", "cc"):
+        if name == "bfs":
+            p = subparsers.add_parser(
+                "bfs", help="Graph500 BFS on the GPU through each data path (gids, memory); TEPS",
+                description="Breadth-first searches from sampled roots, each validated by "
+                            "Graph500's five rules; TEPS per data path and cache size.")
+        else:
+            p = subparsers.add_parser(
+                "cc", help="connected components on the GPU through each data path; edges/s",
+                description="Connected components (union-find hooking + pointer jumping), "
+                            "checked against a CPU reference; time per data path and cache size.")
+        graph = p.add_mutually_exclusive_group(required=True)
+        graph.add_argument("--scale", type=int, help="generate a Graph500 Kronecker graph of "
+                                                     "2**SCALE vertices")
+        graph.add_argument("--graph", metavar="PATH", help="a CSR graph file (docs/formats.md)")
+        p.add_argument("--edgefactor", type=int, default=16, help="with --scale (default 16)")
+        p.add_argument("--seed", type=int, default=0, help="generator and root seed (default 0)")
+        p.add_argument("--save-graph", metavar="PATH",
+                       help="with --scale: write the graph here and keep it (default: a "
+                            "temporary file)")
+        p.add_argument("--dir", default=None, help="with --scale: where the temporary graph goes")
+        p.add_argument("--verify", action="store_true",
+                       help="scan the whole graph file (checksum, ids, order) before running")
+        p.add_argument("--data-path", type=_names, default=["gids", "memory"], metavar="LIST",
+                       help=f"comma-separated, of {', '.join(DATA_PATHS)} (default gids,memory)")
+        p.add_argument("--cache-fractions", type=_fractions, default=[1.0, 0.5, 0.25, 0.1],
+                       metavar="LIST", help="cache sizes over the neighbours array, for data "
+                                            "paths with a cache (default 1,0.5,0.25,0.1)")
+        p.add_argument("--page-size", type=int, default=0,
+                       help="gids page size (default 512 in the simulator, else 4096)")
+        p.add_argument("--storage", choices=["file", "mmap", "memory"], default="file",
+                       help="how the gids daemon reads the file (default file: pread)")
+        p.add_argument("--warm-cache", action="store_true",
+                       help="keep cached pages between searches (default: each starts cold)")
+        p.add_argument("--json", metavar="OUT", help="write every result to this JSON file")
+        if name == "bfs":
+            where = " in the simulator; 64 on a GPU" if gids.SIMULATOR else ", as Graph500"
+            p.add_argument("--roots", type=int, default=DEFAULT_ROOTS,
+                           help=f"searches per data path and cache size (default "
+                                f"{DEFAULT_ROOTS}{where})")
+            p.add_argument("--direction", choices=DIRECTIONS, default="top-down",
+                           help="top-down every level (BaM), or auto: bottom-up steps while the "
+                                "frontier is large (Beamer)")
+            p.add_argument("--validate", choices=["rules", "scipy", "none"], default="rules",
+                           help="Graph500's five rules (default), also compare levels with "
+                                "scipy (loads the graph in RAM), or none")
+            p.set_defaults(func=cmd_bfs)
+        else:
+            p.add_argument("--validate", choices=["reference", "scipy", "none"],
+                           default="reference",
+                           help="compare labels with the chunked CPU reference (default), with "
+                                "scipy (loads the graph in RAM), or none")
+            p.set_defaults(func=cmd_cc)
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _open_graph(args, tmp: str):
+    """The graph to run on: a file given, or one generated now."""
+    if args.graph:
+        return open_csr(args.graph, verify=args.verify)
+    path = args.save_graph or os.path.join(tmp, f"kronecker-{args.scale}.csr")
+    _say(f"generating a Graph500 Kronecker graph, scale {args.scale}, edge factor "
+         f"{args.edgefactor}, seed {args.seed} -> {path}")
+    generate_kronecker_csr(path, args.scale, args.edgefactor, seed=args.seed,
+                           progress=_progress_bar("generating"))
+    return open_csr(path, verify=args.verify)
+
+
+def _graph_info(graph) -> dict:
+    h = graph.header
+    return {"path": graph.path, "n_vertices": graph.n_vertices, "n_entries": graph.n_edges,
+            "n_input_edges": int(h.n_input_edges), "neighbour_bytes":
+            int(graph.n_edges * h.neighbour_dtype.itemsize), "metadata": h.metadata}
+
+
+def _runs(args):
+    """``(data_path, options)`` for every data path and, where it has a cache, every size."""
+    page_size = args.page_size or (512 if gids.SIMULATOR else 4096)
+    for name in args.data_path:
+        if DATA_PATHS[name].cached:
+            for fraction in args.cache_fractions:
+                options = {"cache_fraction": fraction, "page_size": page_size}
+                if name == "gids":
+                    options["storage"] = args.storage
+                yield name, options
+        else:
+            yield name, {}
+
+
+def _world() -> str:
+    return ("CUDA simulator: times are simulator figures (Python threads), not GPU ones"
+            if gids.SIMULATOR else "GPU")
+
+
+def _fmt_rate(x) -> str:
+    return "-" if x is None or not np.isfinite(x) else f"{x:.3g}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w)   # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _cache_cells(dg) -> tuple[str, str]:
+    src = dg.source
+    if src.cache_fraction is None:
+        return "-", "-"
+    return f"{src.cache_fraction:.0%}", str(getattr(src, "cache_pages", "-"))
+
+
+def _write_json(path: str, report: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+    _say(f"wrote {path}")
+
+
+# ---------------------------------------------------------------------------------- bfs
+def _bfs_run(args, graph, roots, name: str, options: dict) -> tuple[dict, list[str], int]:
+    """All searches of one data path and cache size: its JSON record, table row, failures."""
+    failed = 0
+    searches = []
+    with open_device_graph(graph, name, cold_cache=not args.warm_cache, **options) as dg:
+        label = dg.source.label
+        cache_pct, pages = _cache_cells(dg)
+        for i, root in enumerate(roots.tolist()):
+            r = dg.bfs(root, direction=args.direction)
+            valid = None
+            if args.validate != "none":
+                try:
+                    validate_bfs_result(graph, r, against_scipy=args.validate == "scipy")
+                    valid = True
+                except (BFSValidationError, ReferenceMismatchError) as exc:
+                    valid = False
+                    failed += 1
+                    _say(f"  INVALID: {exc}")
+            _say(f"bfs {label}: root {i + 1}/{roots.size} ({root}): {r.seconds:.4f} s, "
+                 f"{r.traversed_edges:,} edges, {r.teps:.3g} TEPS, depth {r.depth} [{r.steps}]"
+                 f"{'' if valid is None else ' valid' if valid else ' INVALID'}")
+            searches.append({"root": root, "seconds": r.seconds,
+                             "traversed_edges": r.traversed_edges, "teps": r.teps,
+                             "depth": r.depth, "steps": r.steps, "valid": valid, "stats": r.stats})
+    edges = [s["traversed_edges"] for s in searches]
+    times = [s["seconds"] for s in searches]
+    teps = (dataclasses.asdict(teps_statistics(edges, times)) if all(e > 0 for e in edges)
+            else None)
+    ios = [s["stats"]["ios"] for s in searches if s["stats"] and "ios" in s["stats"]]
+    hits = [s["stats"]["hit_rate"] for s in searches if s["stats"] and "hit_rate" in s["stats"]]
+    record = {"data_path": name, "label": label, "options": dict(options), "teps": teps,
+              "searches": searches}
+    rate = lambda key: _fmt_rate(teps[key] if teps else None)   # noqa: E731
+    row = [name, cache_pct, pages, str(len(searches)), rate("harmonic_mean_TEPS"),
+           rate("min_TEPS"), rate("median_TEPS"), rate("max_TEPS"), f"{np.mean(times):.4f}",
+           f"{np.mean(ios):,.0f}" if ios else "-", f"{np.mean(hits):.1%}" if hits else "-",
+           "-" if args.validate == "none" else f"{sum(bool(s['valid']) for s in searches)}/"
+                                                f"{len(searches)}"]
+    return record, row, failed
+
+
+def cmd_bfs(args) -> int:
+    """Run ``gids bfs``; returns the exit status (0, 1 if a search was invalid, 2 on error)."""
+    if gids.SIMULATOR:
+        sys.setswitchinterval(1e-4)   # host <-> simulated-kernel handshakes go faster
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        try:
+            graph = _open_graph(args, tmp)
+            roots = sample_bfs_roots(graph, args.roots, seed=args.seed)
+            if roots.size == 0:
+                _say("gids bfs: no vertex has an edge other than a self loop: nothing to search")
+                return 2
+            report = {"command": "bfs", "world": _world(), "simulator": gids.SIMULATOR,
+                      "graph": _graph_info(graph),
+                      "config": {"roots": roots.tolist(), "direction": args.direction,
+                                 "validate": args.validate, "warm_cache": args.warm_cache},
+                      "runs": []}
+            rows, failed = [], 0
+            for name, options in _runs(args):
+                record, row, bad = _bfs_run(args, graph, roots, name, options)
+                report["runs"].append(record)
+                rows.append(row)
+                failed += bad
+        except (GraphFormatError, gids.GidsError, OSError) as exc:
+            _say(f"gids bfs: {exc}")
+            return 2
+    info = report["graph"]
+    print(f"gids bfs on {_world()}")
+    print(f"graph: {info['n_vertices']:,} vertices, {info['n_input_edges']:,} input edges, "
+          f"{info['n_entries']:,} entries ({info['neighbour_bytes']:,} bytes of neighbours); "
+          f"{roots.size} roots, {args.direction}, cache {'warm' if args.warm_cache else 'cold'} "
+          "at each search")
+    print(_table(["data path", "cache", "pages", "searches", "hmean TEPS", "min TEPS",
+                  "median TEPS", "max TEPS", "mean s", "I/Os/search", "hit rate", "valid"], rows))
+    if args.json:
+        _write_json(args.json, report)
+    if failed:
+        print(f"FAILED: {failed} search(es) broke a validation rule")
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------------------------- cc
+def _cc_run(args, graph, expected, name: str, options: dict) -> tuple[dict, list[str], bool]:
+    """Components through one data path and cache size: JSON record, table row, validity."""
+    with open_device_graph(graph, name, cold_cache=not args.warm_cache, **options) as dg:
+        r = dg.connected_components()
+        cache_pct, pages = _cache_cells(dg)
+    valid = None
+    if args.validate == "reference":
+        valid = bool(np.array_equal(r.labels, expected))
+        if not valid:
+            _say(f"  INVALID: labels differ from the CPU reference at "
+                 f"{int(np.count_nonzero(r.labels != expected)):,} vertices")
+    elif args.validate == "scipy":
+        try:
+            validate_cc_result(graph, r)
+            valid = True
+        except ComponentsMismatchError as exc:
+            valid = False
+            _say(f"  INVALID: {exc}")
+    verdict = "" if valid is None else " valid" if valid else " INVALID"
+    _say(f"cc {r.data_path}: {r.seconds:.4f} s, {r.n_components:,} components, "
+         f"{r.edges_per_second:.3g} edges/s{verdict}")
+    record = {"data_path": name, "label": r.data_path, "options": dict(options),
+              "seconds": r.seconds, "n_components": r.n_components,
+              "edges_per_second": r.edges_per_second, "valid": valid, "stats": r.stats}
+    s = r.stats or {}
+    row = [name, cache_pct, pages, f"{r.seconds:.4f}", _fmt_rate(r.edges_per_second),
+           f"{r.n_components:,}", f"{s['ios']:,}" if "ios" in s else "-",
+           f"{s['hit_rate']:.1%}" if "hit_rate" in s else "-",
+           "-" if valid is None else "yes" if valid else "NO"]
+    return record, row, valid
+
+
+def cmd_cc(args) -> int:
+    """Run ``gids cc``; returns the exit status (0, 1 if a result was wrong, 2 on error)."""
+    if gids.SIMULATOR:
+        sys.setswitchinterval(1e-4)
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        try:
+            graph = _open_graph(args, tmp)
+            expected = None
+            if args.validate == "reference":
+                _say("computing the CPU reference components")
+                expected = connected_components_reference(graph)
+            report = {"command": "cc", "world": _world(), "simulator": gids.SIMULATOR,
+                      "graph": _graph_info(graph),
+                      "config": {"validate": args.validate, "warm_cache": args.warm_cache},
+                      "runs": []}
+            rows, failed = [], 0
+            for name, options in _runs(args):
+                record, row, valid = _cc_run(args, graph, expected, name, options)
+                report["runs"].append(record)
+                rows.append(row)
+                failed += valid is False
+        except (GraphFormatError, gids.GidsError, OSError) as exc:
+            _say(f"gids cc: {exc}")
+            return 2
+    info = report["graph"]
+    print(f"gids cc on {_world()}")
+    print(f"graph: {info['n_vertices']:,} vertices, {info['n_input_edges']:,} input edges, "
+          f"{info['n_entries']:,} entries ({info['neighbour_bytes']:,} bytes of neighbours)")
+    print(_table(["data path", "cache", "pages", "seconds", "edges/s", "components", "I/Os",
+                  "hit rate", "valid"], rows))
+    if args.json:
+        _write_json(args.json, report)
+    if failed:
+        print(f"FAILED: {failed} run(s) disagree with the reference")
+        return 1
+    return 0
+
+
+def main(argv=None) -> int:
+    """``python -m workloads.graph.cli {bfs,cc} ...`` (the same as ``gids bfs`` / ``gids cc``)."""
+    parser = argparse.ArgumentParser(prog="gids", description="GPU graph traversal through gids")
+    add_bfs_arguments(parser.add_subparsers(dest="cmd", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

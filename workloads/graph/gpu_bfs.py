@@ -1,0 +1,409 @@
+"""Level-synchronous breadth-first search on the GPU, one traversal for every data path.
+
+Each level is one kernel launch. Top-down: a warp takes a frontier vertex ``v``, its lanes read
+``v``'s neighbours (``read_neighbour(arg, offsets[v] + k)``, ``WARP_SIZE`` consecutive entries at
+a time, so a warp's reads fall on one or two pages and gids coalesces them into one lookup) and
+claim every unvisited neighbour with a compare-and-swap on ``parents``; winners set the level and
+append the vertex to the next frontier (an atomic counter in device memory). Bottom-up (used by
+``direction="auto"`` when the frontier is large, Beamer's direction optimisation): a warp takes an
+unvisited vertex and scans its list until some lane finds a neighbour in the frontier.
+
+The warp loops are warp-uniform (every lane runs the same iterations; lanes past the end of a
+list re-read the list's last entry and ignore it), so they are correct with 32-lane warps on a
+GPU, with the simulator's warps of one, and with its emulated 32-lane warps, where every lane of
+a warp must reach each ``gids.read`` together.
+
+Kernels are made per reader by :func:`make_bfs_kernels`; :func:`bfs` runs a search on a
+:class:`~.gpu_graph.DeviceGraph`, :func:`run_bfs` opens a graph file, searches and closes.
+"""
+from __future__ import annotations
+
+import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda loads)
+
+import functools
+import os
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+from numba import cuda
+
+from kernels.platform import WARP_SIZE
+from kernels.queue import lowest_lane
+from kernels.sync import atomic_add, atomic_cas
+from kernels.warp import ballot_sync, lanemask_lt, laneid, popc, shfl_sync
+
+from .bfs import UNREACHED
+from .csr_file import CSRGraph
+from .gpu_graph import (FULL_MASK, LANE_BITS, Access, DeviceGraph, data_path_options,
+                        launch_geometry, open_device_graph, report_bad_entry)
+from .validate import scipy_bfs, traversed_edges, validate_bfs_tree
+
+#: ``counters`` layout (int64[2], device memory): vertices found this level, and the sum of their
+#: degrees (the next frontier's edges, for the direction heuristic).
+FOUND, FOUND_EDGES = 0, 1
+
+#: Beamer et al.'s thresholds (the GAP benchmark's defaults): go bottom-up when the frontier's
+#: edges exceed ``1/ALPHA`` of the unexplored edges; back top-down when the frontier holds fewer
+#: than ``1/BETA`` of the vertices and is shrinking.
+ALPHA = 15
+BETA = 18
+
+DIRECTIONS = ("top-down", "auto")
+
+
+class BFSKernels(NamedTuple):
+    """The reader-specific kernels of a BFS (see :func:`make_bfs_kernels`)."""
+
+    top_down: object
+    bottom_up: object
+
+
+@functools.lru_cache(maxsize=None)
+def make_bfs_kernels(read_neighbour) -> BFSKernels:
+    """BFS kernels specialised for one data path's reader.
+
+    Parameters
+    ----------
+    read_neighbour : numba.cuda device function
+        ``read_neighbour(arg, k)``: entry ``k`` of the neighbours array (see
+        :mod:`.gpu_graph`). Each distinct reader gets its own compiled kernels (cached here).
+
+    Returns
+    -------
+    BFSKernels
+        ``top_down[grid](arg, offsets, frontier, n_frontier, next_frontier, counters, parents,
+        levels, depth, count_edges, bad)`` expands ``frontier[:n_frontier]`` (vertices at level
+        ``depth``), summing the new frontier's degrees only if ``count_edges``;
+        ``bottom_up[grid](arg, offsets, counters, parents, levels, depth, bad)`` gives every
+        unvisited vertex with a neighbour at level ``depth`` level ``depth + 1``.
+    """
+
+    @cuda.jit
+    def top_down(arg, offsets, frontier, n_frontier, next_frontier, counters, parents, levels,
+                 depth, count_edges, bad):
+        lane = laneid()
+        warp = cuda.grid(1) // WARP_SIZE
+        n_warps = cuda.gridsize(1) // WARP_SIZE
+        n = parents.size
+        for f in range(warp, n_frontier, n_warps):
+            v = frontier[f]
+            start = offsets[v]
+            end = offsets[v + 1]
+            for base in range(start, end, WARP_SIZE):
+                k = base + lane
+                valid = k < end
+                # Lanes past the end re-read the last entry: same page, no extra I/O, and the
+                # whole warp calls the reader together.
+                u = np.int64(read_neighbour(arg, k if valid else end - 1))
+                claimed = False
+                if valid:
+                    if u < 0 or u >= n:
+                        report_bad_entry(bad, k, u)
+                    # The plain load filters the common case (already visited) without an atomic.
+                    elif (parents[u] == UNREACHED
+                          and atomic_cas(parents, u, UNREACHED, v) == UNREACHED):
+                        levels[u] = depth + 1
+                        claimed = True
+                        if count_edges:
+                            atomic_add(counters, FOUND_EDGES, offsets[u + 1] - offsets[u])
+                # The warp's finds take consecutive queue slots: one atomic per warp, not per find.
+                won = ballot_sync(FULL_MASK, claimed) & LANE_BITS
+                if won != 0:
+                    first = lowest_lane(won)
+                    slot = np.int64(0)
+                    if lane == first:
+                        slot = atomic_add(counters, FOUND, popc(won))
+                    slot = shfl_sync(FULL_MASK, slot, first)
+                    if claimed:
+                        next_frontier[slot + popc(won & lanemask_lt())] = u
+
+    @cuda.jit
+    def bottom_up(arg, offsets, counters, parents, levels, depth, bad):
+        lane = laneid()
+        warp = cuda.grid(1) // WARP_SIZE
+        n_warps = cuda.gridsize(1) // WARP_SIZE
+        n = parents.size
+        for v in range(warp, n, n_warps):
+            # Only this warp writes levels[v] in this launch: the test is the same for all lanes.
+            if levels[v] != UNREACHED:
+                continue
+            start = offsets[v]
+            end = offsets[v + 1]
+            parent = np.int64(-1)
+            for base in range(start, end, WARP_SIZE):
+                k = base + lane
+                valid = k < end
+                u = np.int64(read_neighbour(arg, k if valid else end - 1))
+                in_frontier = False
+                if valid:
+                    if u < 0 or u >= n:
+                        report_bad_entry(bad, k, u)
+                    else:
+                        # Vertices found in this launch get depth + 1, never depth: no race.
+                        in_frontier = levels[u] == depth
+                hits = ballot_sync(FULL_MASK, in_frontier) & LANE_BITS
+                if hits != 0:
+                    parent = shfl_sync(FULL_MASK, u, lowest_lane(hits))
+                    break
+            if parent >= 0 and lane == 0:
+                parents[v] = parent
+                levels[v] = depth + 1
+                atomic_add(counters, FOUND, 1)
+                atomic_add(counters, FOUND_EDGES, end - start)
+
+    return BFSKernels(top_down, bottom_up)
+
+
+@cuda.jit
+def _start_search(parents, levels, frontier, root):
+    """Every vertex unvisited except the root (its own parent, level 0), the first frontier."""
+    for v in range(cuda.grid(1), parents.size, cuda.gridsize(1)):
+        parents[v] = root if v == root else UNREACHED
+        levels[v] = 0 if v == root else UNREACHED
+    if cuda.grid(1) == 0:
+        frontier[0] = root
+
+
+@cuda.jit
+def _collect_frontier(levels, depth, frontier, counters):
+    """The vertices at level ``depth`` as a queue (after bottom-up steps, to go top-down again)."""
+    for v in range(cuda.grid(1), levels.size, cuda.gridsize(1)):
+        if levels[v] == depth:
+            frontier[atomic_add(counters, FOUND, 1)] = v
+
+
+def _warm_up(dg: DeviceGraph, kernels: BFSKernels, counters) -> None:
+    """Compile every BFS kernel for this graph's argument types with launches that do nothing.
+
+    Numba compiles a kernel at its first launch (seconds for one that inlines ``gids.read``), so
+    the first search would otherwise time the compiler. Empty vertex arrays (the kernels loop over
+    their sizes) and an empty frontier give the same types as a search and no work.
+    """
+    none = cuda.device_array(0, dtype=np.int64)
+    one = dg.scratch("bfs-warm-up", 1, 1)[0]
+    _start_search[1, 1](none, none, one, 0)
+    _collect_frontier[1, 1](none, 0, one, counters)
+    kernels.top_down[1, WARP_SIZE](dg.source.arg, dg.offsets, one, 0, one, counters, none, none,
+                                   0, False, dg.bad)
+    kernels.bottom_up[1, WARP_SIZE](dg.source.arg, dg.offsets, counters, none, none, 0, dg.bad)
+    cuda.synchronize()
+
+
+@dataclass
+class BFSResult:
+    """One search.
+
+    Attributes
+    ----------
+    root : int
+    parents, levels : numpy.ndarray
+        int64, Graph500's convention: ``parents[root] == root``, -1 where unreached.
+    seconds : float
+        From the first launch to the end of the last level (kernels, the per-level count read
+        back and error checks); not the copy of parents and levels to the host, nor setup.
+    traversed_edges : int
+        Graph500's m: input edges in the component searched (:func:`~.validate.traversed_edges`).
+    depth : int
+        Highest level reached.
+    steps : str
+        One letter per level: ``T`` top-down, ``B`` bottom-up.
+    data_path : str
+        The source's label.
+    stats : dict or None
+        The data path's counters for this search (gids: lookups, hits, I/Os, evictions ...).
+    """
+
+    root: int
+    parents: np.ndarray
+    levels: np.ndarray
+    seconds: float
+    traversed_edges: int
+    depth: int
+    steps: str
+    data_path: str
+    stats: dict | None = field(default=None)
+
+    @property
+    def teps(self) -> float:
+        """Traversed edges per second (0 for a search that traversed none)."""
+        return self.traversed_edges / self.seconds if self.traversed_edges else 0.0
+
+
+def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
+        alpha: float = ALPHA, beta: float = BETA) -> BFSResult:
+    """Breadth-first search from ``root`` on the GPU.
+
+    Parameters
+    ----------
+    device_graph : DeviceGraph
+        From :func:`~.gpu_graph.open_device_graph`.
+    root : int
+    direction : {"top-down", "auto"}
+        ``"top-down"`` expands the frontier every level (what BaM runs). ``"auto"`` switches to
+        bottom-up steps while the frontier is large (Beamer's heuristic with ``alpha``, ``beta``),
+        which reads fewer neighbours in the middle levels of a small-world graph.
+    alpha, beta : float
+        Thresholds of the heuristic (see :data:`ALPHA`, :data:`BETA`).
+
+    Returns
+    -------
+    BFSResult
+
+    Raises
+    ------
+    ValueError
+        ``root`` is not a vertex, or an unknown ``direction``.
+    GraphFormatError
+        A neighbour id out of range (a corrupt neighbours section).
+    gids.GidsError
+        An error of the gids data path (I/O error, timeout).
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    dg = device_graph
+    graph, source = dg.graph, dg.source
+    n = graph.n_vertices
+    root = int(root)
+    if not 0 <= root < n:
+        raise ValueError(f"root {root} is not a vertex (0..{n - 1})")
+    kernels = make_bfs_kernels(source.reader)
+    # Kept on the DeviceGraph between searches: four arrays of n, allocated once, not per root.
+    parents, levels, frontier, next_frontier = dg.scratch("bfs", 4, n)
+    counters = dg.scratch("bfs-counters", 1, 2)[0]
+    zeros = np.zeros(2, dtype=np.int64)
+    host_offsets = graph.offsets
+    if dg.first_use(("bfs", source.reader)):
+        _warm_up(dg, kernels, counters)
+    dg.reset_bad()
+    source.begin_search(cold=dg.cold_cache)
+
+    start = time.perf_counter()
+    _start_search[launch_geometry(n // WARP_SIZE)](parents, levels, frontier, root)
+    n_frontier = 1
+    frontier_edges = int(host_offsets[root + 1] - host_offsets[root])
+    unexplored_edges = graph.n_edges - frontier_edges
+    depth = 0
+    steps = []
+    bottom_up = False
+    growing = True
+    queue_ready = True      # frontier[:n_frontier] is the current level (not after bottom-up)
+    while n_frontier > 0:
+        if direction == "auto":
+            if not bottom_up and frontier_edges > unexplored_edges / alpha:
+                bottom_up = True
+            elif bottom_up and n_frontier < n / beta and not growing:
+                bottom_up = False
+        counters.copy_to_device(zeros)
+        if bottom_up:
+            source.before_launch(Access("unvisited", levels=levels))
+            kernels.bottom_up[launch_geometry(n)](source.arg, dg.offsets, counters, parents,
+                                                  levels, depth, dg.bad)
+        else:
+            if not queue_ready:
+                _collect_frontier[launch_geometry(n // WARP_SIZE)](levels, depth, frontier,
+                                                                   counters)
+                counters.copy_to_device(zeros)
+            source.before_launch(Access("frontier", vertices=frontier, count=n_frontier))
+            kernels.top_down[launch_geometry(n_frontier)](
+                source.arg, dg.offsets, frontier, n_frontier, next_frontier, counters, parents,
+                levels, depth, direction == "auto", dg.bad)
+        dg.check()
+        found, frontier_edges = (int(x) for x in counters.copy_to_host())
+        steps.append("B" if bottom_up else "T")
+        if not bottom_up:
+            frontier, next_frontier = next_frontier, frontier
+        queue_ready = not bottom_up
+        unexplored_edges -= frontier_edges
+        growing = found > n_frontier
+        n_frontier = found
+        depth += 1
+    seconds = time.perf_counter() - start
+
+    stats = source.end_search()
+    parents_h = parents.copy_to_host()
+    levels_h = levels.copy_to_host()
+    return BFSResult(root=root, parents=parents_h, levels=levels_h, seconds=seconds,
+                     traversed_edges=traversed_edges(graph, levels_h), depth=depth - 1,
+                     steps="".join(steps), data_path=source.label, stats=stats)
+
+
+class ReferenceMismatchError(AssertionError):
+    """A BFS's levels differ from scipy's (raised by :func:`validate_bfs_result`)."""
+
+
+def validate_bfs_result(graph: CSRGraph, result: BFSResult, *, against_scipy: bool = False
+                        ) -> None:
+    """Check a search by Graph500's five rules and, optionally, against scipy's levels.
+
+    Parameters
+    ----------
+    graph : CSRGraph
+    result : BFSResult
+    against_scipy : bool
+        Also compare the levels with ``scipy.sparse.csgraph.breadth_first_order``'s (loads the
+        graph into memory: for tests and modest graphs). The five rules already pin the levels
+        to the true distances; this is an independent second opinion.
+
+    Raises
+    ------
+    BFSValidationError
+        A rule is broken (with ``.rule`` and ``.vertex``).
+    ReferenceMismatchError
+        The levels differ from scipy's.
+    """
+    validate_bfs_tree(graph, result.root, result.parents, result.levels)
+    if against_scipy:
+        _, expected = scipy_bfs(graph, result.root)
+        differ = np.flatnonzero(expected != result.levels)
+        if differ.size:
+            v = int(differ[0])
+            raise ReferenceMismatchError(
+                f"BFS from {result.root}: vertex {v} at level {int(result.levels[v])}, scipy "
+                f"says {int(expected[v])} ({differ.size} vertices differ)")
+
+
+def run_bfs(graph_path: str | os.PathLike | CSRGraph, root: int, runtime=None,
+            data_path: str = "gids", cache_fraction: float | None = None, *,
+            direction: str = "top-down", validate: bool = False, page_size: int | None = None,
+            storage: str = "file") -> BFSResult:
+    """Open a graph, run one GPU BFS from ``root`` through a data path, close.
+
+    Parameters
+    ----------
+    graph_path : str, os.PathLike or CSRGraph
+        A CSR graph file (``docs/formats.md``), or a graph opened with ``open_csr``.
+    root : int
+    runtime : gids.Runtime, optional
+        For ``data_path="gids"``: read through this Runtime (its cache size); it stays open.
+    data_path : str
+        ``"gids"`` (through the page cache), ``"memory"`` (all in GPU memory), or another
+        registered path (:func:`~.gpu_graph.register_data_path`).
+    cache_fraction : float, optional
+        For ``"gids"`` without ``runtime``: cache size over the neighbours array (default 1).
+    direction : {"top-down", "auto"}
+    validate : bool
+        Check the result by Graph500's five rules (raises ``BFSValidationError``).
+    page_size : int, optional
+        For ``"gids"`` without ``runtime``.
+    storage : {"file", "mmap", "memory"}
+        For ``"gids"``: how the daemon reads the file.
+
+    Returns
+    -------
+    BFSResult
+        ``parents``, ``levels``, ``seconds``, ``traversed_edges`` (and ``teps``).
+
+    Raises
+    ------
+    GraphFormatError
+        The file is truncated or corrupt.
+    """
+    options = data_path_options(data_path, runtime, cache_fraction, page_size, storage)
+    with open_device_graph(graph_path, data_path, **options) as dg:
+        result = bfs(dg, root, direction=direction)
+    if validate:
+        validate_bfs_result(dg.graph, result)
+    return result
+

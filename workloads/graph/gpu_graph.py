@@ -1,0 +1,520 @@
+"""A CSR graph on the GPU: offsets in device memory, neighbour lists behind a *data path*.
+
+The traversal kernels (:mod:`.gpu_bfs`, :mod:`.gpu_cc`) never touch the neighbours array
+directly. Each per-edge read is one call ``read_neighbour(arg, k)``, entry ``k`` of the CSR
+neighbours array, where ``read_neighbour`` is a small ``@cuda.jit(device=True)`` function chosen
+per data path and ``arg`` is whatever that function needs (a gids array handle, a device array).
+The kernel factories (:func:`~.gpu_bfs.make_bfs_kernels`, :func:`~.gpu_cc.make_cc_kernels`) close
+over the reader, and Numba compiles one specialisation per reader, so every data path runs the
+same traversal code and differs only in that one load.
+
+Data paths built in:
+
+``"gids"``
+    The neighbours section of the graph file opened as a gids ``StorageArray``; entries are read
+    with ``gids.read`` through the GPU page cache, misses served by the host daemon (the BaM
+    model). ``offsets`` stay in device memory, as in BaM.
+``"memory"``
+    The whole neighbours array copied to device memory: the "everything fits on the GPU" ceiling.
+
+Hooks for other data paths (zero-copy pinned host memory, a CPU-initiated batch path): subclass
+:class:`NeighbourSource` (or use :class:`DeviceArraySource` with any kernel-addressable array,
+e.g. a mapped pinned array for zero-copy) and register an opener with
+:func:`register_data_path`. A path that must stage data before each launch (a CPU-initiated
+batch path) overrides :meth:`NeighbourSource.before_launch`, which is told which adjacency lists
+the next launch reads (an :class:`Access`); its reader then resolves ``k`` in what it staged.
+"""
+from __future__ import annotations
+
+import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda loads)
+
+import inspect
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+from numba import cuda
+
+from kernels.access import read as gids_read
+from kernels.platform import SIMULATOR, WARP_SIZE
+from kernels.sync import atomic_cas
+
+from .csr_file import CSRGraph, GraphFormatError, open_csr
+
+#: Threads per block. The simulator runs one Python thread per CUDA thread and one block at a
+#: time: a few small blocks keep it fast while still interleaving threads.
+THREADS_PER_BLOCK = 32 if SIMULATOR else 256
+#: Most blocks per launch; the kernels are grid-stride, so any grid is correct.
+MAX_BLOCKS = 2 if SIMULATOR else 8192
+
+#: Every lane of a warp: the loops below are warp-uniform, so the whole warp reaches each
+#: collective (named explicitly rather than ``activemask()``, which need not be the whole warp
+#: on a GPU with independent thread scheduling, even where every lane will arrive).
+FULL_MASK = (1 << WARP_SIZE) - 1
+#: numba-cuda types ``ballot_sync`` as int32: a ballot with lane 31 is negative, and Numba's
+#: integer promotion would sign-extend it into bits 32-63. Masking makes it a plain bit set.
+LANE_BITS = 0xFFFFFFFF
+
+
+# ---------------------------------------------------------------------------------- readers
+@cuda.jit(device=True)
+def read_device_array(neighbours, k):
+    """Entry ``k`` of a neighbours array the kernel addresses directly.
+
+    The reader of the ``"memory"`` path (a device array), and of any path whose data a kernel
+    can load with a plain index: a mapped (zero-copy) pinned host array works unchanged.
+    """
+    return neighbours[k]
+
+
+#: The reader of the ``"gids"`` path: ``gids.read(handle, k)``, through the GPU page cache.
+read_gids = gids_read
+
+
+# ---------------------------------------------------------------------------------- geometry
+def launch_geometry(n_warps: int) -> tuple[int, int]:
+    """``(blocks, threads)`` for a grid-stride kernel with ``n_warps`` warps' worth of work.
+
+    Every kernel here gives one warp a vertex (a warp is one thread in the simulator unless it
+    emulates 32-lane warps), so the grid is sized in warps and always whole warps: the warp-
+    cooperative loops need every lane of a warp present.
+    """
+    n_warps = max(1, int(n_warps))
+    if SIMULATOR and WARP_SIZE == 1:
+        # Python threads are expensive: no more than the work needs.
+        threads = min(THREADS_PER_BLOCK, n_warps)
+    else:
+        threads = THREADS_PER_BLOCK
+    warps_per_block = threads // WARP_SIZE
+    return max(1, min(MAX_BLOCKS, math.ceil(n_warps / warps_per_block))), threads
+
+
+# ---------------------------------------------------------------------------------- corrupt ids
+#: ``bad`` record layout (int64[2], device memory): first bad entry index (-1: none), its value.
+BAD_ENTRY, BAD_VALUE = 0, 1
+
+
+@cuda.jit(device=True)
+def report_bad_entry(bad, k, value):
+    """Record a neighbour id outside ``0 .. n-1`` (the first one wins); the kernel skips it.
+
+    A corrupt neighbours section must not make a kernel write outside its arrays (on a GPU
+    that corrupts memory silently): the id is checked before it indexes anything, and the host
+    raises :class:`GraphFormatError` after the launch.
+    """
+    if atomic_cas(bad, BAD_ENTRY, -1, k) == -1:
+        bad[BAD_VALUE] = value
+
+
+# ---------------------------------------------------------------------------------- data paths
+@dataclass(frozen=True)
+class Access:
+    """Which adjacency lists the next launch reads (told to :meth:`NeighbourSource.before_launch`).
+
+    Attributes
+    ----------
+    kind : {"frontier", "unvisited", "all"}
+        ``"frontier"``: the lists of ``vertices[:count]`` (top-down BFS);
+        ``"unvisited"``: the lists of vertices whose ``levels`` entry is -1, each possibly only a
+        prefix (bottom-up BFS stops at the first parent found); ``"all"``: every list, possibly
+        only the prefix of entries below the vertex itself when lists are sorted (connected
+        components).
+    vertices : device array, optional
+        int64 vertex ids (``"frontier"``).
+    count : int
+        Vertices in ``vertices`` (``"frontier"``).
+    levels : device array, optional
+        int64 BFS levels, -1 where unvisited (``"unvisited"``).
+    """
+
+    kind: str
+    vertices: Any = None
+    count: int = 0
+    levels: Any = None
+
+
+class NeighbourSource:
+    """The neighbours array of one graph, made readable by kernels through one data path.
+
+    Attributes
+    ----------
+    name : str
+        The data path (``"gids"``, ``"memory"``, ...).
+    label : str
+        What tables print, e.g. ``"gids, cache 25% (13 pages of 512 B)"``.
+    reader : numba.cuda device function
+        ``reader(arg, k)`` returns neighbours entry ``k`` (any integer type). Set it on the
+        instance, not the class: a dispatcher read through an instance from a class attribute
+        binds like a method.
+    arg : object
+        Passed to kernels as the reader's first argument; read before every launch, so a path may
+        replace it.
+    cache_fraction : float or None
+        Cache size over the neighbours array's size, for paths with a cache.
+
+    Notes
+    -----
+    A search calls :meth:`begin_search`, then for each launch :meth:`before_launch` and, after
+    it, :meth:`check`; then :meth:`end_search`. :meth:`close` releases what the source made.
+    """
+
+    name = "?"
+    label = "?"
+    reader = None
+    arg = None
+    cache_fraction = None
+
+    def begin_search(self, cold: bool = True) -> None:
+        """Before a timed search; ``cold`` asks for an empty cache (for paths that have one)."""
+
+    def before_launch(self, access: Access) -> None:
+        """Before each kernel launch: the hook for paths that stage data ahead of the kernel."""
+
+    def check(self) -> None:
+        """After a launch: wait for it and raise any error the data path recorded."""
+        cuda.synchronize()
+
+    def end_search(self) -> dict | None:
+        """After a search: the data path's counters for it (``None`` if it keeps none)."""
+        return None
+
+    def close(self) -> None:
+        """Release what the source allocated or opened."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class DeviceArraySource(NeighbourSource):
+    """Neighbours in an array kernels index directly: device memory, or mapped pinned memory.
+
+    Parameters
+    ----------
+    array : device array
+        The neighbours (at least one element: an edgeless graph gets a one-element dummy).
+    name : str
+        Data path name.
+    label : str, optional
+        Table label; default ``name``.
+    """
+
+    def __init__(self, array, name: str = "memory", label: str | None = None):
+        # An instance attribute: a Numba dispatcher is a descriptor (it binds as a method when
+        # read from a class attribute through an instance).
+        self.reader = read_device_array
+        self.arg = array
+        self.name = name
+        self.label = label or name
+
+
+class GidsSource(NeighbourSource):
+    """The neighbours section of the graph file, read through a gids Runtime's page cache.
+
+    Parameters
+    ----------
+    graph : CSRGraph
+        Opened from a file (:func:`~.csr_file.open_csr`).
+    runtime : gids.Runtime, optional
+        Use this Runtime (and its cache size); it stays open after :meth:`close`. Without one, a
+        Runtime is made with a cache of ``cache_fraction`` of the neighbours array and closed by
+        :meth:`close`.
+    cache_fraction : float, optional
+        Cache size as a fraction of the neighbours array's pages (rounded up, at least one warp's
+        pages). Default 1.0 (the whole array fits). Only without ``runtime``.
+    page_size : int, optional
+        For a Runtime made here; default ``gids.defaults``.
+    storage : {"file", "mmap", "memory"}
+        How the Runtime reads the file (``Runtime.open_array``'s ``storage``).
+    runtime_options : dict, optional
+        More keyword arguments for a Runtime made here (``daemon_threads``, ``queues``, ...).
+    """
+
+    name = "gids"
+
+    def __init__(self, graph: CSRGraph, *, runtime=None, cache_fraction: float | None = None,
+                 page_size: int | None = None, storage: str = "file",
+                 runtime_options: dict | None = None):
+        if runtime is not None and (cache_fraction is not None or page_size is not None
+                                    or runtime_options):
+            raise ValueError("give a runtime, or cache_fraction / page_size / runtime_options "
+                             "for one made here, not both")
+        path, byte_offset, n_items, dtype = graph.neighbour_section
+        self.reader = read_gids
+        self._own_runtime = runtime is None
+        if runtime is None:
+            fraction = 1.0 if cache_fraction is None else float(cache_fraction)
+            if not 0 < fraction <= 1:
+                raise ValueError(f"cache_fraction must be in (0, 1], got {fraction}")
+            page = gids.defaults.get("page_size") if page_size is None else int(page_size)
+            data_pages = max(1, math.ceil(n_items * dtype.itemsize / page))
+            pages = max(WARP_SIZE, math.ceil(fraction * data_pages))
+            runtime = gids.Runtime(cache_pages=pages, page_size=page, **(runtime_options or {}))
+        self.runtime = runtime
+        try:
+            self.array = runtime.open_array(path, dtype, shape=n_items, offset=byte_offset,
+                                            storage=storage)
+        except BaseException:
+            self.close()
+            raise
+        data_pages = self.array.n_pages
+        self.cache_pages = runtime.cache_slots
+        self.cache_fraction = self.cache_pages / data_pages
+        self.label = (f"gids, cache {self.cache_fraction:.0%} ({self.cache_pages} pages of "
+                      f"{runtime.page_size} B)")
+        # Taken after the array is open: opening another array may grow the page tables.
+        self.arg = self.array.handle
+
+    def begin_search(self, cold: bool = True) -> None:
+        if cold:
+            self.runtime.invalidate()
+        self.runtime.reset_stats()
+
+    def check(self) -> None:
+        # Waits for the kernel, raises StorageIOError / GidsTimeoutError / ... a thread recorded
+        # (a failed read returned 0, so the launch's result cannot be trusted).
+        self.runtime.sync()
+
+    def end_search(self) -> dict:
+        s = self.runtime.stats()
+        return {"lookups": s.lookups, "hits": s.hits, "misses": s.misses, "ios": s.ios,
+                "bytes_read": s.bytes_read, "evictions": s.evictions, "hit_rate": s.hit_rate}
+
+    def close(self) -> None:
+        if self._own_runtime and getattr(self, "runtime", None) is not None:
+            self.runtime.close()
+
+
+def _neighbours_or_dummy(graph: CSRGraph) -> np.ndarray:
+    if graph.n_edges == 0:
+        # Kernels never read an edgeless graph's neighbours, but they need an array to pass.
+        return np.zeros(1, dtype=np.asarray(graph.neighbours).dtype)
+    return np.ascontiguousarray(graph.neighbours)
+
+
+def open_memory_source(graph: CSRGraph) -> DeviceArraySource:
+    """The ``"memory"`` data path: the whole neighbours array in device memory."""
+    return DeviceArraySource(cuda.to_device(_neighbours_or_dummy(graph)), "memory",
+                             "memory (all in GPU memory)")
+
+
+def open_gids_source(graph: CSRGraph, *, runtime=None, cache_fraction: float | None = None,
+                     page_size: int | None = None, storage: str = "file",
+                     runtime_options: dict | None = None) -> NeighbourSource:
+    """The ``"gids"`` data path (parameters as :class:`GidsSource`)."""
+    if graph.n_edges == 0:
+        # A StorageArray needs one element at least, and no kernel reads an edgeless graph.
+        return DeviceArraySource(cuda.to_device(_neighbours_or_dummy(graph)), "gids",
+                                 "gids (edgeless graph: nothing to read)")
+    return GidsSource(graph, runtime=runtime, cache_fraction=cache_fraction, page_size=page_size,
+                      storage=storage, runtime_options=runtime_options)
+
+
+@dataclass(frozen=True)
+class DataPath:
+    """A registered data path: how to open it, and whether it has a cache to size."""
+
+    name: str
+    opener: Callable[..., NeighbourSource]
+    cached: bool = False
+
+
+#: Data path name -> :class:`DataPath`.
+DATA_PATHS: dict[str, DataPath] = {}
+
+
+def register_data_path(name: str, opener: Callable[..., NeighbourSource], *,
+                       cached: bool = False) -> None:
+    """Make a data path available to :func:`open_device_graph`, ``run_bfs`` and the CLI.
+
+    Parameters
+    ----------
+    name : str
+        E.g. ``"zero-copy"`` or ``"cpu-batch"``.
+    opener : callable
+        ``opener(graph, **options)`` returning a :class:`NeighbourSource`; ``options`` are those
+        the caller gave :func:`open_device_graph`.
+    cached : bool
+        The path takes ``cache_fraction`` (and ``page_size``): the CLI sweeps cache sizes for it,
+        and runs it once, with no options, otherwise.
+    """
+    DATA_PATHS[name] = DataPath(name, opener, cached)
+
+
+register_data_path("gids", open_gids_source, cached=True)
+register_data_path("memory", open_memory_source)
+
+
+def data_path_options(data_path: str, runtime=None, cache_fraction: float | None = None,
+                      page_size: int | None = None, storage: str | None = None) -> dict:
+    """The opener options of ``run_bfs`` / ``run_cc``'s arguments, for one data path.
+
+    ``runtime``, ``cache_fraction`` and ``page_size`` go to cached paths only (``gids``, or one
+    registered with ``cached=True``), ``storage`` to ``gids`` only; unset ones are left out.
+
+    Raises
+    ------
+    ValueError
+        Cache options for a path without a cache, or an unknown path.
+    """
+    if data_path not in DATA_PATHS:
+        raise ValueError(f"unknown data path {data_path!r}; known: {', '.join(DATA_PATHS)}")
+    cache = {"runtime": runtime, "cache_fraction": cache_fraction, "page_size": page_size}
+    options = {k: v for k, v in cache.items() if v is not None}
+    if options and not DATA_PATHS[data_path].cached:
+        raise ValueError(f"{', '.join(options)} apply to data paths with a cache (gids), not "
+                         f"{data_path!r}")
+    if data_path == "gids" and storage is not None:
+        options["storage"] = storage
+    return options
+
+
+# ---------------------------------------------------------------------------------- the graph
+class DeviceGraph:
+    """A CSR graph ready for the GPU kernels: offsets in device memory, neighbours via a path.
+
+    Use :func:`open_device_graph` to make one. It is a context manager; :meth:`close` closes the
+    data path (and a Runtime it made).
+
+    Attributes
+    ----------
+    graph : CSRGraph
+    offsets : device array
+        int64, ``n_vertices + 1``.
+    source : NeighbourSource
+    cold_cache : bool
+        Empty the data path's cache before each search (default True: each search is measured
+        from storage, whatever ran before).
+    """
+
+    def __init__(self, graph: CSRGraph, source: NeighbourSource, *, cold_cache: bool = True):
+        self.graph = graph
+        self.source = source
+        self.cold_cache = cold_cache
+        self.offsets = cuda.to_device(np.ascontiguousarray(graph.offsets, dtype=np.int64))
+        self._bad = cuda.to_device(np.array([-1, 0], dtype=np.int64))
+        self._scratch = {}
+        self._used = set()
+
+    @property
+    def n_vertices(self) -> int:
+        return self.graph.n_vertices
+
+    def scratch(self, name: str, count: int, size: int) -> list:
+        """``count`` int64 device arrays of ``size`` kept under ``name`` and reused by later calls.
+
+        Searches from many roots then allocate their working arrays once.
+        """
+        arrays = self._scratch.get(name)
+        if arrays is None or len(arrays) != count or arrays[0].size != size:
+            arrays = [cuda.device_array(max(size, 1), dtype=np.int64)[:size] for _ in range(count)]
+            self._scratch[name] = arrays
+        return arrays
+
+    def first_use(self, key) -> bool:
+        """True the first time ``key`` is asked about (to compile kernels once, untimed)."""
+        if key in self._used:
+            return False
+        self._used.add(key)
+        return True
+
+    def reset_bad(self) -> None:
+        self._bad.copy_to_device(np.array([-1, 0], dtype=np.int64))
+
+    @property
+    def bad(self):
+        """Device record of the first out-of-range neighbour id (see :func:`report_bad_entry`)."""
+        return self._bad
+
+    def check(self) -> None:
+        """After a launch: data-path errors first, then a corrupt neighbour id, as exceptions.
+
+        Raises
+        ------
+        GraphFormatError
+            A kernel read a neighbour id outside ``0 .. n_vertices - 1``.
+        gids.GidsError
+            From the gids data path (I/O error, timeout, ...).
+        """
+        self.source.check()
+        entry, value = (int(x) for x in self._bad.copy_to_host())
+        if entry >= 0:
+            self.reset_bad()
+            where = self.graph.path or "<graph>"
+            raise GraphFormatError(
+                f"{where}: neighbours entry {entry} holds vertex id {value}, outside "
+                f"0..{self.n_vertices - 1}: the neighbours section is corrupt "
+                "(open_csr(path, verify=True) checks the whole section)")
+
+    def bfs(self, root: int, **options):
+        """Breadth-first search from ``root``: see :func:`.gpu_bfs.bfs`."""
+        from .gpu_bfs import bfs
+        return bfs(self, root, **options)
+
+    def connected_components(self):
+        """Connected components: see :func:`.gpu_cc.connected_components`."""
+        from .gpu_cc import connected_components
+        return connected_components(self)
+
+    def close(self) -> None:
+        self._scratch.clear()
+        self.source.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_device_graph(graph: CSRGraph | str | os.PathLike, data_path: str = "gids", *,
+                      cold_cache: bool = True, verify: bool = False, **options) -> DeviceGraph:
+    """Put a graph's offsets on the GPU and open its neighbours through a data path.
+
+    Parameters
+    ----------
+    graph : CSRGraph, str or os.PathLike
+        An open graph, or a CSR file path (opened with :func:`~.csr_file.open_csr`).
+    data_path : str
+        A name in :data:`DATA_PATHS`: ``"gids"`` or ``"memory"`` built in.
+    cold_cache : bool
+        Empty the cache before each search.
+    verify : bool
+        For a path: also check the whole neighbours section (``open_csr(verify=True)``).
+    **options
+        For the data path's opener: for ``"gids"``, ``runtime``, ``cache_fraction``,
+        ``page_size``, ``storage``, ``runtime_options`` (see :class:`GidsSource`).
+
+    Returns
+    -------
+    DeviceGraph
+
+    Raises
+    ------
+    GraphFormatError
+        The file is not a valid graph file (truncated, corrupt header or offsets, ...).
+    ValueError
+        Unknown data path, or options it does not take.
+    """
+    if not isinstance(graph, CSRGraph):
+        graph = open_csr(graph, verify=verify)
+    if data_path not in DATA_PATHS:
+        raise ValueError(f"unknown data path {data_path!r}; known: {', '.join(DATA_PATHS)}")
+    if data_path == "gids" and graph.n_edges and (graph.header is None or graph.path is None):
+        raise ValueError("the gids data path reads the graph's file: open it with open_csr")
+    opener = DATA_PATHS[data_path].opener
+    try:
+        inspect.signature(opener).bind(graph, **options)
+    except TypeError as exc:
+        raise ValueError(f"data path {data_path!r} does not take options {sorted(options)}: "
+                         f"{exc}") from None
+    source = opener(graph, **options)
+    try:
+        return DeviceGraph(graph, source, cold_cache=cold_cache)
+    except BaseException:
+        source.close()
+        raise
