@@ -31,6 +31,10 @@ from host_daemon.stores import FaultyStore, FileStore, MemoryStore, MmapStore
 from host_daemon.trace import read_trace, replay
 from kernels.platform import SIMULATOR
 
+if SIMULATOR:
+    from kernels.simulator import fix_shared_arrays
+    fix_shared_arrays()
+
 __version__ = "0.1.0"
 
 

@@ -112,6 +112,8 @@ def main(argv=None):
     add_bench_arguments(sub)
     from workloads.graph.cli import add_bfs_arguments
     add_bfs_arguments(sub)
+    from workloads.vector.cli import add_search_arguments
+    add_search_arguments(sub)
     args = parser.parse_args(argv)
     if args.cmd == "demo":
         sys.setswitchinterval(1e-4)   # the simulator's host<->kernel handshakes go faster

@@ -1,0 +1,390 @@
+"""``gids search``: IVF search on the GPU through gids, against the in-memory baseline.
+
+Builds an index (synthetic clustered data, or a vector file) or opens one, draws queries, and
+for every ``nprobe`` and data path reports recall@10 against the exact search, queries per
+second, pages read per query and the cache hit rate; with faiss installed, also faiss-cpu's
+IVF-Flat on the same centroids. Progress goes to stderr, the table to stdout, everything to
+``--json OUT`` if asked.
+
+Registered as a subcommand of ``gids`` with :func:`add_search_arguments`; also runs alone as
+``python -m workloads.vector.cli search ...``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["add_search_arguments", "cmd_search", "main", "sample_queries"]
+
+# Defaults per world: the simulator runs one Python thread per CUDA thread, so its data is tiny.
+_DEFAULTS = {
+    "simulator": dict(n=2000, dim=16, lists=16, queries=8, page_size=512),
+    "gpu": dict(n=200_000, dim=96, lists=256, queries=10_000, page_size=4096),
+}
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _name_list(text: str) -> list[str]:
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected at least one data path")
+    return names
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def add_search_arguments(subparsers) -> argparse.ArgumentParser:
+    """Add the ``search`` subcommand to an ``argparse`` subparsers object.
+
+    Parameters
+    ----------
+    subparsers
+        What ``ArgumentParser.add_subparsers()`` returned.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The subcommand's parser; its ``func`` default is :func:`cmd_search`, which takes the
+        parsed arguments and returns an exit status.
+    """
+    p = subparsers.add_parser(
+        "search",
+        help="IVF vector search on the GPU through gids vs. all in GPU memory: recall, QPS, I/O",
+        description=__doc__.split("\n\n")[1],
+    )
+    src = p.add_argument_group("data (default: synthetic clustered vectors)")
+    one = src.add_mutually_exclusive_group()
+    one.add_argument("--index", metavar="PATH", help="search an existing IVF index file")
+    one.add_argument("--vectors", metavar="FILE",
+                     help="build an index from a .fvecs, .bvecs or .npy file")
+    src.add_argument("--n", type=int, help="synthetic vectors (default 200,000; 2,000 in the simulator)")
+    src.add_argument("--dim", type=int, help="synthetic dimension (default 96; 16 in the simulator)")
+    src.add_argument("--lists", type=int, help="IVF lists to build (default 256; 16 in the simulator)")
+    src.add_argument("--clusters", type=int, help="synthetic clusters (default: --lists)")
+    src.add_argument("--spread", type=float, default=1.0,
+                     help="synthetic noise around cluster centres (default 1.0; larger is harder)")
+    src.add_argument("--metric", choices=["l2", "ip"], default="l2", help="for a built index")
+    src.add_argument("--save-index", metavar="PATH", help="keep the built index here")
+    q = p.add_argument_group("queries")
+    q.add_argument("--queries", type=int, help="queries (default 10,000; 8 in the simulator)")
+    q.add_argument("--query-file", metavar="FILE", help="read the queries from a vector file")
+    q.add_argument("--skewed", action="store_true",
+                   help="80%% of the queries go to 20%% of the clusters (lists): a stream that "
+                        "a cache rewards")
+    s = p.add_argument_group("search")
+    s.add_argument("--nprobe", type=_int_list, default=[1, 2, 4, 8, 16],
+                   help="lists probed per query, comma-separated (default 1,2,4,8,16; values "
+                        "above the number of lists are dropped)")
+    s.add_argument("--k", type=int, default=10, help="results per query (default 10)")
+    s.add_argument("--data-path", type=_name_list, default=["gids", "memory"],
+                   help="comma-separated data paths: gids, memory, or a baseline of "
+                        "workloads/baselines.py (zero_copy, cpu_batch, ...) (default gids,memory)")
+    s.add_argument("--cache-fraction", type=_fraction, default=0.25,
+                   help="gids cache size as a fraction of the vectors section (default 0.25)")
+    s.add_argument("--page-size", type=int,
+                   help="page size of a built index and of the cache (default 4096; 512 in the "
+                        "simulator; for --index, the index's)")
+    s.add_argument("--storage", choices=["file", "mmap", "memory"], default="file",
+                   help="how the gids daemon reads the index file (default file: pread)")
+    s.add_argument("--probe", choices=["gpu", "host"], default="gpu",
+                   help="pick the lists on the GPU (default) or on the host")
+    s.add_argument("--threads", type=int, help="threads per block (default 128; 32 in the simulator)")
+    s.add_argument("--no-faiss", action="store_true", help="skip the faiss-cpu column")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    p.set_defaults(func=cmd_search)
+    return p
+
+
+# ------------------------------------------------------------------ helpers
+
+def _progress(stage: str, done: int, total: int) -> None:
+    """One updating line per stage on stderr."""
+    frac = done / total if total else 1.0
+    sys.stderr.write(f"\r  {stage}: {done:,}/{total:,} ({frac:.0%})")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def sample_queries(index, n_queries: int, seed: int = 0, *, skewed: bool = False, noise: float = 0.5,
+                   hot_query_share: float = 0.8, hot_list_share: float = 0.2) -> np.ndarray:
+    """Queries near stored vectors of an index: for data that has no query set of its own.
+
+    Each query is a random stored vector plus Gaussian noise whose per-coordinate standard
+    deviation is ``noise`` times the sampled vectors' RMS per-coordinate distance to their
+    list's centroid, so a query lies about as far from its list as the list's own members.
+
+    Parameters
+    ----------
+    index : IVFIndex
+    n_queries : int
+    seed : int, optional
+    skewed : bool, optional
+        If true, a random ``hot_list_share`` of the non-empty lists receives ``hot_query_share``
+        of the queries (as :meth:`SyntheticClusters.queries` does with clusters); otherwise
+        every stored vector is equally likely.
+    noise : float, optional
+
+    Returns
+    -------
+    ndarray of float32, shape (n_queries, dim)
+    """
+    rng = np.random.default_rng([seed, 7])
+    lengths = np.asarray(index.list_lengths)
+    filled = np.flatnonzero(lengths)
+    weights = lengths[filled] / lengths[filled].sum()
+    if skewed:
+        n_hot = max(1, round(hot_list_share * len(filled)))
+        order = rng.permutation(len(filled))
+        hot, cold = order[:n_hot], order[n_hot:]
+        pick_hot = hot[rng.integers(len(hot), size=n_queries)]
+        if len(cold):
+            pick_cold = cold[rng.integers(len(cold), size=n_queries)]
+            picks = np.where(rng.random(n_queries) < hot_query_share, pick_hot, pick_cold)
+        else:
+            picks = pick_hot
+    else:
+        picks = rng.choice(len(filled), size=n_queries, p=weights)
+    lists = filled[picks]
+    rows = rng.integers(0, lengths[lists])
+    dim = index.dim
+    elements = index.list_starts[lists][:, None] + rows[:, None] * dim + np.arange(dim)
+    vectors = np.asarray(index.vectors[elements], dtype=np.float64)
+    residual = vectors - index.centroids[lists]
+    sigma = noise * math.sqrt(float(np.mean(residual ** 2)))
+    return (vectors + rng.normal(0.0, sigma, vectors.shape)).astype(np.float32)
+
+
+def _build_index(args, defaults, tmp_dir: Path):
+    """The index to search and, for synthetic data, the data source (for its query generator)."""
+    from workloads.vector import SyntheticClusters, build_ivf, load_vectors, open_ivf, train_kmeans
+
+    if args.index:
+        _say(f"opening index {args.index}")
+        return open_ivf(args.index), None
+    page_size = args.page_size or defaults["page_size"]
+    lists = args.lists or defaults["lists"]
+    if args.vectors:
+        _say(f"loading {args.vectors}")
+        data = load_vectors(args.vectors)
+    else:
+        n, dim = args.n or defaults["n"], args.dim or defaults["dim"]
+        data = SyntheticClusters(n, dim, args.clusters or lists, seed=args.seed, spread=args.spread)
+        _say(f"synthetic data: {data}")
+    path = Path(args.save_index) if args.save_index else tmp_dir / "search.ivf"
+    _say(f"training {lists} centroids ({args.metric}) and writing {path}")
+    centroids = train_kmeans(data, lists, metric=args.metric, seed=args.seed, progress=_progress)
+    index = build_ivf(path, data, centroids, metric=args.metric, page_size=page_size, progress=_progress)
+    return index, (data if not args.vectors else None)
+
+
+def _faiss_rows(index, queries, truth, k, k_recall, nprobes):
+    """faiss-cpu IVF-Flat on the same centroids, per nprobe; None where faiss does not import."""
+    try:
+        import faiss
+    except ImportError:
+        _say("faiss-cpu is not installed: no faiss column (pip install faiss-cpu)")
+        return None
+    from workloads.vector import recall_at_k
+
+    _say("faiss-cpu: IVF-Flat with the same centroids")
+    dim = index.dim
+    quantizer = faiss.IndexFlatL2(dim) if index.metric == "l2" else faiss.IndexFlatIP(dim)
+    quantizer.add(np.ascontiguousarray(index.centroids, dtype=np.float32))
+    metric = faiss.METRIC_L2 if index.metric == "l2" else faiss.METRIC_INNER_PRODUCT
+    ivf = faiss.IndexIVFFlat(quantizer, dim, index.n_lists, metric)
+    # A quantizer that already holds n_lists centroids is not retrained.
+    ivf.train(np.ascontiguousarray(index.centroids, dtype=np.float32))
+    for lst in range(index.n_lists):
+        if index.list_lengths[lst]:
+            ivf.add_with_ids(np.ascontiguousarray(index.list_vectors(lst)),
+                             np.ascontiguousarray(index.list_ids(lst), dtype=np.int64))
+    rows = {}
+    for nprobe in nprobes:
+        ivf.nprobe = nprobe
+        start = time.perf_counter()
+        _, ids = ivf.search(queries, k)
+        seconds = time.perf_counter() - start
+        rows[nprobe] = {"recall": recall_at_k(ids, truth, k_recall),
+                        "qps": len(queries) / seconds if seconds > 0 else math.inf}
+    return rows
+
+
+def _cell(value, fmt):
+    return "-" if value is None else format(value, fmt)
+
+
+def _table(rows, faiss_rows, k_recall, simulator) -> str:
+    qps = "QPS (simulator)" if simulator else "QPS"
+    head = ["nprobe", "data path", f"recall@{k_recall}", qps, "pages/query", "cold pages/query",
+            "hit rate"]
+    if faiss_rows is not None:
+        head += [f"faiss recall@{k_recall}", "faiss QPS (CPU)"]
+    lines = []
+    shown = set()
+    for row in rows:
+        cells = [str(row["nprobe"]), row["data_path"], f"{row['recall']:.4f}", f"{row['qps']:,.1f}",
+                 f"{row['pages_per_query']:.2f}", f"{row['list_pages_per_query']:.2f}",
+                 _cell(row["hit_rate"], ".1%")]
+        if faiss_rows is not None:
+            f = faiss_rows.get(row["nprobe"]) if row["nprobe"] not in shown else None
+            cells += [_cell(f and f["recall"], ".4f"), _cell(f and f["qps"], ",.0f")]
+        shown.add(row["nprobe"])
+        lines.append(cells)
+    widths = [max(len(h), *(len(c[i]) for c in lines)) if lines else len(h) for i, h in enumerate(head)]
+    fmt = lambda cells: "  ".join(c.rjust(w) if i != 1 else c.ljust(w)    # noqa: E731
+                                  for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(c) for c in lines])
+
+
+# ------------------------------------------------------------------ the command
+
+def cmd_search(args) -> int:
+    """Run ``gids search`` with parsed arguments; returns the exit status."""
+    import gids
+    from kernels.platform import WARP_SIZE
+    from workloads.vector import ivf_search, load_vectors, recall_at_k
+    from workloads.vector.gpu_search import MAX_K, GPUSearcher, get_data_path
+
+    simulator = bool(gids.SIMULATOR)
+    if simulator:
+        sys.setswitchinterval(1e-4)   # host <-> simulated-kernel handshakes take turns on the GIL
+    defaults = _DEFAULTS["simulator" if simulator else "gpu"]
+    world = ("the CUDA simulator (no GPU: kernels run as Python threads; times and QPS are "
+             "simulator figures, not GPU ones)" if simulator else "the GPU")
+    print(f"gids search: running on {world}")
+    try:
+        paths = [get_data_path(name).name for name in args.data_path]
+    except ValueError as exc:
+        print(f"gids search: {exc}", file=sys.stderr)
+        return 2
+    if not 1 <= args.k <= MAX_K:
+        print(f"gids search: --k must be from 1 to {MAX_K}, got {args.k}", file=sys.stderr)
+        return 2
+
+    with tempfile.TemporaryDirectory(prefix="gids-search-") as tmp:
+        index, synthetic = _build_index(args, defaults, Path(tmp))
+        n_queries = args.queries or defaults["queries"]
+        if args.query_file:
+            queries = np.asarray(load_vectors(args.query_file, mmap=False), dtype=np.float32)
+            if args.queries:
+                queries = queries[:n_queries]
+        elif synthetic is not None:
+            queries = synthetic.queries(n_queries, seed=args.seed + 1, skewed=args.skewed)[0]
+        else:
+            queries = sample_queries(index, n_queries, seed=args.seed + 1, skewed=args.skewed)
+        if queries.ndim != 2 or queries.shape[1] != index.dim:
+            print(f"gids search: dimension mismatch: the queries have dimension "
+                  f"{queries.shape[-1]} but the index has dimension {index.dim}", file=sys.stderr)
+            return 2
+        nprobes = sorted({p for p in args.nprobe if p <= index.n_lists})
+        dropped = sorted(set(args.nprobe) - set(nprobes))
+        if dropped:
+            _say(f"nprobe {dropped} dropped: the index has {index.n_lists} lists")
+        if not nprobes:
+            print("gids search: no --nprobe value fits the index", file=sys.stderr)
+            return 2
+        k = args.k
+        k_recall = min(10, k)
+        page_size = args.page_size if (args.page_size and args.index) else min(index.page_size, 64 << 10)
+        vector_pages = index.vectors_nbytes // page_size
+        cache_pages = max(WARP_SIZE, math.ceil(args.cache_fraction * vector_pages))
+        print(f"index: {index.n_vectors:,} vectors, dim {index.dim}, {index.n_lists} lists, "
+              f"{index.metric}, vectors section {index.vectors_nbytes:,} B ({vector_pages:,} pages "
+              f"of {page_size} B)")
+        print(f"queries: {len(queries):,}{' (skewed)' if args.skewed else ''}, k {k}; "
+              f"gids cache {cache_pages:,} pages ({cache_pages / max(vector_pages, 1):.1%} of the "
+              f"vectors), storage {args.storage}; recall against the exact search")
+
+        _say("exact search for the ground truth")
+        truth = ivf_search(index, queries, k_recall, index.n_lists)[1]
+
+        rows = []
+        for name in paths:
+            runtime = None
+            if name == "gids":
+                runtime = gids.Runtime(cache_pages=cache_pages, page_size=page_size)
+            try:
+                # A batch path must hold every page one launch reads: give it the whole section.
+                options = {"storage": args.storage} if name == "gids" else {"batch_pages": vector_pages}
+                with GPUSearcher(index, name, runtime=runtime, threads=args.threads, **options) as searcher:
+                    if not simulator:   # the simulator compiles nothing; its warm-up only costs
+                        _say(f"{name}: compiling")
+                        for nprobe in nprobes:
+                            searcher.warmup(k, nprobe)
+                    for done, nprobe in enumerate(nprobes, start=1):
+                        if runtime is not None:
+                            runtime.invalidate()   # each nprobe starts from a cold cache
+                        result = searcher.search(queries, k, nprobe, probe=args.probe)
+                        row = result.summary()
+                        row["recall"] = recall_at_k(result.ids, truth, k_recall)
+                        rows.append(row)
+                        _progress(f"{name} search", done, len(nprobes))
+            finally:
+                if runtime is not None:
+                    runtime.close()
+        rows.sort(key=lambda r: (r["nprobe"], paths.index(r["data_path"])))
+        faiss_rows = None if args.no_faiss else _faiss_rows(index, queries, truth, k, k_recall, nprobes)
+
+        print()
+        print(_table(rows, faiss_rows, k_recall, simulator))
+        print("pages/query: pages read from storage per query (cache misses); cold pages/query: "
+              "pages the probed lists occupy (the reads with no cache)")
+        if args.json:
+            report = {
+                "world": "simulator" if simulator else "gpu",
+                "simulator": simulator,
+                "index": {"path": str(index.path) if args.index or args.save_index else None,
+                          "n_vectors": index.n_vectors, "dim": index.dim, "n_lists": index.n_lists,
+                          "metric": index.metric, "page_size": index.page_size,
+                          "vectors_nbytes": index.vectors_nbytes},
+                "queries": len(queries), "skewed": bool(args.skewed), "k": k,
+                "recall_at": k_recall, "cache_pages": cache_pages, "page_size": page_size,
+                "cache_fraction": args.cache_fraction, "storage": args.storage, "probe": args.probe,
+                "rows": rows,
+                "faiss": None if faiss_rows is None else
+                         [dict(nprobe=p, **v) for p, v in sorted(faiss_rows.items())],
+                "command": " ".join(sys.argv),
+            }
+            Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+            _say(f"wrote {args.json}")
+    return 0
+
+
+def main(argv=None) -> int:
+    """``python -m workloads.vector.cli search ...``: the subcommand without the ``gids`` entry point."""
+    parser = argparse.ArgumentParser(prog="python -m workloads.vector.cli")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    add_search_arguments(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
