@@ -4,7 +4,6 @@ A plain ``while flag[0] == 0`` in ``njit`` is optimised into a loop that never r
 These intrinsics emit LLVM atomic loads/stores with acquire/release ordering, which are reloaded
 every iteration and order the accesses around them (on x86 they cost a plain mov).
 """
-from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic

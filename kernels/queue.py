@@ -8,7 +8,6 @@ entry is handed on to ticket + depth only after the thread has copied the page o
 entry's staging buffer. No lock is held across any wait: a thread waits only on tickets lower
 than its own, or on the host.
 """
-import numpy as np
 from numba import cuda
 
 from gids import layout as L

@@ -1,5 +1,4 @@
 """GPU-only tests: the same checks as the simulator's, at sizes and concurrency only a GPU has."""
-import math
 
 import numpy as np
 import pytest
