@@ -22,7 +22,7 @@ In your own kernels::
 from gids import _platform  # noqa: F401  (first: picks GPU or simulator before numba loads)
 from gids import defaults, layout
 from gids.array import StorageArray
-from gids.errors import (CacheExhaustedError, ConfigError, DaemonError, GidsError,
+from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError, GidsError,
                          GidsTimeoutError, IndexOutOfRangeError, StorageIOError)
 from gids.runtime import Runtime
 from gids.stats import Stats
@@ -55,5 +55,5 @@ __all__ = [
     "Runtime", "StorageArray", "Stats", "read", "defaults", "layout", "SIMULATOR",
     "FileStore", "MemoryStore", "MmapStore", "FaultyStore", "ssd_profiles", "read_trace", "replay",
     "GidsError", "ConfigError", "StorageIOError", "IndexOutOfRangeError", "GidsTimeoutError",
-    "CacheExhaustedError", "DaemonError",
+    "CacheExhaustedError", "DaemonError", "AbortedError",
 ]

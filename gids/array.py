@@ -74,6 +74,7 @@ class StorageArray:
             err=rt._err,
             stats=rt._stats,
             timeout_ns=int(rt.timeout * 1e9),
+            abort=rt._abort,
         )
 
     def __repr__(self):

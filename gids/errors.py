@@ -37,3 +37,7 @@ class CacheExhaustedError(GidsTimeoutError):
 
 class DaemonError(GidsError, RuntimeError):
     """A host daemon thread died or would not stop."""
+
+
+class AbortedError(GidsError):
+    """The kernels were stopped by :meth:`gids.Runtime.abort` (Ctrl-C raises KeyboardInterrupt)."""

@@ -1,6 +1,7 @@
 """``Runtime``: the page cache on the GPU, the queues, and the host daemon that serves them."""
 import math
 import os
+import time
 
 import numpy as np
 from numba import cuda
@@ -8,8 +9,8 @@ from numba import cuda
 from gids import defaults, layout as L
 from gids._platform import host_view
 from gids.array import SUPPORTED_DTYPES, StorageArray
-from gids.errors import (CacheExhaustedError, ConfigError, DaemonError, GidsTimeoutError,
-                         IndexOutOfRangeError, StorageIOError)
+from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError,
+                         GidsTimeoutError, IndexOutOfRangeError, StorageIOError)
 from gids.stats import Stats
 from host_daemon.daemon import HostDaemon
 from host_daemon.ssd_model import SsdModel
@@ -157,6 +158,9 @@ class Runtime:
         self._err = self._to_device(np.zeros(L.ERR_WORDS, dtype=np.int64))
         self._stats = self._to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
         self._no_zero_copy = self._to_device(np.zeros(1, dtype=np.uint64))
+        # Mapped, so the host can raise it while kernels run (abort(), Ctrl-C in sync()).
+        self._abort = cuda.mapped_array(1, dtype=np.int64)
+        host_view(self._abort)[0] = 0
         self._table = np.zeros((L.MAX_ARRAYS, T_COLUMNS), dtype=np.int64)
         host_view(self._sq)[:] = 0
         host_view(self._cq)[:] = 0
@@ -415,22 +419,51 @@ class Runtime:
         """Wait for the kernels launched so far; raise the first error one of their threads met.
 
         After an error the Runtime resets its queues and empties the cache, so it can be used
-        again.
+        again. Ctrl-C while waiting stops the kernels (every waiting thread gives up within a
+        few polls), resets the Runtime and re-raises KeyboardInterrupt.
         """
         self._check_open()
-        cuda.synchronize()
+        try:
+            self._wait_for_kernels()
+        except KeyboardInterrupt:
+            self.abort()
+            self._wait_for_kernels()   # bounded: every wait in the kernels now gives up
+            self._recover()
+            raise
         self._daemon.drain_trace()
         err = self._err.copy_to_host()
+        aborted = bool(host_view(self._abort)[0])
         daemon_error = None
         try:
             self._daemon.check()
         except DaemonError as exc:
             daemon_error = exc
-        if err[L.ERR_CODE] == L.ERR_NONE and daemon_error is None:
+        if err[L.ERR_CODE] == L.ERR_NONE and daemon_error is None and not aborted:
             return
-        exc = daemon_error or self._error_from_record(err)
+        if aborted:
+            exc = AbortedError("gids: the kernels were stopped by Runtime.abort()")
+        else:
+            exc = daemon_error or self._error_from_record(err)
         self._recover()
         raise exc
+
+    def abort(self):
+        """Ask every thread of the running kernels to stop waiting (callable from any thread).
+
+        Threads give up within a few polls, recording an error; the next :meth:`sync` raises
+        :class:`~gids.errors.AbortedError` and resets the Runtime.
+        """
+        host_view(self._abort)[0] = 1
+
+    @staticmethod
+    def _wait_for_kernels():
+        """Like cuda.synchronize(), but in short sleeps, so that Ctrl-C is seen meanwhile."""
+        if SIMULATOR:
+            return   # the simulator runs a kernel to its end inside the launch
+        done = cuda.event()
+        done.record()
+        while not done.query():
+            time.sleep(0.0005)
 
     def _error_from_record(self, err):
         code, array_id, page, detail = (int(err[k]) for k in
@@ -479,6 +512,7 @@ class Runtime:
         self._reset_queues()
         self.invalidate()
         self._err.copy_to_device(np.zeros(L.ERR_WORDS, dtype=np.int64))
+        host_view(self._abort)[0] = 0
         self._start_daemon()
 
     def _reset_queues(self):

@@ -25,7 +25,7 @@ from gids import layout as L
 from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait, claim_slot,
                            give_up_load,
                            publish, try_pin, unpin, warp_copy_page)
-from kernels.queue import (highest_lane, lowest_lane, queue_of_warp, release_entry, staging_word, submit,
+from kernels.queue import (expired, highest_lane, lowest_lane, queue_of_warp, release_entry, staging_word, submit,
                            take_tickets, wait_completion)
 from kernels.sync import atomic_add, atomic_cas, ld_relaxed_gpu, now_ns
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
@@ -99,6 +99,7 @@ def read(h, i):
     deadline = now_ns() + h.timeout_ns
     wait_code = L.ERR_TIMEOUT_LOADER
     pause = WAIT_MIN_NS
+    rounds = 0
 
     while ballot_sync(mask, not done) != 0:
         # 1. pin and read the hits, or become the loader
@@ -192,8 +193,9 @@ def read(h, i):
         # 5. lanes still waiting back off within their deadline, or give up
         if shfl_sync(mask, failed, leader) != 0:
             done = True
+        rounds += 1
         if not done and is_leader:
-            if now_ns() > deadline:
+            if expired(h, deadline, rounds):
                 record_error(h, wait_code, page, -1)
                 if loading:
                     give_up_load(h, gpage)

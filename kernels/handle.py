@@ -34,4 +34,5 @@ ArrayHandle = namedtuple("ArrayHandle", [
     "err",          # int64[ERR_WORDS]: the first error a thread met (layout.ERR_*)
     "stats",        # uint64[N_STAT_SHARDS * N_STATS] counters
     "timeout_ns",   # bound on any one wait inside gids.read
+    "abort",        # int64[1], mapped host memory: non-zero asks every waiting thread to give up
 ])

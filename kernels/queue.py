@@ -66,13 +66,25 @@ def take_tickets(h, q, mask, want):
 
 
 @cuda.jit(device=True)
+def expired(h, deadline, polls):
+    """True once ``deadline`` (ns) has passed, or the host has asked the kernel to stop
+    (``Runtime.abort``, Ctrl-C). The abort word is in host memory, so it is read on every
+    8th poll only: a PCIe read each time would double a poll loop's traffic."""
+    if now_ns() > deadline:
+        return True
+    return (polls & 7) == 7 and ld_acquire_sys(h.abort, 0) != 0
+
+
+@cuda.jit(device=True)
 def submit(h, q, ticket, page, deadline):
     """Wait for the ticket's entry, write the request, publish it. False on timeout."""
     entry = q * h.depth + ticket % h.depth
     turn = ticket // h.depth
     pause = POLL_MIN_NS
+    polls = 0
     while ld_acquire_gpu(h.entry_turn, entry) != turn:
-        if now_ns() > deadline:
+        polls += 1
+        if expired(h, deadline, polls):
             return False
         nanosleep(pause)
         pause = min(pause * 2, POLL_MAX_NS)
@@ -89,8 +101,10 @@ def wait_completion(h, q, ticket, deadline):
     entry = q * h.depth + ticket % h.depth
     rec = entry * L.CQ_WORDS
     pause = POLL_MIN_NS
+    polls = 0
     while ld_acquire_sys(h.cq, rec + L.CQ_SEQ) != ticket + 1:
-        if now_ns() > deadline:
+        polls += 1
+        if expired(h, deadline, polls):
             return False, 0, 0
         nanosleep(pause)
         pause = min(pause * 2, POLL_MAX_NS)

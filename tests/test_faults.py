@@ -81,3 +81,18 @@ def test_faulty_store_checks_its_arguments():
         with pytest.raises(gids.ConfigError, match="pages of 512"):
             rt.open_array(gids.FaultyStore(DATA, page_size=PAGE, faults={}), np.int64,
                           shape=DATA.shape)
+
+
+def test_abort_stops_waiting_kernels_promptly():
+    """Runtime.abort() (what Ctrl-C in sync() calls) ends a kernel stuck on a slow page well
+    before its timeout, as AbortedError, and the Runtime is usable again."""
+    import threading
+    rt, a = _runtime({2: ("slow", 1.5)}, timeout=60.0)
+    with rt:
+        timer = threading.Timer(0.3, rt.abort)
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(gids.AbortedError):
+            rt.gather(a, [_element_of(2)])
+        assert time.monotonic() - start < 15        # not the 60 s timeout
+        assert rt.gather(a, [_element_of(3)])[0] == DATA[_element_of(3)]

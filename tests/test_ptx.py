@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent('''
 
     from kernels.sync import ld_acquire_sys
     from kernels.warp import nanosleep
-    from kernels.handle import ArrayHandle
+    from tests.helpers import fake_handle
     from gids.kernels_host import gather_kernel
 
     def poll(flag, out):
@@ -46,12 +46,7 @@ SCRIPT = textwrap.dedent('''
 
     a = lambda dt: np.zeros(4, dt)
     for dt in (np.int32, np.int64, np.float32, np.float64):
-        h = ArrayHandle(cache=a(dt), cache_words=a(np.uint64), zero=a(dt), n_elems=1, elem_shift=1,
-            page_words=1, array_id=0, page_base=0, page_state=a(np.uint32), page_slot=a(np.int64),
-            slot_page=a(np.int64), clock=a(np.int64), n_slots=1, sq=a(np.int64), cq=a(np.int64),
-            staging=a(np.uint64), zero_copy=a(np.uint64), sq_ticket=a(np.int64),
-            entry_turn=a(np.int64), n_queues=1, depth=1, err=a(np.int64), stats=a(np.uint64),
-            timeout_ns=1)
+        h = fake_handle(dt)
         ptx, _ = cuda.compile_ptx(gather_kernel.py_func, (typeof(h), types.int64[::1], typeof(a(dt))),
                                   cc=(9, 0))
         assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "match.any.sync" in ptx

@@ -348,16 +348,10 @@ PTX_SCRIPT = textwrap.dedent('''
         compute_capability = (9, 0)
     dispatcher.get_current_device = lambda: _Hopper()
 
-    from kernels.handle import ArrayHandle
+    from tests.helpers import fake_handle
     from workloads.vector import gpu_search as gs
 
-    a = lambda dt: np.zeros(4, dt)
-    h = ArrayHandle(cache=a(np.float32), cache_words=a(np.uint64), zero=a(np.float32), n_elems=1,
-        elem_shift=1, page_words=1, array_id=0, page_base=0, page_state=a(np.uint32),
-        page_slot=a(np.int64), slot_page=a(np.int64), clock=a(np.int64), n_slots=1,
-        sq=a(np.int64), cq=a(np.int64), staging=a(np.uint64), zero_copy=a(np.uint64),
-        sq_ticket=a(np.int64), entry_turn=a(np.int64), n_queues=1, depth=1, err=a(np.int64),
-        stats=a(np.uint64), timeout_ns=1)
+    h = fake_handle(np.float32)
     vec, mat = types.int64[::1], types.int64[:, ::1]
     f64 = types.float64[:, ::1]
     for reader, src, dim, metric in ((gs.read_memory, types.float32[::1], 12, "ip"),
