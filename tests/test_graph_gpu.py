@@ -228,6 +228,61 @@ def test_registered_data_path_and_launch_hook(graphs):
     assert make_cc_kernels(read_device_array) is make_cc_kernels(read_device_array)
 
 
+# ---------------------------------------------------------------------------------- zero_copy, cpu_batch
+def test_bfs_and_components_zero_copy_and_cpu_batch(graphs):
+    graph = open_csr(graphs["kron6"])
+    roots = sample_bfs_roots(graph, 2, seed=11).tolist()
+    for data_path in ("zero_copy", "cpu_batch"):
+        with open_device_graph(graph, data_path) as dg:
+            for root in roots:
+                for direction in ("top-down", "auto"):
+                    result = dg.bfs(root, direction=direction)
+                    check_search(graph, result)
+                    if data_path == "cpu_batch":
+                        # One batch per level, each read from the store, none bigger than the
+                        # neighbours array.
+                        assert result.stats["batches"] == len(result.steps)
+                        assert 0 < result.stats["pages_fetched"] <= (
+                            len(result.steps) * dg.source.n_pages)
+            check_components(graph, dg.connected_components())
+            if data_path == "cpu_batch":
+                # Components read every list: one batch of every page.
+                assert dg.source.end_search()["pages_fetched"] == dg.source.n_pages
+    # The awkward graph (a list longer than a warp, self loops, isolated roots) and an edgeless one.
+    special = open_csr(graphs["special"])
+    for data_path in ("zero_copy", "cpu_batch"):
+        with open_device_graph(special, data_path) as dg:
+            for root, direction in ((0, "top-down"), (10, "auto"), (SPECIAL_N - 1, "top-down")):
+                check_search(special, dg.bfs(root, direction=direction))
+            assert dg.bfs(13).traversed_edges == 1
+            check_components(special, dg.connected_components())
+        result = run_bfs(graphs["edgeless"], 2, data_path=data_path)
+        assert result.levels.tolist() == [-1, -1, 0, -1, -1]
+        assert run_cc(graphs["edgeless"], data_path=data_path).n_components == 5
+
+
+def test_cpu_batch_stages_the_frontier_pages_and_catches_a_missing_one(graphs):
+    graph = open_csr(graphs["kron6"])
+    with open_device_graph(graph, "cpu_batch", page_size=PAGE) as dg:
+        source = dg.source
+        offsets = np.asarray(graph.offsets)
+        epp = PAGE // np.asarray(graph.neighbours).dtype.itemsize
+        root = int(sample_bfs_roots(graph, 1, seed=12)[0])
+        frontier = cuda.to_device(np.array([root], dtype=np.int64))
+        expected = np.arange(offsets[root] // epp, (offsets[root + 1] - 1) // epp + 1)
+        assert np.array_equal(source._pages(Access("frontier", vertices=frontier, count=1)),
+                              expected)
+        # A page the launch reads but the host did not stage is an error, not a silent 0.
+        real = source._pages
+        source._pages = lambda access: np.zeros(0, dtype=np.int64)
+        with pytest.raises(RuntimeError, match="not staged"):
+            dg.bfs(root)
+        source._pages = real
+        check_search(graph, dg.bfs(root))       # usable again afterwards
+    with pytest.raises(ValueError, match="cache_fraction"):
+        run_bfs(graphs["kron6"], 0, data_path="cpu_batch", cache_fraction=0.5)
+
+
 # ---------------------------------------------------------------------------------- the CLI
 def test_cli_bfs_and_cc(tmp_path, capsys):
     out = tmp_path / "bfs.json"
@@ -325,18 +380,12 @@ _PTX = textwrap.dedent('''
     dispatcher.get_current_device = lambda: _Hopper()
 
     import gids
-    from kernels.handle import ArrayHandle
+    from tests.helpers import fake_handle
     from workloads.graph.gpu_graph import read_device_array, read_gids
     from workloads.graph.gpu_bfs import make_bfs_kernels
     from workloads.graph.gpu_cc import make_cc_kernels
 
-    a = lambda dt: np.zeros(4, dt)
-    h = ArrayHandle(cache=a(np.int32), cache_words=a(np.uint64), zero=a(np.int32), n_elems=1,
-        elem_shift=1, page_words=1, array_id=0, page_base=0, page_state=a(np.uint32),
-        page_slot=a(np.int64), slot_page=a(np.int64), clock=a(np.int64), n_slots=1,
-        sq=a(np.int64), cq=a(np.int64), staging=a(np.uint64), zero_copy=a(np.uint64),
-        sq_ticket=a(np.int64), entry_turn=a(np.int64), n_queues=1, depth=1, err=a(np.int64),
-        stats=a(np.uint64), timeout_ns=1)
+    h = fake_handle(np.int32)
     i64, n = types.int64[::1], types.int64
     memory = types.int32[::1]
     # Every kernel with the plain reader; with gids.read (large, and slow to compile) the

@@ -287,7 +287,36 @@ def gather_pages(table, pages, page_size, dst_address):
     return status
 
 
+
+#: Public names of the cpu_batch page-table kernels and option checks, for other batch paths
+#: (``assign_slots[grid](page_slot, req, lo, hi)``: ``page_slot[req[k]] = k`` for ``lo <= k <
+#: hi``; ``clear_slots[grid](page_slot, req, n)``: those of ``req[:n]`` back to ``ABSENT``).
+assign_slots = _assign_slots
+clear_slots = _clear_slots
 # ------------------------------------------------------------------ sources
+
+def open_store(source, dtype=None, shape=None, offset=0):
+    """A store for ``source`` as the paths open it: ``(store, dtype, shape, offset, owned)``.
+
+    ``source`` is a numpy array, a gids store or a file path (as :meth:`DataPath.open` takes);
+    ``owned``: the store was made here, and the caller closes it. For code outside this module
+    that reads a store the way the paths do (e.g. with :func:`gather_pages`).
+    """
+    return _open_source(source, dtype, shape, offset)
+
+
+def gather_table(store, offset, nbytes):
+    """The one-row daemon table :func:`gather_pages` reads: ``nbytes`` at ``offset`` of ``store``.
+
+    A zero-copy memory store is read by copying (as the cpu_batch path does): zero-copy serving
+    is gids's own.
+    """
+    if isinstance(store, MemoryStore) and store.zero_copy:
+        store = MemoryStore(store.data, zero_copy=False)
+    table = np.zeros((1, T_COLUMNS), dtype=np.int64)
+    table[0] = store.table_row(offset, nbytes)
+    return table
+
 
 def _open_source(source, dtype, shape, offset):
     """(store, dtype, shape, offset, owned) for a numpy array, a gids store or a file path."""
@@ -917,3 +946,9 @@ def make_path(name, **options):
     cls = PATHS[check_path_name(name)]
     accepted = inspect.signature(cls.__init__).parameters
     return cls(**{k: v for k, v in options.items() if k in accepted})
+
+
+#: Public names of the option checks (``check_page_size(page_size, dtype)``,
+#: ``positive_int(name, value)``), for paths built on this module elsewhere.
+check_page_size = _check_page_size
+positive_int = _positive_int

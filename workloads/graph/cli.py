@@ -32,6 +32,12 @@ from .validate import BFSValidationError, teps_statistics
 
 #: Searches per run by default: Graph500's 64 on a GPU; the simulator is ~1e5 times slower.
 DEFAULT_ROOTS = 4 if gids.SIMULATOR else 64
+#: Data paths run by default: every one on a GPU; in the simulator (one Python thread per CUDA
+#: thread) the two of the original comparison.
+DEFAULT_DATA_PATHS = (("gids", "memory") if gids.SIMULATOR
+                      else ("gids", "memory", "zero_copy", "cpu_batch"))
+_DATA_PATH_WHERE = (" in the simulator; gids,memory,zero_copy,cpu_batch on a GPU"
+                    if gids.SIMULATOR else "")
 
 
 def _progress_bar(label: str, width: int = 30):
@@ -89,7 +95,8 @@ def add_bfs_arguments(subparsers) -> None:
     for name in ("bfs", "cc"):
         if name == "bfs":
             p = subparsers.add_parser(
-                "bfs", help="Graph500 BFS on the GPU through each data path (gids, memory); TEPS",
+                "bfs", help="Graph500 BFS on the GPU through each data path (gids, memory, "
+                         "zero_copy, cpu_batch); TEPS",
                 description="Breadth-first searches from sampled roots, each validated by "
                             "Graph500's five rules; TEPS per data path and cache size.")
         else:
@@ -109,13 +116,16 @@ def add_bfs_arguments(subparsers) -> None:
         p.add_argument("--dir", default=None, help="with --scale: where the temporary graph goes")
         p.add_argument("--verify", action="store_true",
                        help="scan the whole graph file (checksum, ids, order) before running")
-        p.add_argument("--data-path", type=_names, default=["gids", "memory"], metavar="LIST",
-                       help=f"comma-separated, of {', '.join(DATA_PATHS)} (default gids,memory)")
+        p.add_argument("--data-path", type=_names, default=list(DEFAULT_DATA_PATHS),
+                       metavar="LIST",
+                       help=f"comma-separated, of {', '.join(DATA_PATHS)} (default "
+                            f"{','.join(DEFAULT_DATA_PATHS)}{_DATA_PATH_WHERE})")
         p.add_argument("--cache-fractions", type=_fractions, default=[1.0, 0.5, 0.25, 0.1],
                        metavar="LIST", help="cache sizes over the neighbours array, for data "
                                             "paths with a cache (default 1,0.5,0.25,0.1)")
         p.add_argument("--page-size", type=int, default=0,
-                       help="gids page size (default 512 in the simulator, else 4096)")
+                       help="page size of gids and of cpu_batch's reads (default 512 in the "
+                            "simulator, else 4096)")
         p.add_argument("--storage", choices=["file", "mmap", "memory"], default="file",
                        help="how the gids daemon reads the file (default file: pread)")
         p.add_argument("--warm-cache", action="store_true",
@@ -171,6 +181,8 @@ def _runs(args):
                 if name == "gids":
                     options["storage"] = args.storage
                 yield name, options
+        elif name == "cpu_batch" and args.page_size:
+            yield name, {"page_size": args.page_size}
         else:
             yield name, {}
 

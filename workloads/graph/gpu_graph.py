@@ -17,7 +17,17 @@ Data paths built in:
 ``"memory"``
     The whole neighbours array copied to device memory: the "everything fits on the GPU" ceiling.
 
-Hooks for other data paths (zero-copy pinned host memory, a CPU-initiated batch path): subclass
+``"zero_copy"``
+    The neighbours array in pinned, device-mapped host memory, read by the kernel over PCIe
+    (EMOGI's model; the warp's 32 consecutive reads coalesce): :class:`ZeroCopySource`.
+``"cpu_batch"``
+    The GPUDirect Storage pattern, level-synchronous: before each launch the host gathers the
+    pages of the lists the launch reads (parallel ``njit`` gather into pinned memory), copies them
+    to the GPU, and the kernel reads them there: :class:`CpuBatchSource`.
+
+Both reuse :mod:`workloads.baselines` (its zero-copy path, its gather and batch reader).
+
+Hooks for other data paths: subclass
 :class:`NeighbourSource` (or use :class:`DeviceArraySource` with any kernel-addressable array,
 e.g. a mapped pinned array for zero-copy) and register an opener with
 :func:`register_data_path`. A path that must stage data before each launch (a CPU-initiated
@@ -31,9 +41,11 @@ import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda load
 import inspect
 import math
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numba
 import numpy as np
 from numba import cuda
 
@@ -314,6 +326,239 @@ def open_gids_source(graph: CSRGraph, *, runtime=None, cache_fraction: float | N
                       storage=storage, runtime_options=runtime_options)
 
 
+def _baseline_source(graph: CSRGraph):
+    """``(source, dtype, n_items, byte_offset)`` for :mod:`workloads.baselines`' ``open``: the
+    graph file's neighbours section where there is a file, else the in-memory array."""
+    if graph.n_edges and graph.header is not None and graph.path is not None:
+        path, byte_offset, n_items, dtype = graph.neighbour_section
+        return path, dtype, n_items, byte_offset
+    data = _neighbours_or_dummy(graph)
+    return data, data.dtype, data.size, 0
+
+
+class ZeroCopySource(NeighbourSource):
+    """The ``"zero_copy"`` data path: neighbours in pinned, device-mapped host memory (EMOGI).
+
+    The array is loaded from the file into a ``cuda.mapped_array`` by the baselines' zero-copy
+    path (:class:`workloads.baselines.ZeroCopyPath`); kernels read it over PCIe with
+    :func:`workloads.baselines.plain_read` (bounds-checked). The traversal's warp reads 32
+    consecutive entries, so the loads coalesce.
+    """
+
+    name = "zero_copy"
+
+    def __init__(self, graph: CSRGraph):
+        from .. import baselines
+        source, dtype, n_items, offset = _baseline_source(graph)
+        self.array = baselines.make_path("zero_copy").open(source, dtype, shape=n_items,
+                                                           offset=offset)
+        self.reader = baselines.plain_read
+        self.arg = self.array.handle
+        self.label = "zero-copy (pinned host memory over PCIe)"
+
+    def check(self) -> None:
+        cuda.synchronize()
+        self.array.check()
+
+    def close(self) -> None:
+        if getattr(self, "array", None) is not None:
+            self.array.close()
+            self.array = None
+
+
+def open_zero_copy_source(graph: CSRGraph) -> ZeroCopySource:
+    """The ``"zero_copy"`` data path (see :class:`ZeroCopySource`)."""
+    return ZeroCopySource(graph)
+
+
+def _mark_pages_impl(offsets, vertices, count, shift, mark):
+    for i in numba.prange(count):
+        v = vertices[i]
+        start = offsets[v]
+        end = offsets[v + 1]
+        if end > start:
+            for p in range(start >> shift, ((end - 1) >> shift) + 1):
+                mark[p] = 1
+
+
+_mark_pages = numba.njit(parallel=True, nogil=True, cache=False)(_mark_pages_impl)
+
+
+class CpuBatchSource(NeighbourSource):
+    """The ``"cpu_batch"`` data path: the GPUDirect Storage pattern, one batch per level.
+
+    Before each launch (:meth:`before_launch`) the host works out which pages of the neighbours
+    array the launch may read, from the graph's offsets: the lists of the frontier (top-down),
+    of every unvisited vertex (bottom-up: the levels are copied to the host), or every list
+    (components). It gathers those pages from the store into pinned memory with the baselines'
+    parallel ``njit`` gather (:func:`workloads.baselines.gather_pages`, one ``pread`` per page,
+    the daemon's own ``serve_page``), copies them to a batch buffer in GPU memory in one copy,
+    and points a page table at them; the kernel reads entry ``k`` through
+    :func:`workloads.baselines.batch_read` (page table, then the buffer). Whole lists are
+    staged: the host cannot know where a bottom-up or sorted-list scan will stop.
+
+    The buffer grows to the largest level's pages (all pages, for a bottom-up step or
+    components). A read whose page was not staged is a bug here, raised by :meth:`check`.
+
+    Parameters
+    ----------
+    graph : CSRGraph
+    page_size : int, optional
+        Bytes per page read (default 4096; 512 in the simulator).
+    gather_threads : int, optional
+        Numba threads of the host gather (default all).
+    """
+
+    name = "cpu_batch"
+
+    def __init__(self, graph: CSRGraph, *, page_size: int | None = None,
+                 gather_threads: int | None = None):
+        from .. import baselines as B
+        self._B = B
+        self.reader = B.batch_read
+        source, dtype, n_items, offset = _baseline_source(graph)
+        page = (512 if SIMULATOR else 4096) if page_size is None else int(page_size)
+        self.page_size = B.check_page_size(page, np.dtype(dtype))
+        if gather_threads is not None:
+            gather_threads = B.positive_int("gather_threads", gather_threads)
+        self.gather_threads = gather_threads
+        self.store, self.dtype, shape, offset, self._owned = B.open_store(
+            source, dtype, n_items, offset)
+        try:
+            self.n_items = int(np.prod(shape))
+            self.epp = self.page_size // self.dtype.itemsize
+            self.shift = self.epp.bit_length() - 1
+            self.n_pages = math.ceil(self.n_items / self.epp)
+            self.table = B.gather_table(self.store, offset, self.n_items * self.dtype.itemsize)
+            self.offsets = np.ascontiguousarray(graph.offsets, dtype=np.int64)
+            self._mark = np.zeros(self.n_pages, dtype=np.uint8)
+            self.page_slot = cuda.to_device(np.full(self.n_pages, B.ABSENT, dtype=np.int64))
+            self.ctr = cuda.to_device(np.zeros(B.N_COUNTERS, dtype=np.int64))
+            self._zero = cuda.to_device(np.zeros(1, dtype=self.dtype))
+            self.capacity = 0
+            self.used = 0            # slots holding the current batch's pages
+            self._grow(1)
+            # Compile the host gather and page marking now, not in the first timed search.
+            none = np.zeros(0, dtype=np.int64)
+            _mark_pages(self.offsets, none, 0, self.shift, self._mark)
+            B.gather_pages(self.table, none, self.page_size, self.staging.ctypes.data)
+        except BaseException:
+            self.close()
+            raise
+        self.label = f"cpu_batch (host gather, {self.page_size} B pages)"
+        self._counts = self._zero_counts()
+
+    @staticmethod
+    def _zero_counts() -> dict:
+        return {"batches": 0, "pages_fetched": 0, "bytes_to_gpu": 0, "gather_seconds": 0.0,
+                "host_seconds": 0.0}
+
+    def _grow(self, pages: int) -> None:
+        """Room for ``pages`` pages in the batch buffer (and its pinned staging and list)."""
+        if pages <= self.capacity:
+            return
+        capacity = min(self.n_pages, max(pages, 2 * self.capacity))
+        B = self._B
+        self.buf = cuda.device_array(capacity * self.epp, dtype=self.dtype)
+        self.staging = cuda.pinned_array(capacity * self.epp, dtype=self.dtype)
+        self.req = cuda.device_array(capacity, dtype=np.int64)
+        self.capacity = capacity
+        self.arg = B.BatchHandle(buf=self.buf, page_slot=self.page_slot, req=self.req,
+                                 ctr=self.ctr, zero=self._zero, n_elems=self.n_items,
+                                 shift=self.shift, capacity=capacity)
+
+    def _pages(self, access: Access) -> np.ndarray:
+        """The pages the next launch may read, ascending."""
+        if access.kind == "all":
+            return np.arange(self.n_pages, dtype=np.int64)
+        if access.kind == "frontier":
+            count = int(access.count)
+            vertices = access.vertices[:count].copy_to_host() if count else np.zeros(0, np.int64)
+        elif access.kind == "unvisited":
+            vertices = np.flatnonzero(access.levels.copy_to_host() == -1)
+            count = vertices.size
+        else:
+            raise ValueError(f"unknown access kind {access.kind!r}")
+        if count == 0:
+            return np.zeros(0, dtype=np.int64)
+        mark = self._mark
+        _mark_pages(self.offsets, np.ascontiguousarray(vertices, dtype=np.int64), count,
+                    self.shift, mark)
+        pages = np.flatnonzero(mark).astype(np.int64)
+        mark[pages] = 0
+        return pages
+
+    def begin_search(self, cold: bool = True) -> None:
+        # Nothing is kept between launches: every batch is read from the store.
+        self._counts = self._zero_counts()
+
+    def before_launch(self, access: Access) -> None:
+        B = self._B
+        t0 = time.perf_counter()
+        pages = self._pages(access)
+        count = pages.size
+        # The previous batch's pages leave the page table (its list is still in req).
+        if self.used:
+            B.clear_slots[math.ceil(self.used / 256), 256](self.page_slot, self.req, self.used)
+            self.used = 0
+        self._grow(count)
+        self.ctr.copy_to_device(np.zeros(B.N_COUNTERS, dtype=np.int64))
+        if count:
+            if self.gather_threads is not None:
+                numba.set_num_threads(self.gather_threads)
+            t = time.perf_counter()
+            status = B.gather_pages(self.table, pages, self.page_size, self.staging.ctypes.data)
+            self._counts["gather_seconds"] += time.perf_counter() - t
+            bad = np.flatnonzero(status != gids.layout.STATUS_OK)
+            if bad.size:
+                page = int(pages[bad[0]])
+                raise gids.StorageIOError(
+                    f"gids: cpu_batch could not read page {page} of {self.store.name} "
+                    f"(status {int(status[bad[0]])})", path=getattr(self.store, "path", None),
+                    page=page)
+            self.buf[:count * self.epp].copy_to_device(self.staging[:count * self.epp])
+            self.req[:count].copy_to_device(pages)
+            B.assign_slots[math.ceil(count / 256), 256](self.page_slot, self.req, 0, count)
+            self.used = count
+        self._counts["batches"] += 1
+        self._counts["pages_fetched"] += count
+        self._counts["bytes_to_gpu"] += count * self.page_size
+        self._counts["host_seconds"] += time.perf_counter() - t0
+
+    def check(self) -> None:
+        B = self._B
+        cuda.synchronize()
+        ctr = self.ctr.copy_to_host()
+        if ctr[B.C_BAD]:
+            raise gids.IndexOutOfRangeError(
+                f"gids: a kernel read index {int(ctr[B.C_BAD_INDEX])} of an array of "
+                f"{self.n_items} elements (cpu_batch path)")
+        if ctr[B.C_MISSED]:
+            # Every page a launch may read was staged: a miss is a bug in _pages.
+            self._reset_table()
+            raise RuntimeError("cpu_batch: a kernel read a page that was not staged for it")
+
+    def _reset_table(self) -> None:
+        self.page_slot.copy_to_device(np.full(self.n_pages, self._B.ABSENT, dtype=np.int64))
+        self.used = 0
+
+    def end_search(self) -> dict:
+        # One pread per page fetched: "ios" and "bytes_read" as the gids path counts them.
+        return dict(self._counts, ios=self._counts["pages_fetched"],
+                    bytes_read=self._counts["bytes_to_gpu"])
+
+    def close(self) -> None:
+        if getattr(self, "_owned", False):
+            self.store.close()
+            self._owned = False
+
+
+def open_cpu_batch_source(graph: CSRGraph, *, page_size: int | None = None,
+                          gather_threads: int | None = None) -> CpuBatchSource:
+    """The ``"cpu_batch"`` data path (see :class:`CpuBatchSource`)."""
+    return CpuBatchSource(graph, page_size=page_size, gather_threads=gather_threads)
+
+
 @dataclass(frozen=True)
 class DataPath:
     """A registered data path: how to open it, and whether it has a cache to size."""
@@ -347,6 +592,8 @@ def register_data_path(name: str, opener: Callable[..., NeighbourSource], *,
 
 register_data_path("gids", open_gids_source, cached=True)
 register_data_path("memory", open_memory_source)
+register_data_path("zero_copy", open_zero_copy_source)
+register_data_path("cpu_batch", open_cpu_batch_source)
 
 
 def data_path_options(data_path: str, runtime=None, cache_fraction: float | None = None,
