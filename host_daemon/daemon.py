@@ -22,12 +22,11 @@ Two options, both off by default:
   recorded (store byte offset, size, queue, time seen, time completed) into a ring per thread,
   which a Python thread drains to the file.
 """
-import ctypes
 import threading
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 
 from gids import layout as L
 from host_daemon.minheap import heap_pop, heap_push
@@ -38,24 +37,16 @@ from host_daemon.stores import (DIRECT_ALIGN, FAULT_CRASH, FAULT_EIO, FAULT_SHOR
 from host_daemon.sync import load_acquire, store_release
 from host_daemon.trace import OP_READ, TRACE_DTYPE
 
-_libc = ctypes.CDLL(None, use_errno=True)
-# Addresses travel as size_t: the same registers as pointers in the x86-64 and AArch64 ABIs,
-# and Numba passes integers to size_t parameters without casts.
-_pread = _libc.pread
-_pread.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int64]
-_pread.restype = ctypes.c_ssize_t
-_memcpy = _libc.memcpy
-_memcpy.argtypes = [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t]
-_memcpy.restype = ctypes.c_size_t
-_memset = _libc.memset
-_memset.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_size_t]
-_memset.restype = ctypes.c_size_t
-_usleep = _libc.usleep
-_usleep.argtypes = [ctypes.c_uint]
-_usleep.restype = ctypes.c_int
-_clock_gettime = _libc.clock_gettime
-_clock_gettime.argtypes = [ctypes.c_int, ctypes.c_size_t]
-_clock_gettime.restype = ctypes.c_int
+# libc functions declared by symbol name, not as ctypes pointers: Numba then caches the daemon's
+# compiled loop on disk (a ctypes pointer is a "dynamic global" that forbids caching, and every
+# process would compile it again). Addresses travel as size_t (uintp): the same registers as
+# pointers in the x86-64 and AArch64 ABIs.
+_pread = types.ExternalFunction("pread", types.intp(types.int32, types.uintp, types.uintp,
+                                                     types.int64))
+_memcpy = types.ExternalFunction("memcpy", types.uintp(types.uintp, types.uintp, types.uintp))
+_memset = types.ExternalFunction("memset", types.uintp(types.uintp, types.int32, types.uintp))
+_usleep = types.ExternalFunction("usleep", types.int32(types.uint32))
+_clock_gettime = types.ExternalFunction("clock_gettime", types.int32(types.int32, types.uintp))
 _CLOCK_MONOTONIC = 1   # the clock of Python's time.monotonic_ns()
 
 #: What one daemon thread needs for real-time emulation: ``on`` (0 or 1), the shared model's
@@ -83,7 +74,7 @@ NAP_US = 50
 BATCH = 32
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _pread_full(fd, dst, n, offset):
     """Read exactly ``n`` bytes or return a STATUS_* code."""
     got = 0
@@ -97,7 +88,7 @@ def _pread_full(fd, dst, n, offset):
     return L.STATUS_OK
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def serve_page(table, array_id, page, page_size, dst):
     """Put page ``page`` of array ``array_id`` at host address ``dst`` (a staging buffer).
 
@@ -144,13 +135,13 @@ def serve_page(table, array_id, page, page_size, dst):
     return status, L.SOURCE_STAGING
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _now_ns(ts):
     _clock_gettime(_CLOCK_MONOTONIC, ts.ctypes.data)
     return ts[0] * 1_000_000_000 + ts[1]
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _record(ring, queue, offset, nbytes, seen, done):
     """Append one I/O to the trace ring (dropped, and counted, if the ring is full)."""
     head = ring.head[0]
@@ -167,7 +158,7 @@ def _record(ring, queue, offset, nbytes, seen, done):
     store_release(ring.head, 0, head + 1)
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _post(cq, entry, ticket, status, source):
     crec = entry * L.CQ_WORDS
     cq[crec + L.CQ_STATUS] = status
@@ -175,7 +166,7 @@ def _post(cq, entry, ticket, status, source):
     store_release(cq, crec + L.CQ_SEQ, ticket + 1)
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _post_due(cq, emu, ring, depth, now):
     """Post every pending completion whose due time has come; return how many."""
     n = 0
@@ -190,7 +181,7 @@ def _post_due(cq, emu, ring, depth, now):
     return n
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, table, stop,
                  served, emu, ring, clock):
     """The daemon thread's loop: serve ``my_queues`` until ``stop[0]`` becomes non-zero."""

@@ -26,7 +26,6 @@ so a shard per thread would model one private copy of the array per thread and m
 throughput by the thread count; and splitting the drives among threads does not work either,
 because a request's drive follows from its address, not from the thread that serves it.
 """
-import ctypes
 import math
 from collections import namedtuple
 from dataclasses import dataclass, field
@@ -379,9 +378,8 @@ def _unlock(typingctx, words):
     return sig, codegen
 
 
-_sched_yield = ctypes.CDLL(None).sched_yield
-_sched_yield.argtypes = []
-_sched_yield.restype = ctypes.c_int
+# Declared by symbol name (not a ctypes pointer), so that njit callers can be cached on disk.
+_sched_yield = types.ExternalFunction("sched_yield", types.int32())
 #: Reads of a held lock word before a waiter gives its core away: the lock is held ~50 ns, so a
 #: longer wait means the holder was preempted, and spinning on would only delay it further.
 LOCK_SPINS = 1000
