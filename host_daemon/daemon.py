@@ -293,6 +293,7 @@ class HostDaemon:
         self._threads = []
         self._drainer = None
         self._drain_stop = threading.Event()
+        self._drain_lock = threading.Lock()   # the drain thread and sync() both drain
         self._errors = []
         self._served = [np.zeros(1, dtype=np.int64) for _ in range(self.n_threads)]
         self._heads = [None] * self.n_threads
@@ -352,6 +353,10 @@ class HostDaemon:
         """Move the records in the threads' rings to the trace file (safe while running)."""
         if self.trace_writer is None:
             return
+        with self._drain_lock:
+            self._drain_rings()
+
+    def _drain_rings(self):
         for ring in self._rings:
             head, tail = int(ring.head[0]), int(ring.tail[0])
             if head == tail:
