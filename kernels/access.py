@@ -84,7 +84,6 @@ def read(h, i):
     peers = match_any_sync(mask, gpage if in_range else -1)
     leader = lowest_lane(peers)
     is_leader = lane == leader and in_range
-    q = queue_of_warp(h)
 
     value = h.zero[0]
     done = not in_range
@@ -126,6 +125,7 @@ def read(h, i):
 
         if ballot_sync(mask, loading) != 0:
             # 2. loaders: a slot, a ticket, the request, the completion
+            q = queue_of_warp(h)   # here, not on the hit path
             completed = False
             status = 0
             source = 0

@@ -111,19 +111,28 @@ else:
             raise TypeError("sync primitives take arrays of 32- or 64-bit integers")
         return arr.dtype.bitwidth
 
-    def _make_load(scope):
+    def _make_load(sem, scope):
+        """``ld.{sem}.{scope}`` of any 1-, 2-, 4- or 8-byte element, as side-effecting asm."""
         @intrinsic
         def load(typingctx, arr, idx):
-            bits = _check_word(arr)
+            if not isinstance(arr, types.Array) or arr.dtype.bitwidth not in (8, 16, 32, 64):
+                raise TypeError("loads take arrays of 1-, 2-, 4- or 8-byte elements")
             sig = arr.dtype(arr, types.intp)
 
             def codegen(context, builder, sig, args):
+                dtype = sig.args[0].dtype
+                bits = dtype.bitwidth
                 ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1])
-                fnty = ir.FunctionType(ir.IntType(bits), [ptr.type])
-                reg = "l" if bits == 64 else "r"
-                asm = ir.InlineAsm(fnty, f"ld.acquire.{scope}.b{bits} $0, [$1];",
+                # PTX registers are at least 16 bits; a byte is loaded into a 32-bit one.
+                reg_bits, reg = {8: (32, "r"), 16: (16, "h"), 32: (32, "r"), 64: (64, "l")}[bits]
+                kind = "u8" if bits == 8 else f"b{bits}"
+                fnty = ir.FunctionType(ir.IntType(reg_bits), [ptr.type])
+                asm = ir.InlineAsm(fnty, f"ld.{sem}.{scope}.{kind} $0, [$1];",
                                    f"={reg},l,~{{memory}}", side_effect=True)
-                return builder.call(asm, [ptr])
+                raw = builder.call(asm, [ptr])
+                if reg_bits != bits:
+                    raw = builder.trunc(raw, ir.IntType(bits))
+                return builder.bitcast(raw, context.get_value_type(dtype))
             return sig, codegen
         return load
 
@@ -163,9 +172,9 @@ else:
         return atomic_add
 
     #: ``ld.acquire.sys``: poll a word the host writes (completion sequence numbers).
-    ld_acquire_sys = _make_load("sys")
+    ld_acquire_sys = _make_load("acquire", "sys")
     #: ``ld.acquire.gpu``: poll a word other blocks write (page states, entry turns).
-    ld_acquire_gpu = _make_load("gpu")
+    ld_acquire_gpu = _make_load("acquire", "gpu")
     #: ``st.release.sys``: publish a record to the host after writing its body.
     st_release_sys = _make_store("sys")
     #: ``st.release.gpu``: hand a queue entry on to the next ticket holder.
@@ -175,38 +184,14 @@ else:
     #: Drop a page reference; earlier reads of the slot cannot move after it.
     atomic_add_release_gpu = _make_atomic_add("release")
 
-    def _make_relaxed_load(scope):
-        @intrinsic
-        def load(typingctx, arr, idx):
-            if not isinstance(arr, types.Array) or arr.dtype.bitwidth not in (8, 16, 32, 64):
-                raise TypeError("relaxed loads take arrays of 1-, 2-, 4- or 8-byte elements")
-            sig = arr.dtype(arr, types.intp)
-
-            def codegen(context, builder, sig, args):
-                dtype = sig.args[0].dtype
-                bits = dtype.bitwidth
-                ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1])
-                # PTX registers are at least 16 bits; a byte is loaded into a 32-bit one.
-                reg_bits, reg = {8: (32, "r"), 16: (16, "h"), 32: (32, "r"), 64: (64, "l")}[bits]
-                kind = "u8" if bits == 8 else f"b{bits}"
-                fnty = ir.FunctionType(ir.IntType(reg_bits), [ptr.type])
-                asm = ir.InlineAsm(fnty, f"ld.relaxed.{scope}.{kind} $0, [$1];",
-                                   f"={reg},l,~{{memory}}", side_effect=True)
-                raw = builder.call(asm, [ptr])
-                if reg_bits != bits:
-                    raw = builder.trunc(raw, ir.IntType(bits))
-                return builder.bitcast(raw, context.get_value_type(dtype))
-            return sig, codegen
-        return load
-
     #: ``ld.relaxed.gpu``: a read of device memory that other SMs write (a slot's bytes, the
     #: page table). Not served from the SM's own L1, which is not coherent, and, being a
     #: side-effecting asm, never moved by the compiler before the acquire that guards it
     #: (``cuda.ldcg`` is neither: its asm is pure and may be hoisted).
-    ld_relaxed_gpu = _make_relaxed_load("gpu")
+    ld_relaxed_gpu = _make_load("relaxed", "gpu")
     #: ``ld.relaxed.sys``: the same for mapped host memory the CPU writes (staging pages, a
     #: completion's status and source).
-    ld_relaxed_sys = _make_relaxed_load("sys")
+    ld_relaxed_sys = _make_load("relaxed", "sys")
 
     @intrinsic
     def now_ns(typingctx):
