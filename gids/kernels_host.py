@@ -2,9 +2,10 @@
 from numba import cuda
 
 from kernels.access import read
+from kernels.platform import jit
 
 
-@cuda.jit
+@jit
 def gather_kernel(h, indices, out):
     """out[k] = array[indices[k]], grid-stride."""
     start = cuda.grid(1)
