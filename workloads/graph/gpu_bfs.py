@@ -52,6 +52,13 @@ BETA = 18
 
 DIRECTIONS = ("top-down", "auto")
 
+#: Top-down, a warp scanning a list longer than this many entries (one 4 KiB page of int64)
+#: first touches the next ``WARP_SIZE`` pages of it, one per lane: through gids those misses are
+#: served together, where the scan alone would wait for one page at a time (a hub's list of
+#: thousands of pages, read by one warp, would set the level's time).
+PREFETCH_ENTRIES = 512
+PREFETCH_WINDOW = WARP_SIZE * PREFETCH_ENTRIES
+
 
 class BFSKernels(NamedTuple):
     """The reader-specific kernels of a BFS (see :func:`make_bfs_kernels`)."""
@@ -92,6 +99,11 @@ def make_bfs_kernels(read_neighbour) -> BFSKernels:
             start = offsets[v]
             end = offsets[v + 1]
             for base in range(start, end, WARP_SIZE):
+                if end - start > PREFETCH_ENTRIES and (base - start) % PREFETCH_WINDOW == 0:
+                    # A long list (a hub's): each lane touches one page of the next window, so
+                    # the warp's misses are in flight together instead of one page at a time.
+                    p = base + lane * PREFETCH_ENTRIES
+                    read_neighbour(arg, p if p < end else end - 1)
                 k = base + lane
                 valid = k < end
                 # Lanes past the end re-read the last entry: same page, no extra I/O, and the
