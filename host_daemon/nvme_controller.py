@@ -37,8 +37,20 @@ import numpy as np
 from numba import njit
 
 from gids import layout as L
-from host_daemon.daemon import (_CRASH, BATCH, NAP_US, SPIN_POLLS, HostDaemon, _emulation, _memcpy,
-                                _memset, _now_ns, _record, _usleep, serve_page)
+from host_daemon.daemon import (
+    _CRASH,
+    BATCH,
+    NAP_US,
+    SPIN_POLLS,
+    HostDaemon,
+    _emulation,
+    _memcpy,
+    _memset,
+    _now_ns,
+    _record,
+    _usleep,
+    serve_page,
+)
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_submit_locked
 from host_daemon.stores import T_ADDRESS, T_NBYTES, T_OFFSET
@@ -126,7 +138,7 @@ def _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters, now):
     back on the heap). Returns how many were posted."""
     n = 0
     while emu.size[0] > 0 and emu.due[0] <= now:
-        due, slot, size = heap_pop(emu.due, emu.entry, emu.size[0])
+        _, slot, size = heap_pop(emu.due, emu.entry, emu.size[0])
         emu.size[0] = size
         q = slot // depth
         qs = state[q // n_threads]

@@ -33,12 +33,25 @@ No lock is ever waited for: the two locks are try-locks held for a bounded scan,
 that fails to take one polls again. Every wait ends at the Runtime's deadline (or abort) with the
 timeout errors of :mod:`gids.layout`.
 """
-import numpy as np
 from numba import cuda
 
 from gids import layout as L
-from kernels.queue import POLL_MAX_NS, POLL_MIN_NS, expired, highest_lane, lowest_lane, wait_turn
-from kernels.sync import atomic_cas, ld_acquire_gpu, ld_acquire_sys, ld_relaxed_gpu, st_release_gpu, st_release_sys
+from kernels.queue import (
+    POLL_MAX_NS,
+    POLL_MIN_NS,
+    expired,
+    highest_lane,
+    lowest_lane,
+    wait_turn,
+)
+from kernels.sync import (
+    atomic_cas,
+    ld_acquire_gpu,
+    ld_acquire_sys,
+    ld_relaxed_gpu,
+    st_release_gpu,
+    st_release_sys,
+)
 from kernels.warp import ballot_sync, nanosleep, syncwarp
 
 _CID_MASK = 0xFFFF

@@ -267,6 +267,30 @@ def bench_emulation(data, page_size, profile, drive_counts, n_reads, out_dir, lo
     return rows
 
 
+def bench_all_miss_nvme(data, cores, log):
+    """All-miss 4 KiB reads over the direct NVMe path, ideal SSD profile, by controller threads
+    (three counts only, to keep the suite inside one device call)."""
+    counts = sorted({4, 8, max(1, cores - 2)})
+    return bench_all_miss(data, 4096, counts, True, 1 << 30, log, backend="nvme", ssd="ideal")
+
+
+def nvme_suite(out_dir, quick=False):
+    """The NVMe rows alone (``python -m workloads.microbench nvme``): all-miss commands/s with
+    the ideal profile, and QD1 latency; printed and written to OUT/nvme_suite.json."""
+    if gids.SIMULATOR:
+        raise SystemExit("the nvme suite needs a GPU (this process runs in the CUDA simulator)")
+    os.makedirs(out_dir, exist_ok=True)
+    n_pages = (1 << 18) if quick else (1 << 20)
+    data = np.random.default_rng(0).integers(0, 1 << 62, n_pages * 512, dtype=np.int64)
+    rows = bench_all_miss_nvme(data, os.cpu_count() or 8, print)
+    best = max(rows, key=lambda x: x["Mpages_per_s"])
+    print(f"all-miss NVMe commands/s, ideal profile: {best['Mpages_per_s']:.2f} M/s "
+          f"({best['daemon_threads']} controller threads; target >= 5 M/s)", flush=True)
+    with open(os.path.join(out_dir, "nvme_suite.json"), "w") as f:
+        json.dump({"all_miss_nvme": rows}, f, indent=1)
+    return rows
+
+
 # ------------------------------------------------------------------ the suite
 
 def gpu_suite(out_dir, quick=False):
@@ -295,8 +319,7 @@ def gpu_suite(out_dir, quick=False):
     counts = sorted({1, 2, 4, 8, max(1, cores - 2)})
     results["all_miss_zero_copy"] = bench_all_miss(data, 4096, counts, True, 1 << 30, log)
     results["all_miss_copy"] = bench_all_miss(data, 4096, counts, False, 1 << 30, log)
-    results["all_miss_nvme"] = bench_all_miss(data, 4096, counts, True, 1 << 30, log,
-                                              backend="nvme", ssd="ideal")
+    results["all_miss_nvme"] = bench_all_miss_nvme(data, cores, log)
     results["hits"] = bench_hits(1 << 26, 1 << 30, 16, log)
     results["latency"] = bench_latency(data, 4096, 2000, log)
     results["emulation"] = bench_emulation(data, 4096, "pm1743", (1, 2, 4),
@@ -362,7 +385,13 @@ def main(argv=None):
     p.add_argument("--out", default="out", help="folder for gpu_suite.md/.json (default: out)")
     p.add_argument("--quick", action="store_true", help="smaller sizes")
     p.add_argument("--no-tests", action="store_true", help="skip the GPU pytest run")
+    p = sub.add_parser("nvme", help="the direct NVMe path's all-miss commands/s only")
+    p.add_argument("--out", default="out", help="folder for nvme_suite.json (default: out)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes")
     args = parser.parse_args(argv)
+    if args.cmd == "nvme":
+        nvme_suite(args.out, quick=args.quick)
+        return 0
     if args.cmd == "gpu-suite":
         rc = 0
         if not args.no_tests:
