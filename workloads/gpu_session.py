@@ -31,7 +31,7 @@ STAGES = {
     "core": ([sys.executable, "-m", "workloads.microbench", "gpu-suite", "--no-tests",
               "--out", "{dir}"], 540),
     "bench": ([sys.executable, "-m", "gids.cli", "bench", "--quick", "--no-progress",
-               "--out", "{dir}"], 480),
+               "--out", "{dir}"], 570),
     "bfs": ([sys.executable, "-m", "gids.cli", "bfs", "--scale", "22", "--roots", "8",
              "--json", "{dir}/bfs.json"], 480),
     "search": ([sys.executable, "-m", "gids.cli", "search", "--n", "1000000", "--dim", "128",
