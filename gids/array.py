@@ -1,7 +1,7 @@
 """``StorageArray``: an array whose elements live in a store and are read through the cache."""
 import numpy as np
 
-from kernels.handle import ArrayHandle
+from kernels.handle import ArrayHandle, NvmeHandle
 
 #: Element types a kernel can read (``gids.read`` returns a scalar of this type).
 SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
@@ -49,7 +49,7 @@ class StorageArray:
         rt = self.runtime
         rt._check_open()
         page_size = rt.page_size
-        return ArrayHandle(
+        h = ArrayHandle(
             cache=rt._cache.view(self.dtype),
             cache_words=rt._cache.view(np.uint64),
             zero=self._zero,
@@ -76,6 +76,9 @@ class StorageArray:
             timeout_ns=int(rt.timeout * 1e9),
             abort=rt._abort,
         )
+        if rt.backend == "nvme":   # the handle's type picks the back end's I/O step
+            return NvmeHandle(*h, **rt.nvme_handle_fields())
+        return h
 
     def __repr__(self):
         return (f"StorageArray(shape={self.shape}, dtype={self.dtype}, offset={self.offset}, "

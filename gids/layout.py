@@ -67,3 +67,49 @@ STORE_KIND_MEMORY = 1       # memcpy from a host buffer
 STORE_KIND_ZERO_COPY = 2    # the buffer is pinned and device-mapped: no copy, the GPU reads it
 STORE_KIND_FAULTY = 3       # memcpy from a host buffer, with injected faults (tests)
 MAX_ARRAYS = 256
+
+# --- NVMe queue pairs (Runtime(backend="nvme"); drawn in docs/formats.md) ---------------------
+# Real NVMe record layouts (NVM Express Base Specification 2.0, figures "Common Command Format"
+# and "Completion Queue Entry"), held as little-endian int64 words so that one 8-byte store
+# writes a whole field pair and the CQE's phase, command id and status arrive together.
+NVME_SQE_WORDS = 8          # 64-byte submission queue entry
+SQE_CDW0_NSID = 0           # bits 0-7 opcode, 8-9 FUSE, 14-15 PSDT, 16-31 CID; 32-63 NSID
+SQE_MPTR = 2                # bytes 16-23, unused (0)
+SQE_PRP1 = 3                # bytes 24-31: data pointer, PRP entry 1
+SQE_PRP2 = 4                # bytes 32-39: PRP entry 2 (0: one memory page is enough)
+SQE_SLBA = 5                # bytes 40-47 (CDW10-11): starting LBA
+SQE_CDW12_13 = 6            # bits 0-15 NLB (number of blocks - 1); 32-63 CDW13 (0)
+SQE_CID_SHIFT = 16
+SQE_NSID_SHIFT = 32
+
+NVME_CQE_WORDS = 2          # 16-byte completion queue entry
+CQE_DW0_DW1 = 0             # command specific, reserved (0 for reads)
+CQE_DW2_DW3 = 1             # bits 0-15 SQHD, 16-31 SQID, 32-47 CID, 48 phase tag, 49-63 status
+CQE_SQID_SHIFT = 16
+CQE_CID_SHIFT = 32
+CQE_PHASE_SHIFT = 48
+CQE_STATUS_SHIFT = 49
+
+NVME_OP_READ = 0x02
+NVME_LBA_BYTES = 512        # logical block size of every namespace
+NVME_MAX_DEPTH = 1024       # command slots per queue pair (CIDs are 16 bits: slot + generation)
+
+# Doorbells (int64 words standing for the BAR registers at 0x1000 + (2y + k) * stride):
+# queue y's SQ tail at word 2y, its CQ head at word 2y + 1, as in the register map.
+DB_SQ_TAIL = 0
+DB_CQ_HEAD = 1
+
+# Status field (15 bits: SC bits 0-7, SCT bits 8-10, ..., DNR bit 14).
+NVME_SC_SUCCESS = 0x000
+NVME_SC_INVALID_OPCODE = 0x001      # generic: invalid command opcode
+NVME_SC_INVALID_FIELD = 0x002       # generic: invalid field in command (e.g. unaligned LBA)
+NVME_SC_DATA_XFER_ERROR = 0x004     # generic: data transfer error (PRP outside the DMA window)
+NVME_SC_INVALID_NS = 0x00B          # generic: invalid namespace or format
+NVME_SC_LBA_RANGE = 0x080           # generic: LBA out of range
+NVME_SC_READ_ERROR = 0x281          # media error (SCT 2): unrecovered read error
+NVME_SC_SHORT_READ = 0x7C0          # vendor specific (SCT 7): the store returned fewer bytes
+
+# Completion word a CQ drainer leaves for a command's waiter (device memory, one per command
+# slot): bits 0-15 CID, 16-30 NVMe status, bit 40 set once written (0 initially).
+CPL_STATUS_SHIFT = 16
+CPL_VALID = 1 << 40

@@ -13,6 +13,7 @@ from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonE
                          GidsTimeoutError, IndexOutOfRangeError, StorageIOError)
 from gids.stats import Stats
 from host_daemon.daemon import HostDaemon
+from host_daemon.nvme_controller import NvmeController
 from host_daemon.ssd_model import SsdModel
 from host_daemon.trace import TraceWriter
 from host_daemon.stores import T_COLUMNS, FaultyStore, FileStore, MemoryStore, MmapStore, Store
@@ -20,7 +21,7 @@ from kernels.platform import SIMULATOR, WARP_SIZE
 
 MIN_PAGE_SIZE = 512
 MAX_PAGE_SIZE = 64 << 10
-BACKENDS = ("host",)
+BACKENDS = ("host", "nvme")
 
 _TIMEOUT_WHAT = {
     L.ERR_TIMEOUT_QUEUE: "a free submission queue entry",
@@ -42,8 +43,11 @@ class Runtime:
 
     Parameters
     ----------
-    backend : {"host"}
-        Who serves misses: ``"host"``, CPU daemon threads reading the stores.
+    backend : {"host", "nvme"}
+        Who serves misses: ``"host"``, CPU daemon threads reading the stores from request
+        queues; ``"nvme"``, the direct NVMe path: kernels write NVMe read commands into
+        submission rings and ring doorbells, an emulated NVMe controller (host threads) serves
+        them and posts completions by phase tag (``docs/architecture.md``).
     cache_bytes : int, optional
         GPU memory for cached pages; rounded down to whole pages. Default
         ``gids.defaults.get("cache_bytes")``. Alternatively give ``cache_pages``.
@@ -54,12 +58,13 @@ class Runtime:
         Bytes per page and per I/O, a power of two from 512 to 65536. Every element type read
         through the Runtime must divide it.
     daemon_threads : int, optional
-        Host threads serving requests.
+        Host threads serving requests (for ``"nvme"``: the controller's threads).
     queues, queue_depth : int, optional
-        Submission/completion queue pairs and entries per queue (depth >= warp size). Each entry
-        has a staging page in pinned memory: ``queues * queue_depth * page_size`` bytes. By
-        default (depth 128) as many queues as keep that within 256 MiB, at most 512: requests
-        in flight are what fills PCIe (see :mod:`gids.defaults`).
+        Submission/completion queue pairs and entries per queue (depth >= warp size; for
+        ``"nvme"`` at most 1024, the commands in flight per queue pair). Each entry has a
+        staging page in pinned memory: ``queues * queue_depth * page_size`` bytes. By default
+        (depth 128) as many queues as keep that within 256 MiB, at most 512: requests in flight
+        are what fills PCIe (see :mod:`gids.defaults`).
     timeout : float, optional
         Seconds any one wait inside a kernel may take before it gives up with an error.
     ssd : str or host_daemon.ssd_model.SsdProfile, optional
@@ -111,6 +116,9 @@ class Runtime:
         if queue_depth < WARP_SIZE:
             raise ConfigError(f"gids: queue_depth must be >= the warp size ({WARP_SIZE}), "
                               f"got {queue_depth}")
+        if backend == "nvme" and queue_depth > L.NVME_MAX_DEPTH:
+            raise ConfigError(f"gids: the NVMe queue depth is at most {L.NVME_MAX_DEPTH} "
+                              f"commands per queue pair, got {queue_depth}")
         daemon_threads = (defaults.get("daemon_threads") if daemon_threads is None
                           else int(daemon_threads))
         if daemon_threads < 1:
@@ -168,13 +176,59 @@ class Runtime:
         self._table = np.zeros((L.MAX_ARRAYS, T_COLUMNS), dtype=np.int64)
         host_view(self._sq)[:] = 0
         host_view(self._cq)[:] = 0
+        if backend == "nvme":
+            self._alloc_nvme(queues, queue_depth)
         self._model = model
         self._trace_writer = TraceWriter(trace) if trace is not None else None
         self._daemon = None
         self._start_daemon()
 
+    def _alloc_nvme(self, queues, depth):
+        """The NVMe queue pairs: rings and doorbells in mapped host memory (the controller
+        reads and writes them; a real drive would reach them by DMA), driver state in device
+        memory. Layouts in gids.layout / docs/formats.md."""
+        ring = depth + 1
+        self._nv_sq = cuda.mapped_array(queues * ring * L.NVME_SQE_WORDS, dtype=np.int64)
+        self._nv_cq = cuda.mapped_array(queues * ring * L.NVME_CQE_WORDS, dtype=np.int64)
+        self._nv_db = cuda.mapped_array(queues * 2, dtype=np.int64)
+        zeros = lambda n: self._to_device(np.zeros(n, dtype=np.int64))   # noqa: E731
+        self._nv_mark = zeros(queues * ring)
+        self._nv_sq_tail = zeros(queues)
+        self._nv_sq_head = zeros(queues)
+        self._nv_cq_head = zeros(queues)
+        self._nv_lock = zeros(2 * queues)
+        self._nv_cpl = zeros(queues * depth)
+        self._reset_nvme()
+
+    def _reset_nvme(self):
+        for mapped in (self._nv_sq, self._nv_cq, self._nv_db):
+            host_view(mapped)[:] = 0
+        for dev in (self._nv_mark, self._nv_sq_tail, self._nv_sq_head, self._nv_cq_head,
+                    self._nv_lock, self._nv_cpl):
+            dev.copy_to_device(np.zeros(dev.size, dtype=np.int64))
+
+    def nvme_handle_fields(self):
+        """The NvmeHandle fields after ArrayHandle's (see kernels/handle.py)."""
+        return dict(nv_sq=self._nv_sq, nv_cq=self._nv_cq, nv_db=self._nv_db,
+                    nv_ring=self.queue_depth + 1, nv_mark=self._nv_mark,
+                    nv_sq_tail=self._nv_sq_tail, nv_sq_head=self._nv_sq_head,
+                    nv_cq_head=self._nv_cq_head, nv_lock=self._nv_lock, nv_cpl=self._nv_cpl,
+                    nv_prp_base=int(host_view(self._staging).ctypes.data))
+
     # ----------------------------------------------------------------- life cycle
+    #: Test hook: the NVMe controller delays each completion by a random time up to this many
+    #: microseconds, so that commands complete out of order without an SSD model.
+    _nvme_jitter_us = 0.0
+
     def _start_daemon(self):
+        if self.backend == "nvme":
+            self._daemon = NvmeController(
+                host_view(self._nv_sq), host_view(self._nv_cq), host_view(self._nv_db),
+                host_view(self._staging), self._table, self.queues, self.queue_depth,
+                self.page_size, self.daemon_threads, model=self._model,
+                trace_writer=self._trace_writer, jitter_us=self._nvme_jitter_us)
+            self._daemon.start()
+            return
         self._daemon = HostDaemon(host_view(self._sq), host_view(self._cq),
                                   host_view(self._staging), self._table, self.queues,
                                   self.queue_depth, self.page_size, self.daemon_threads,
@@ -481,6 +535,8 @@ class Runtime:
             return self._io_error(array, page, detail)
         if code in _TIMEOUT_WHAT:
             what = _TIMEOUT_WHAT[code]
+            if self.backend == "nvme" and code == L.ERR_TIMEOUT_IO:
+                what = "the NVMe controller to complete a command"
             cls = CacheExhaustedError if code == L.ERR_TIMEOUT_SLOT else GidsTimeoutError
             hint = (f" (the cache has {self.cache_slots} slots: too few for the pages in use at "
                     "once)" if code == L.ERR_TIMEOUT_SLOT else "")
@@ -525,6 +581,8 @@ class Runtime:
         host_view(self._cq)[:] = 0
         self._sq_ticket.copy_to_device(np.zeros(self.queues, dtype=np.int64))
         self._entry_turn.copy_to_device(np.zeros(self.queues * self.queue_depth, dtype=np.int64))
+        if self.backend == "nvme":
+            self._reset_nvme()
 
     def invalidate(self):
         """Drop every cached page (between kernels)."""
@@ -549,6 +607,8 @@ class Runtime:
 
     @property
     def daemon(self):
+        """What serves the misses: the :class:`~host_daemon.daemon.HostDaemon`, or for
+        ``backend="nvme"`` the :class:`~host_daemon.nvme_controller.NvmeController`."""
         return self._daemon
 
     @property

@@ -325,13 +325,11 @@ class HostDaemon:
         # Compile the loop here, before any thread runs it: compiling is Python work that holds
         # the GIL, and in the simulator it would crawl behind the spinning kernel threads.
         self._stop[0] = 1
-        serve_queues(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), self.sq, self.cq,
-                     self.staging.ctypes.data, self.depth, self.page_size, self.table, self._stop,
-                     np.zeros(1, dtype=np.int64), self._emu[0], self._rings[0], self._clocks[0])
+        self._serve(0, np.zeros(0, dtype=np.int64), self._queue_state(0))
         self._stop[0] = 0
         for k in range(self.n_threads):
             my_queues = np.arange(k, self.n_queues, self.n_threads, dtype=np.int64)
-            self._heads[k] = np.zeros(len(my_queues), dtype=np.int64)
+            self._heads[k] = self._queue_state(len(my_queues))
             t = threading.Thread(target=self._run, args=(k, my_queues), daemon=True,
                                  name=f"gids-daemon-{k}")
             self._threads.append(t)
@@ -343,12 +341,19 @@ class HostDaemon:
             self._drainer.start()
         return self
 
+    def _queue_state(self, n):
+        """The state thread k keeps per queue it serves: the next ticket of each."""
+        return np.zeros(n, dtype=np.int64)
+
+    def _serve(self, k, my_queues, heads):
+        """Thread ``k``'s loop over ``my_queues`` (returns once ``_stop`` is set)."""
+        serve_queues(my_queues, heads, self.sq, self.cq, self.staging.ctypes.data, self.depth,
+                     self.page_size, self.table, self._stop, self._served[k], self._emu[k],
+                     self._rings[k], self._clocks[k])
+
     def _run(self, k, my_queues):
         try:
-            serve_queues(my_queues, self._heads[k], self.sq, self.cq,
-                         self.staging.ctypes.data, self.depth, self.page_size, self.table,
-                         self._stop, self._served[k], self._emu[k], self._rings[k],
-                         self._clocks[k])
+            self._serve(k, my_queues, self._heads[k])
         except BaseException as exc:   # reported by check(); a dead thread must not go unseen
             self._errors.append((k, exc))
 

@@ -25,8 +25,8 @@ from gids import layout as L
 from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait, claim_slot,
                            give_up_load,
                            publish, try_pin, unpin, warp_copy_page)
-from kernels.queue import (expired, highest_lane, lowest_lane, queue_of_warp, release_entry, staging_word, submit,
-                           take_tickets, wait_completion)
+from kernels.backend import io_submit, io_wait
+from kernels.queue import expired, lowest_lane, queue_of_warp, release_entry, staging_word, take_tickets
 from kernels.sync import atomic_add, atomic_cas, ld_relaxed_gpu, now_ns
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
 
@@ -137,20 +137,15 @@ def read(h, i):
             ticket = take_tickets(h, q, mask, loading and slot >= 0)
             submitted = False
             if ticket >= 0:
-                submitted = submit(h, q, ticket, page, deadline)
+                # The back end's two steps (host queues or NVMe rings), chosen by the handle's
+                # type at compile time: kernels/backend.py.
+                submitted = io_submit(h, q, ticket, page, deadline)
                 if not submitted:
                     record_error(h, L.ERR_TIMEOUT_QUEUE, page, ticket)
-            # The daemon serves a queue in ticket order, so once the warp's highest ticket is
-            # complete all of its tickets are: one lane polls the host, not 32.
-            posted = ballot_sync(mask, submitted)
-            if posted != 0 and lane == highest_lane(posted):
-                wait_completion(h, q, ticket, deadline)
-            syncwarp(mask)
+            completed, status, source = io_wait(h, mask, lane, q, ticket, submitted, deadline)
             if ticket >= 0:
-                if submitted:
-                    completed, status, source = wait_completion(h, q, ticket, deadline)
-                    if not completed:
-                        record_error(h, L.ERR_TIMEOUT_IO, page, ticket)
+                if submitted and not completed:
+                    record_error(h, L.ERR_TIMEOUT_IO, page, ticket)
                 if not completed:
                     # The entry may never be answered now; the Runtime resets the queues.
                     abandon(h, gpage, slot)

@@ -2,6 +2,9 @@
 
 A namedtuple of device arrays and integers, which Numba passes to a kernel as one argument (in
 the simulator too). The host builds it (``StorageArray.handle``); device code only reads fields.
+``ArrayHandle`` is the handle of the host-daemon back end; ``NvmeHandle`` (``backend="nvme"``)
+has the same fields and the NVMe queue pairs' after them. The type of the handle picks the
+back end's I/O step at compile time (:mod:`kernels.backend`).
 """
 from collections import namedtuple
 
@@ -36,3 +39,21 @@ ArrayHandle = namedtuple("ArrayHandle", [
     "timeout_ns",   # bound on any one wait inside gids.read
     "abort",        # int64[1], mapped host memory: non-zero asks every waiting thread to give up
 ])
+
+#: Fields of the NVMe queue pairs (``backend="nvme"``), after ArrayHandle's. A command slot
+#: (``entry`` = q * depth + ticket % depth, as for the host queues) owns a command id, a bounce
+#: buffer (the ``staging`` page: the controller's DMA target) and a completion word.
+NVME_FIELDS = [
+    "nv_sq",        # int64 SQEs, mapped host memory, [n_queues * nv_ring * NVME_SQE_WORDS]
+    "nv_cq",        # int64 CQEs, mapped host memory, [n_queues * nv_ring * NVME_CQE_WORDS]
+    "nv_db",        # int64 doorbells, mapped host memory, [n_queues * 2]: SQ tail, CQ head
+    "nv_ring",      # entries per SQ and CQ ring: depth + 1 (a ring holds at most size - 1)
+    "nv_mark",      # int64 per SQ ring entry (device): ticket + 1 once its SQE is written
+    "nv_sq_tail",   # int64 per queue (device): SQEs covered by the SQ tail doorbell (a count)
+    "nv_sq_head",   # int64 per queue (device): SQEs the controller has fetched, from CQE.SQHD
+    "nv_cq_head",   # int64 per queue (device): CQEs consumed (a count; the doorbell is mod ring)
+    "nv_lock",      # int64 per queue x 2 (device): SQ tail mover, CQ drainer (try-locks)
+    "nv_cpl",       # int64 per command slot (device): CID | status << 16 | CPL_VALID
+    "nv_prp_base",  # bus address of staging page 0: PRP1 of slot e is nv_prp_base + e * page
+]
+NvmeHandle = namedtuple("NvmeHandle", list(ArrayHandle._fields) + NVME_FIELDS)

@@ -12,7 +12,7 @@ from numba import cuda
 
 from gids import layout as L
 from kernels.sync import atomic_add, ld_acquire_gpu, ld_acquire_sys, ld_relaxed_sys, now_ns, st_release_gpu, st_release_sys
-from kernels.warp import ballot_sync, lanemask_lt, laneid, nanosleep, popc, shfl_sync
+from kernels.warp import ballot_sync, lanemask_lt, laneid, nanosleep, popc, shfl_sync, syncwarp
 from kernels.platform import WARP_SIZE
 
 #: Back-off bounds for polls (ns). Every poll of a completion is a PCIe read, and under load
@@ -79,8 +79,9 @@ def expired(h, deadline, polls):
 
 
 @cuda.jit(device=True)
-def submit(h, q, ticket, page, deadline):
-    """Wait for the ticket's entry, write the request, publish it. False on timeout."""
+def wait_turn(h, q, ticket, deadline):
+    """Wait until the ticket's entry (its record, staging page, and for NVMe its command id) is
+    free for the ticket's turn. False on timeout."""
     entry = q * h.depth + ticket % h.depth
     turn = ticket // h.depth
     pause = POLL_MIN_NS
@@ -91,6 +92,15 @@ def submit(h, q, ticket, page, deadline):
             return False
         nanosleep(pause)
         pause = min(pause * 2, POLL_MAX_NS)
+    return True
+
+
+@cuda.jit(device=True)
+def submit(h, q, ticket, page, deadline):
+    """Wait for the ticket's entry, write the request, publish it. False on timeout."""
+    if not wait_turn(h, q, ticket, deadline):
+        return False
+    entry = q * h.depth + ticket % h.depth
     rec = entry * L.SQ_WORDS
     h.sq[rec + L.SQ_ARRAY] = h.array_id
     h.sq[rec + L.SQ_PAGE] = page
@@ -112,6 +122,23 @@ def wait_completion(h, q, ticket, deadline):
         nanosleep(pause)
         pause = min(pause * 2, POLL_MAX_NS)
     return True, ld_relaxed_sys(h.cq, rec + L.CQ_STATUS), ld_relaxed_sys(h.cq, rec + L.CQ_SOURCE)
+
+
+@cuda.jit(device=True)
+def wait_warp(h, mask, lane, q, ticket, submitted, deadline):
+    """Collective: each lane that ``submitted`` gets (completed, status, source) of its ticket;
+    completed is False on timeout (or for a lane that did not submit).
+
+    The daemon serves a queue in ticket order, so once the warp's highest ticket is complete
+    all of its tickets are: one lane polls the host, not 32.
+    """
+    posted = ballot_sync(mask, submitted)
+    if posted != 0 and lane == highest_lane(posted):
+        wait_completion(h, q, ticket, deadline)
+    syncwarp(mask)
+    if submitted:
+        return wait_completion(h, q, ticket, deadline)
+    return False, 0, 0
 
 
 @cuda.jit(device=True)

@@ -34,7 +34,12 @@ if SIMULATOR:
     def _rmw(arr, i, op):
         with _ATOMIC_LOCK:
             old = arr[i]
-            arr[i] = _wrap(arr, op(int(old)))
+            new = _wrap(arr, op(int(old)))
+            # A failed compare-and-swap (or any no-op) writes nothing, as on the GPU: writing
+            # the old value back would undo a plain store made meanwhile (a try-lock's release
+            # store was lost this way: kernels/nvme.py).
+            if new != old:
+                arr[i] = new
         return old
 
     def atomic_add(arr, i, value):

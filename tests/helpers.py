@@ -35,3 +35,13 @@ def fake_handle(dtype):
         staging=a(np.uint64), zero_copy=a(np.uint64), sq_ticket=a(np.int64),
         entry_turn=a(np.int64), n_queues=1, depth=1, err=a(np.int64), stats=a(np.uint64),
         timeout_ns=1, abort=a(np.int64))
+
+
+def fake_nvme_handle(dtype):
+    """An NvmeHandle (``backend="nvme"``) for compiling kernels to PTX without a GPU."""
+    from kernels.handle import NvmeHandle
+    a = lambda dt: np.zeros(4, dt)   # noqa: E731
+    return NvmeHandle(*fake_handle(dtype), nv_sq=a(np.int64), nv_cq=a(np.int64),
+                      nv_db=a(np.int64), nv_ring=2, nv_mark=a(np.int64), nv_sq_tail=a(np.int64),
+                      nv_sq_head=a(np.int64), nv_cq_head=a(np.int64), nv_lock=a(np.int64),
+                      nv_cpl=a(np.int64), nv_prp_base=0)

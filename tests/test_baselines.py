@@ -141,8 +141,8 @@ def test_cpu_batch_names_a_page_it_cannot_read():
 
 
 def test_bad_arguments_get_clear_errors():
-    with pytest.raises(ConfigError, match="unknown data path 'nvme'.*memory, zero_copy, gids"):
-        B.make_path("nvme")
+    with pytest.raises(ConfigError, match="unknown data path 'spdk'.*memory, zero_copy, gids, nvme"):
+        B.make_path("spdk")
     with pytest.raises(ConfigError, match="gather_threads must be an integer >= 1"):
         B.make_path("cpu_batch", gather_threads=0)
     with pytest.raises(ConfigError, match="batch_pages must be an integer >= 1"):

@@ -125,7 +125,7 @@ def test_every_figure_is_labelled_a_simulator_figure(result, tmp_path):
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(paths=["nvme"]), "unknown data path 'nvme'; choose from memory, zero_copy, gids"),
+    (dict(paths=["spdk"]), "unknown data path 'spdk'; choose from memory, zero_copy, gids, nvme"),
     (dict(threads=0), "threads must be an integer >= 1, got 0"),
     (dict(threads=48), "threads must be a multiple of 32"),
     (dict(iops_threads=[64, 0]), "threads must be an integer >= 1, got 0"),
@@ -155,8 +155,8 @@ def test_command_line_errors_and_registration(capsys):
     assert args.paths == ["memory", "gids"]
     assert parser.parse_args(["bench", "--request-bytes", "4K"]).request_bytes == 4096
 
-    assert bench.main(["--paths", "memory,nvme"]) == 2
-    assert "gids bench: error: unknown data path 'nvme'" in capsys.readouterr().err
+    assert bench.main(["--paths", "memory,spdk"]) == 2
+    assert "gids bench: error: unknown data path 'spdk'" in capsys.readouterr().err
     assert bench.main(["--threads", "0"]) == 2
     assert "threads must be an integer >= 1" in capsys.readouterr().err
     assert bench.main(["--request-bytes", "1001"]) == 2

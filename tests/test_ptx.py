@@ -62,6 +62,34 @@ SCRIPT = textwrap.dedent('''
         _, restype = cuda.compile_ptx(getattr(warp, name).py_func, sig, device=True, cc=(9, 0))
         assert restype == types.int64, (name, restype)
     print("MASKS_OK")
+
+    # The direct NVMe path: the handle's type picks the I/O step at compile time.
+    from kernels.nvme import drain_cq
+    from tests.helpers import fake_nvme_handle
+    hn = fake_nvme_handle(np.int64)
+    nvme_ptx, _ = cuda.compile_ptx(gather_kernel.py_func,
+                                   (typeof(hn), types.int64[::1], typeof(a(np.int64))), cc=(9, 0))
+    host_ptx, _ = cuda.compile_ptx(gather_kernel.py_func,
+                                   (typeof(fake_handle(np.int64)), types.int64[::1],
+                                    typeof(a(np.int64))), cc=(9, 0))
+    # NVMe: try-locks (CAS), marks, doorbells and the CQ poll; the host kernel has none of it.
+    assert nvme_ptx.count("atom.global.cas") > host_ptx.count("atom.global.cas"), "no NVMe step"
+    assert nvme_ptx.count("st.release.sys") > host_ptx.count("st.release.sys"), "no doorbells"
+
+    # The CQ drain: its phase-tag load (the only ld.acquire.sys there) is re-read each time
+    # round the loop over CQ entries, not hoisted out of it.
+    def drain(h, out):
+        drain_cq(h, 0)
+        out[0] = 1
+    ptx, _ = cuda.compile_ptx(drain, (typeof(hn), types.int64[::1]), cc=(9, 0))
+    lines = [l.strip() for l in ptx.splitlines()]
+    loads = [i for i, l in enumerate(lines) if "ld.acquire.sys" in l]
+    labels = {l[:-1]: i for i, l in enumerate(lines) if re.match(r"^\\$L__\\w+:$", l)}
+    back_edges = [(i, labels[m.group(1)]) for i, l in enumerate(lines)
+                  for m in [re.search(r"bra(?:\\.uni)?\\s+(\\$L__\\w+);", l)] if m and m.group(1) in labels]
+    assert len(loads) >= 1, "no CQ phase load"
+    assert any(dst <= ld < src for ld in loads for src, dst in back_edges), "CQ phase load hoisted"
+    print("NVME_OK")
 ''')
 
 
@@ -75,3 +103,4 @@ def test_poll_load_stays_in_the_loop_and_read_compiles():
         pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
     assert "POLL_OK" in proc.stdout and "GATHER_OK" in proc.stdout, proc.stderr[-3000:]
     assert "MASKS_OK" in proc.stdout, proc.stderr[-3000:]
+    assert "NVME_OK" in proc.stdout, proc.stderr[-3000:]

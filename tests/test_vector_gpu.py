@@ -194,8 +194,8 @@ def test_dimension_mismatch_is_refused_before_any_kernel(l2, monkeypatch):
 def test_data_path_registry():
     assert gpu_search.data_path_names()[:2] == ["gids", "memory"]
     assert get_data_path("memory").open is gpu_search._MemorySource
-    with pytest.raises(ValueError, match="unknown data path 'nvme'"):
-        get_data_path("nvme")
+    with pytest.raises(ValueError, match="unknown data path 'spdk'"):
+        get_data_path("spdk")
     with pytest.raises(ValueError, match="already registered"):
         register_data_path(DataPath("gids", gpu_search._MemorySource))
 

@@ -16,6 +16,9 @@ Paths (:data:`PATHS`):
     are coalesced.
 ``gids``
     ``gids.read`` through a :class:`gids.Runtime` (GPU page cache, host daemon threads).
+``nvme``
+    The same over the direct NVMe path (``Runtime(backend="nvme")``): NVMe commands in
+    submission rings, doorbells, completions by phase tag, an emulated controller.
 ``cpu_batch``
     The CPU-initiated batch pattern of GPUDirect Storage: the kernel runs, lists the pages it
     needs that are not on the GPU, and exits; the host reads them from the store (``pread``, or
@@ -727,6 +730,30 @@ class GidsPath(DataPath):
         return {"passes": len(batches)}
 
 
+class NvmePath(GidsPath):
+    """``gids.read`` through a :class:`gids.Runtime` on the direct NVMe path (``backend="nvme"``):
+    kernels write NVMe read commands into submission rings and ring doorbells; an emulated NVMe
+    controller (host threads) serves them into bounce buffers and posts completions.
+
+    Parameters
+    ----------
+    cache_bytes, cache_pages, page_size, daemon_threads, queues, queue_depth, timeout
+        As for :class:`gids.Runtime`; ``daemon_threads`` are the controller's threads.
+    ssd, n_ssd : optional
+        Time the commands by this SSD array (``None``: complete as soon as the data is read).
+    """
+
+    name = "nvme"
+    description = "gids, direct NVMe path: kernels write NVMe commands, emulated controller serves"
+
+    def __init__(self, cache_bytes=None, cache_pages=None, page_size=None, daemon_threads=None,
+                 queues=None, queue_depth=None, timeout=None, ssd=None, n_ssd=None):
+        super().__init__(cache_bytes=cache_bytes, cache_pages=cache_pages, page_size=page_size,
+                         daemon_threads=daemon_threads, queues=queues, queue_depth=queue_depth,
+                         timeout=timeout)
+        self.options.update(backend="nvme", ssd=ssd, n_ssd=n_ssd)
+
+
 class CpuBatchPath(DataPath):
     """The CPU-initiated batch pattern (GPUDirect Storage style), gathered by host threads.
 
@@ -910,8 +937,11 @@ class KvikioBatchPath(CpuBatchPath):
 
 
 #: Every data path, by name (whether or not it can run here: see :func:`available_paths`).
-PATHS = {cls.name: cls for cls in (MemoryPath, ZeroCopyPath, GidsPath, CpuBatchPath,
+PATHS = {cls.name: cls for cls in (MemoryPath, ZeroCopyPath, GidsPath, NvmePath, CpuBatchPath,
                                    KvikioBatchPath)}
+
+#: The paths that run a :class:`gids.Runtime` (page cache options, Runtime statistics).
+RUNTIME_PATHS = ("gids", "nvme")
 
 
 def available_paths():

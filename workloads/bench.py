@@ -569,7 +569,7 @@ class Runner:
     # -- one point -----------------------------------------------------------------------------
     def _path_options(self, pt, request_bytes):
         c = self.c
-        if pt.path == "gids":
+        if pt.path in B.RUNTIME_PATHS:
             frac = pt.cache_fraction or c.cache_fraction
             page = _gids_page(request_bytes)
             cache_pages = max(WARP_SIZE, int(c.data_bytes * frac) // page)
@@ -656,18 +656,18 @@ class Runner:
                 "page_size": options.get("page_size"),
                 "threads": int(threads), "block": int(c.block),
                 "cache_bytes": (options["cache_pages"] * options["page_size"]
-                                if pt.path == "gids" else None),
+                                if pt.path in B.RUNTIME_PATHS else None),
                 "batch_bytes": int(c.batch_bytes),
                 "daemon_threads": (options.get("daemon_threads",
                                                gids.defaults.get("daemon_threads"))
-                                   if pt.path == "gids" else None),
+                                   if pt.path in B.RUNTIME_PATHS else None),
                 "queues": ((options.get("queues") or gids.defaults.get("queues")
                             or gids.defaults.default_queues(
                                 options.get("page_size") or gids.defaults.get("page_size"),
                                 options.get("queue_depth") or gids.defaults.get("queue_depth")))
-                           if pt.path == "gids" else None),
+                           if pt.path in B.RUNTIME_PATHS else None),
                 "queue_depth": (options.get("queue_depth", gids.defaults.get("queue_depth"))
-                                if pt.path == "gids" else None),
+                                if pt.path in B.RUNTIME_PATHS else None),
                 "gather_threads": (options.get("gather_threads",
                                                numba.config.NUMBA_NUM_THREADS)
                                    if pt.path.startswith("cpu_batch") else None),

@@ -6,8 +6,9 @@ Stages, in order of priority (default: all, in this order):
 
 - ``tests``: the GPU tests (``pytest -m gpu``), first, since every figure after them assumes
   the runtime reads the right values;
-- ``core``: the core's GPU suite (``python -m workloads.microbench gpu-suite``): all-miss pages,
-  hits, QD1 latency, emulation replay, with the ceilings of the same run;
+- ``core``: the core's GPU suite (``python -m workloads.microbench gpu-suite``): all-miss pages
+  (host daemon and direct NVMe path), hits, QD1 latency, emulation replay, with the ceilings of
+  the same run;
 - ``bench``: ``gids bench --quick`` over every data path;
 - ``bfs``: ``gids bfs`` on a Graph500 graph over the data paths and cache sizes;
 - ``search``: ``gids search`` on synthetic vectors over the data paths.
@@ -28,9 +29,9 @@ STAGES = {
     "tests": ([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
                "tests"], 300),
     "core": ([sys.executable, "-m", "workloads.microbench", "gpu-suite", "--no-tests",
-              "--out", "{dir}"], 420),
+              "--out", "{dir}"], 540),
     "bench": ([sys.executable, "-m", "gids.cli", "bench", "--quick", "--no-progress",
-               "--out", "{dir}"], 480),
+               "--out", "{dir}"], 570),
     "bfs": ([sys.executable, "-m", "gids.cli", "bfs", "--scale", "22", "--roots", "8",
              "--json", "{dir}/bfs.json"], 480),
     "search": ([sys.executable, "-m", "gids.cli", "search", "--n", "1000000", "--dim", "128",

@@ -6,6 +6,7 @@ figures in the same process, and prints a Markdown table (also written to DIR/gp
 DIR/gpu_suite.json):
 
 - all-miss random 4 KiB page reads served end to end from a RAM-backed store, by daemon threads;
+- the same over the direct NVMe path (``backend="nvme"``, ideal SSD profile): NVMe commands/s;
 - all-hit random 8-byte reads through ``gids.read`` against a plain gather from a device array;
 - coalesced sequential reads, the same two ways;
 - one thread, one miss at a time: latency percentiles.
@@ -123,15 +124,17 @@ def measure_ceilings(nbytes=2 << 30):
 
 # ------------------------------------------------------------------ benchmarks
 
-def bench_all_miss(data, page_size, thread_counts, zero_copy, cache_bytes, log):
-    """Random distinct pages, each read once: every lookup misses. Pages/s by daemon threads."""
+def bench_all_miss(data, page_size, thread_counts, zero_copy, cache_bytes, log, backend="host",
+                   ssd=None):
+    """Random distinct pages, each read once: every lookup misses. Pages/s by daemon threads
+    (for ``backend="nvme"``: NVMe commands/s by controller threads, timed by ``ssd``)."""
     epp = page_size // data.dtype.itemsize
     n_pages = data.nbytes // page_size
     rng = np.random.default_rng(1)
     rows = []
     store = gids.MemoryStore(data, zero_copy=zero_copy)
-    with gids.Runtime(cache_bytes=cache_bytes, page_size=page_size,
-                      daemon_threads=max(thread_counts)) as rt:
+    with gids.Runtime(backend, cache_bytes=cache_bytes, page_size=page_size,
+                      daemon_threads=max(thread_counts), ssd=ssd) as rt:
         arr = rt.open_array(store, data.dtype, shape=data.shape)
         for threads in thread_counts:
             rt.set_daemon_threads(threads)
@@ -150,11 +153,14 @@ def bench_all_miss(data, page_size, thread_counts, zero_copy, cache_bytes, log):
                 stats = rt.stats()
                 best = secs if best is None else min(best, secs)
             ok = bool(np.array_equal(out.copy_to_host(), data.reshape(-1)[pages * epp]))
-            row = {"daemon_threads": threads, "zero_copy": zero_copy, "pages": n_pages,
+            row = {"backend": backend, "ssd": ssd, "daemon_threads": threads,
+                   "zero_copy": zero_copy, "pages": n_pages,
                    "seconds": best, "Mpages_per_s": n_pages / best / 1e6,
                    "GBps": n_pages * page_size / best / 1e9, "ios": stats.ios,
                    "misses": stats.misses, "correct": ok}
-            log(f"all-miss zero_copy={zero_copy} threads={threads}: "
+            if backend == "nvme":
+                row["controller"] = rt.daemon.counters
+            log(f"all-miss {backend} zero_copy={zero_copy} ssd={ssd} threads={threads}: "
                 f"{row['Mpages_per_s']:.2f} M pages/s ({row['GBps']:.1f} GB/s), ios {stats.ios}, ok={ok}")
             rows.append(row)
     return rows
@@ -204,8 +210,10 @@ def bench_latency(data, page_size, n_misses, log):
     n_pages = data.nbytes // page_size
     pages = np.random.default_rng(3).choice(n_pages, n_misses, replace=False).astype(np.int64)
     res = {}
-    for zero_copy in (True, False):
-        with gids.Runtime(cache_bytes=64 << 20, page_size=page_size, daemon_threads=1) as rt:
+    for key, backend, zero_copy in (("zero_copy", "host", True), ("copy", "host", False),
+                                    ("nvme", "nvme", True)):
+        with gids.Runtime(backend, cache_bytes=64 << 20, page_size=page_size,
+                          daemon_threads=1) as rt:
             arr = rt.open_array(gids.MemoryStore(data, zero_copy=zero_copy), data.dtype, shape=data.shape)
             times = cuda.device_array(n_misses, dtype=np.int64)
             out = cuda.device_array(1, dtype=data.dtype)
@@ -218,7 +226,6 @@ def bench_latency(data, page_size, n_misses, log):
             rt.sync()
             wall = time.perf_counter() - start
             t = times.copy_to_host() / 1e3
-            key = "zero_copy" if zero_copy else "copy"
             res[key] = {"p50_us": float(np.percentile(t, 50)), "p90_us": float(np.percentile(t, 90)),
                         "p99_us": float(np.percentile(t, 99)), "mean_wall_us": wall / n_misses * 1e6,
                         "ios": rt.stats().ios}
@@ -261,6 +268,30 @@ def bench_emulation(data, page_size, profile, drive_counts, n_reads, out_dir, lo
     return rows
 
 
+def bench_all_miss_nvme(data, cores, log):
+    """All-miss 4 KiB reads over the direct NVMe path, ideal SSD profile, by controller threads
+    (three counts only, to keep the suite inside one device call)."""
+    counts = sorted({4, 8, max(1, cores - 2)})
+    return bench_all_miss(data, 4096, counts, True, 1 << 30, log, backend="nvme", ssd="ideal")
+
+
+def nvme_suite(out_dir, quick=False):
+    """The NVMe rows alone (``python -m workloads.microbench nvme``): all-miss commands/s with
+    the ideal profile, and QD1 latency; printed and written to OUT/nvme_suite.json."""
+    if gids.SIMULATOR:
+        raise SystemExit("the nvme suite needs a GPU (this process runs in the CUDA simulator)")
+    os.makedirs(out_dir, exist_ok=True)
+    n_pages = (1 << 18) if quick else (1 << 20)
+    data = np.random.default_rng(0).integers(0, 1 << 62, n_pages * 512, dtype=np.int64)
+    rows = bench_all_miss_nvme(data, os.cpu_count() or 8, print)
+    best = max(rows, key=lambda x: x["Mpages_per_s"])
+    print(f"all-miss NVMe commands/s, ideal profile: {best['Mpages_per_s']:.2f} M/s "
+          f"({best['daemon_threads']} controller threads; target >= 5 M/s)", flush=True)
+    with open(os.path.join(out_dir, "nvme_suite.json"), "w") as f:
+        json.dump({"all_miss_nvme": rows}, f, indent=1)
+    return rows
+
+
 # ------------------------------------------------------------------ the suite
 
 def _registers(kernels):
@@ -298,6 +329,7 @@ def gpu_suite(out_dir, quick=False):
     counts = sorted({1, 2, 4, 8, max(1, cores - 2)})
     results["all_miss_zero_copy"] = bench_all_miss(data, 4096, counts, True, 1 << 30, log)
     results["all_miss_copy"] = bench_all_miss(data, 4096, counts, False, 1 << 30, log)
+    results["all_miss_nvme"] = bench_all_miss_nvme(data, cores, log)
     results["hits"] = bench_hits(1 << 26, 1 << 30, 16, log)
     results["latency"] = bench_latency(data, 4096, 2000, log)
     results["registers_per_thread"] = _registers(
@@ -320,6 +352,7 @@ def format_table(r):
     c = r["ceilings"]
     best_zc = max(r["all_miss_zero_copy"], key=lambda x: x["Mpages_per_s"])
     best_cp = max(r["all_miss_copy"], key=lambda x: x["Mpages_per_s"])
+    best_nv = max(r["all_miss_nvme"], key=lambda x: x["Mpages_per_s"])
     pcie_pages = c["h2d_pinned_GBps"] * 1e9 / 4096 / 1e6
     lines = [
         f"Measured {r['meta']['date']} on {r['meta']['gpu']} ({r['meta']['cpu_cores']} CPU cores) "
@@ -332,6 +365,9 @@ def format_table(r):
         f"{pcie_pages:.1f} M pages/s | {best_zc['Mpages_per_s'] / pcie_pages:.2f} | >= 8 M pages/s |",
         f"| all-miss random 4 KiB pages, RAM store, daemon copies to staging | {best_cp['Mpages_per_s']:.2f} M pages/s "
         f"({best_cp['daemon_threads']} daemon threads) | same | {best_cp['Mpages_per_s'] / pcie_pages:.2f} | (info) |",
+        f"| all-miss NVMe commands/s, ideal profile (4 KiB reads, direct NVMe path, emulated "
+        f"controller) | {best_nv['Mpages_per_s']:.2f} M commands/s ({best_nv['daemon_threads']} "
+        f"controller threads) | same | {best_nv['Mpages_per_s'] / pcie_pages:.2f} | >= 5 M commands/s |",
         f"| all-hit random 8-byte reads | {r['hits']['random']['gids_Greads_per_s']:.2f} G reads/s | plain gather "
         f"{r['hits']['random']['plain_Greads_per_s']:.2f} G reads/s | {r['hits']['random']['ratio']:.2f} | >= 0.30 |",
         f"| all-hit coalesced sequential reads | {r['hits']['sequential']['gids_GBps']:.0f} GB/s | plain "
@@ -341,14 +377,17 @@ def format_table(r):
         f"p99 {r['latency']['zero_copy']['p99_us']:.1f} us | | | p50 <= 10 us |",
         f"| one thread, one miss at a time (copy) | p50 {r['latency']['copy']['p50_us']:.1f} us, "
         f"p99 {r['latency']['copy']['p99_us']:.1f} us | | | (info) |",
+        f"| one thread, one NVMe command at a time (no SSD model) | p50 "
+        f"{r['latency']['nvme']['p50_us']:.1f} us, p99 {r['latency']['nvme']['p99_us']:.1f} us | | | (info) |",
         "",
         "Real-time emulation, recorded then replayed (predicted / measured wall time): " + ", ".join(
             f"{e['profile']} x{e['n_ssd']}: {e['predicted_s']:.3f} / {e['wall_s']:.3f} s "
             f"({e['ratio']:.2f})" for e in r.get("emulation", [])),
         "",
         "All-miss by daemon threads (M pages/s): " + ", ".join(
-            f"{x['daemon_threads']}: {x['Mpages_per_s']:.2f} zc / {y['Mpages_per_s']:.2f} copy"
-            for x, y in zip(r["all_miss_zero_copy"], r["all_miss_copy"])),
+            f"{x['daemon_threads']}: {x['Mpages_per_s']:.2f} zc / {y['Mpages_per_s']:.2f} copy / "
+            f"{z['Mpages_per_s']:.2f} nvme"
+            for x, y, z in zip(r["all_miss_zero_copy"], r["all_miss_copy"], r["all_miss_nvme"])),
         "",
     ]
     return "\n".join(lines)
@@ -361,7 +400,13 @@ def main(argv=None):
     p.add_argument("--out", default="out", help="folder for gpu_suite.md/.json (default: out)")
     p.add_argument("--quick", action="store_true", help="smaller sizes")
     p.add_argument("--no-tests", action="store_true", help="skip the GPU pytest run")
+    p = sub.add_parser("nvme", help="the direct NVMe path's all-miss commands/s only")
+    p.add_argument("--out", default="out", help="folder for nvme_suite.json (default: out)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes")
     args = parser.parse_args(argv)
+    if args.cmd == "nvme":
+        nvme_suite(args.out, quick=args.quick)
+        return 0
     if args.cmd == "gpu-suite":
         rc = 0
         if not args.no_tests:

@@ -1,0 +1,291 @@
+"""``NvmeController``: an emulated NVMe controller serving the GPU's queue pairs.
+
+It does what a drive does with the rings the kernels write (``kernels/nvme.py``): each of its
+``njit(nogil=True)`` threads owns some queue pairs (queue ``q`` is served by thread
+``q % n_threads``, like a drive's per-queue fetch engine, so every ring has one consumer) and,
+for each:
+
+1. watches the SQ tail doorbell (acquire load of the word that stands for the BAR register);
+2. fetches every SQE from its SQ head up to the tail, in ring order, and decodes it: opcode,
+   command id, namespace, starting LBA, block count, PRP1;
+3. executes it: namespace ``n`` is the byte range of the Runtime's array ``n - 1`` (its row of
+   the store table), read in 512-byte logical blocks from the array's store; the data is written
+   to the host address in PRP1 (a DMA into host memory);
+4. completes it: a 16-byte CQE at the CQ tail carrying the SQ head, SQ id, command id, status
+   and the phase tag of the current pass over the CQ ring (1, then 0, ...), published by one
+   release store of the word holding the phase. A CQE is never written over one the host has not
+   consumed: the CQ head doorbell says which it has.
+
+With an SSD model (``model``) a completion is posted no earlier than the model's completion
+time, from a min-heap by due time, exactly as the host daemon does (:mod:`host_daemon.daemon`):
+commands then complete out of order, as they do on a drive. ``jitter_us`` adds a random delay
+to each command (a test hook: shuffled completions without a model). With a trace writer each
+command is recorded (store offset, size, queue, fetch time, completion time).
+
+What a real drive does differently: it DMAs the data straight into GPU memory (BaM maps the
+cache into the drive's reach with GPUDirect/peer-to-peer), and fetches SQEs from and writes
+CQEs to wherever the rings live. Without GPUDirect the host cannot write GPU memory from a CPU
+thread, so here PRP1 is the bus address of a per-command bounce buffer in mapped host memory
+(the command slot's staging page) and the GPU thread copies it into the cache slot.
+
+Limits (checked; a command outside them completes with an error status): opcode 02h (read)
+only; one cache page per command, LBA-aligned to it (the controller's memory page size, CC.MPS,
+is taken as the page size, so PRP1 alone always describes the buffer and PRP2 is 0); PRP1 must
+lie in the DMA window (the staging buffer), as an IOMMU would demand.
+"""
+import numpy as np
+from numba import njit
+
+from gids import layout as L
+from host_daemon.daemon import (
+    _CRASH,
+    BATCH,
+    NAP_US,
+    SPIN_POLLS,
+    HostDaemon,
+    _emulation,
+    _memcpy,
+    _memset,
+    _now_ns,
+    _record,
+    _usleep,
+    serve_page,
+)
+from host_daemon.minheap import heap_pop, heap_push
+from host_daemon.ssd_model import SsdModel, model_submit_locked
+from host_daemon.stores import T_ADDRESS, T_NBYTES, T_OFFSET
+from host_daemon.sync import load_acquire, store_release
+
+# Columns of a thread's per-queue state (one row per queue it serves).
+Q_SQ_HEAD = 0     # next SQ ring position to fetch
+Q_CQ_TAIL = 1     # CQEs posted (a count: position = count % ring, phase = 1 - pass % 2)
+Q_FETCHED = 2     # SQEs fetched (a count: the fetch order of each command)
+Q_LAST_DONE = 3   # fetch order of the last command completed (to count out-of-order ones)
+Q_COLUMNS = 4
+
+#: Counters per thread (``NvmeController.counters``).
+C_COMMANDS = 0    # commands completed
+C_ERRORS = 1      # of which with a status other than success
+C_REORDERED = 2   # completions posted before those of commands fetched earlier
+C_CQ_FULL = 3     # times a completion had to wait for CQ space
+N_COUNTERS = 4
+
+
+@njit(nogil=True, cache=True)
+def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes):
+    """Run one decoded command. Returns (NVMe status, store byte offset, bytes)."""
+    if opcode != L.NVME_OP_READ:
+        return L.NVME_SC_INVALID_OPCODE, 0, 0
+    if nsid < 1 or nsid > table.shape[0] or table[nsid - 1, T_NBYTES] <= 0:
+        return L.NVME_SC_INVALID_NS, 0, 0
+    array_id = nsid - 1
+    start = slba * L.NVME_LBA_BYTES
+    nbytes = nlb * L.NVME_LBA_BYTES
+    if nbytes != page_size or start % page_size != 0:
+        return L.NVME_SC_INVALID_FIELD, 0, 0
+    if start < 0 or start >= table[array_id, T_NBYTES]:
+        return L.NVME_SC_LBA_RANGE, 0, 0
+    if prp1 % 4 != 0 or prp1 < dma_base or prp1 + nbytes > dma_base + dma_bytes:
+        return L.NVME_SC_DATA_XFER_ERROR, 0, 0
+    offset = table[array_id, T_OFFSET] + start
+    status, source = serve_page(table, array_id, start // page_size, page_size, prp1)
+    if status == _CRASH:
+        return _CRASH, offset, nbytes
+    if status == L.STATUS_OK and source != L.SOURCE_STAGING:
+        # A zero-copy store: the host daemon would only say where the page is; a drive always
+        # transfers the data, so copy it from the store's buffer.
+        n = min(page_size, table[array_id, T_NBYTES] - start)
+        _memcpy(prp1, table[array_id, T_ADDRESS] + source * 8, n)
+        if n < page_size:
+            _memset(prp1 + n, 0, page_size - n)
+    if status == L.STATUS_OK:
+        return L.NVME_SC_SUCCESS, offset, nbytes
+    if status == L.STATUS_SHORT_READ:
+        return L.NVME_SC_SHORT_READ, offset, nbytes
+    if status == L.STATUS_IO_ERROR:
+        return L.NVME_SC_READ_ERROR, offset, nbytes
+    return L.NVME_SC_LBA_RANGE, offset, nbytes
+
+
+@njit(nogil=True, cache=True)
+def post_cqe(cq, db, ring, q, qs, cid, status, fetch_order, counters):
+    """Write command ``cid``'s CQE to queue ``q``'s CQ; False if the CQ is full (try later)."""
+    tail = qs[Q_CQ_TAIL]
+    pos = tail % ring
+    if (pos + 1) % ring == load_acquire(db, 2 * q + L.DB_CQ_HEAD):
+        counters[C_CQ_FULL] += 1
+        return False
+    phase = 1 - (tail // ring) % 2
+    word = (qs[Q_SQ_HEAD] | (q << L.CQE_SQID_SHIFT) | (cid << L.CQE_CID_SHIFT)
+            | (phase << L.CQE_PHASE_SHIFT) | (status << L.CQE_STATUS_SHIFT))
+    rec = (q * ring + pos) * L.NVME_CQE_WORDS
+    cq[rec + L.CQE_DW0_DW1] = 0
+    store_release(cq, rec + L.CQE_DW2_DW3, word)   # phase tag last: the CQE is complete
+    qs[Q_CQ_TAIL] = tail + 1
+    counters[C_COMMANDS] += 1
+    if status != L.NVME_SC_SUCCESS:
+        counters[C_ERRORS] += 1
+    if fetch_order < qs[Q_LAST_DONE]:
+        counters[C_REORDERED] += 1
+    else:
+        qs[Q_LAST_DONE] = fetch_order
+    return True
+
+
+@njit(nogil=True, cache=True)
+def _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters, now):
+    """Post every held completion whose due time has come (one that finds its CQ full goes
+    back on the heap). Returns how many were posted."""
+    n = 0
+    while emu.size[0] > 0 and emu.due[0] <= now:
+        _, slot, size = heap_pop(emu.due, emu.entry, emu.size[0])
+        emu.size[0] = size
+        q = slot // depth
+        qs = state[q // n_threads]
+        if not post_cqe(cq, db, ring, q, qs, emu.source[slot], emu.status[slot], emu.ticket[slot],
+                        counters):
+            emu.size[0] = heap_push(emu.due, emu.entry, emu.size[0], now + 1000, slot)
+            break
+        if trace.on:
+            _record(trace, q, emu.offset[slot], emu.nbytes[slot], emu.seen[slot], now)
+        n += 1
+    return n
+
+
+@njit(nogil=True, cache=True)
+def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base, dma_bytes,
+                      table, n_threads, stop, served, counters, emu, trace, clock, jitter_ns, rng):
+    """One controller thread's loop over ``my_queues`` until ``stop[0]`` becomes non-zero."""
+    idle = 0
+    timed = emu.on or trace.on or jitter_ns > 0
+    hold = emu.on or jitter_ns > 0
+    while load_acquire(stop, 0) == 0:
+        progressed = False
+        now = _now_ns(clock) if timed or emu.size[0] > 0 else 0
+        if emu.size[0] > 0 and _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters,
+                              now) > 0:
+            progressed = True
+        for k in range(my_queues.shape[0]):
+            q = my_queues[k]
+            qs = state[k]
+            tail = load_acquire(db, 2 * q + L.DB_SQ_TAIL)
+            for _ in range(BATCH):
+                head = qs[Q_SQ_HEAD]
+                if head == tail:
+                    break
+                # Fetch (the doorbell's acquire load ordered the SQE's bytes before it) ...
+                sqe = (q * ring + head) * L.NVME_SQE_WORDS
+                cdw0 = sq[sqe + L.SQE_CDW0_NSID]
+                prp1 = sq[sqe + L.SQE_PRP1]
+                slba = sq[sqe + L.SQE_SLBA]
+                nlb = (sq[sqe + L.SQE_CDW12_13] & 0xFFFF) + 1
+                qs[Q_SQ_HEAD] = (head + 1) % ring
+                order = qs[Q_FETCHED]
+                qs[Q_FETCHED] = order + 1
+                # ... decode ...
+                opcode = cdw0 & 0xFF
+                cid = (cdw0 >> L.SQE_CID_SHIFT) & 0xFFFF
+                nsid = (cdw0 >> L.SQE_NSID_SHIFT) & 0xFFFFFFFF
+                # ... execute ...
+                seen = _now_ns(clock) if timed else 0
+                status, offset, nbytes = execute(table, opcode, nsid, slba, nlb, prp1, page_size,
+                                                 dma_base, dma_bytes)
+                if status == _CRASH:
+                    return
+                # ... and complete, now or when the model says.
+                due = 0
+                if emu.on and status == L.NVME_SC_SUCCESS:
+                    due = model_submit_locked(emu.state, emu.params, seen, offset, nbytes)
+                if jitter_ns > 0:
+                    x = rng[0]   # xorshift64
+                    x ^= (x << 13) & 0x7FFFFFFFFFFFFFFF
+                    x ^= x >> 7
+                    x ^= (x << 17) & 0x7FFFFFFFFFFFFFFF
+                    rng[0] = x
+                    due = max(due, seen + x % jitter_ns)
+                slot = q * depth + cid % depth
+                posted = False
+                if not hold or due <= _now_ns(clock):
+                    posted = post_cqe(cq, db, ring, q, qs, cid, status, order, counters)
+                    if posted and trace.on:
+                        _record(trace, q, offset, nbytes, seen, _now_ns(clock))
+                if not posted:
+                    emu.status[slot] = status
+                    emu.source[slot] = cid
+                    emu.ticket[slot] = order
+                    emu.seen[slot] = seen
+                    emu.offset[slot] = offset
+                    emu.nbytes[slot] = nbytes
+                    emu.size[0] = heap_push(emu.due, emu.entry, emu.size[0], max(due, now), slot)
+                served[0] += 1
+                progressed = True
+        if progressed or emu.size[0] > 0:
+            idle = 0
+        else:
+            idle += 1
+            if idle > SPIN_POLLS:
+                _usleep(NAP_US)
+
+
+class NvmeController(HostDaemon):
+    """Emulated NVMe controller: N threads serving the queue pairs of one Runtime.
+
+    Parameters
+    ----------
+    sq, cq, doorbells : numpy.ndarray of int64
+        Host views of the SQ rings (``n_queues * ring`` 64-byte entries), the CQ rings
+        (``n_queues * ring`` 16-byte entries) and the doorbells (``2 * n_queues`` words: SQ tail,
+        CQ head), laid out as in :mod:`gids.layout` (``NVME_*``, ``SQE_*``, ``CQE_*``).
+    staging : numpy.ndarray
+        Host view of the bounce buffers: the DMA window PRP1 must point into.
+    table : numpy.ndarray of int64
+        The store table; namespace ``n`` is row ``n - 1``.
+    n_queues, depth, page_size, n_threads
+        Queue pairs, command slots per queue pair (each ring has ``depth + 1`` entries), bytes
+        per command, controller threads.
+    model : host_daemon.ssd_model.SsdModel, optional
+        Time each command by this SSD array (real-time emulation).
+    trace_writer : host_daemon.trace.TraceWriter, optional
+        Record every command.
+    jitter_us : float
+        Delay each completion by a random time up to this (a test hook for out-of-order
+        completions).
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(self, sq, cq, doorbells, staging, table, n_queues, depth, page_size, n_threads,
+                 model=None, trace_writer=None, jitter_us=0.0):
+        if not 1 <= depth <= L.NVME_MAX_DEPTH:
+            raise ValueError(f"gids: NVMe queue depth must be 1..{L.NVME_MAX_DEPTH}, got {depth}")
+        super().__init__(sq, cq, staging, table, n_queues, depth, page_size, n_threads,
+                         model=model, trace_writer=trace_writer)
+        # Held completions (model, jitter, or a full CQ) wait in the heap whether or not a model
+        # is on, so every thread gets full-size heap arrays; ``on`` still says "model".
+        stand_in = model if model is not None else SsdModel("ideal")
+        self._emu = [_emulation(stand_in, n_queues * depth)._replace(on=int(model is not None))
+                     for _ in range(self.n_threads)]
+        self.doorbells = doorbells
+        self.ring = depth + 1
+        self.jitter_ns = int(jitter_us * 1000)
+        self._counters = [np.zeros(N_COUNTERS, dtype=np.int64) for _ in range(self.n_threads)]
+        self._rng = [np.array([0x9E3779B97F4A7C1 + k], dtype=np.int64)
+                     for k in range(self.n_threads)]
+
+    def _queue_state(self, n):
+        return np.zeros((n, Q_COLUMNS), dtype=np.int64)
+
+    def _serve(self, k, my_queues, state):
+        serve_queue_pairs(my_queues, state, self.sq, self.cq, self.doorbells, self.ring,
+                          self.depth, self.page_size, self.staging.ctypes.data,
+                          self.staging.nbytes, self.table, self.n_threads, self._stop,
+                          self._served[k], self._counters[k], self._emu[k], self._rings[k],
+                          self._clocks[k], self.jitter_ns, self._rng[k])
+
+    @property
+    def counters(self):
+        """Since start: ``commands`` completed, ``errors`` among them, ``reordered`` (posted
+        before a command fetched earlier), ``cq_full`` (waits for CQ space)."""
+        total = np.sum(self._counters, axis=0)
+        return {"commands": int(total[C_COMMANDS]), "errors": int(total[C_ERRORS]),
+                "reordered": int(total[C_REORDERED]), "cq_full": int(total[C_CQ_FULL])}

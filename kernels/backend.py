@@ -1,0 +1,53 @@
+"""The back end's step of ``gids.read``: submit a page request, wait for the warp's completions.
+
+``read`` (kernels/access.py) is the same for every back end: pin, claim a slot, take tickets,
+copy, publish. Only the I/O step differs, and the handle's type says which it is:
+
+- :class:`~kernels.handle.ArrayHandle`: the host daemon's request queues (:mod:`kernels.queue`);
+- :class:`~kernels.handle.NvmeHandle`: NVMe submission/completion rings (:mod:`kernels.nvme`).
+
+On the GPU the choice is made at compile time (``numba.cuda.extending.overload`` on the handle's
+type), so a kernel over the host back end contains no NVMe code and pays nothing for it. The
+simulator runs Python, so there it is an ``isinstance``.
+
+``io_submit(h, q, ticket, page, deadline) -> bool`` (per lane; False on timeout) and
+``io_wait(h, mask, lane, q, ticket, submitted, deadline) -> (completed, status, source)``
+(collective over ``mask``; ``status`` a gids STATUS_* code, ``source`` as in the host CQ record).
+"""
+from kernels import nvme, queue
+from kernels.handle import NvmeHandle
+from kernels.platform import SIMULATOR
+
+if SIMULATOR:
+    def io_submit(h, q, ticket, page, deadline):
+        if isinstance(h, NvmeHandle):
+            return nvme.submit(h, q, ticket, page, deadline)
+        return queue.submit(h, q, ticket, page, deadline)
+
+    def io_wait(h, mask, lane, q, ticket, submitted, deadline):
+        if isinstance(h, NvmeHandle):
+            return nvme.wait_warp(h, mask, lane, q, ticket, submitted, deadline)
+        return queue.wait_warp(h, mask, lane, q, ticket, submitted, deadline)
+
+else:
+    from numba.cuda.extending import overload
+
+    def io_submit(h, q, ticket, page, deadline):
+        raise NotImplementedError("device function: call it from a kernel")
+
+    def io_wait(h, mask, lane, q, ticket, submitted, deadline):
+        raise NotImplementedError("device function: call it from a kernel")
+
+    def _is_nvme(h):
+        return getattr(h, "instance_class", None) is NvmeHandle
+
+    @overload(io_submit, target="cuda")
+    def _io_submit(h, q, ticket, page, deadline):
+        step = nvme.submit if _is_nvme(h) else queue.submit
+        return lambda h, q, ticket, page, deadline: step(h, q, ticket, page, deadline)
+
+    @overload(io_wait, target="cuda")
+    def _io_wait(h, mask, lane, q, ticket, submitted, deadline):
+        step = nvme.wait_warp if _is_nvme(h) else queue.wait_warp
+        return lambda h, mask, lane, q, ticket, submitted, deadline: step(
+            h, mask, lane, q, ticket, submitted, deadline)

@@ -1,0 +1,301 @@
+"""The direct NVMe path (``Runtime(backend="nvme")``): the emulated controller on its own, driven
+by hand-written commands, then kernels driving it through the rings in the simulator: ring
+wrap-around and phase flips, full queues, more waiting threads than queue entries, completions
+out of order, SSD-model timing and traces, errors. Every value read is checked against numpy.
+
+The simulator is sequentially consistent: these check the protocol's logic; the ``gpu`` tests
+check it under the GPU's memory model.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import gids
+from gids import layout as L
+from host_daemon.nvme_controller import NvmeController
+from host_daemon.ssd_model import SsdModel
+from host_daemon.stores import T_COLUMNS
+from tests.helpers import random_file
+
+PAGE = 512
+BLOCKS = PAGE // L.NVME_LBA_BYTES
+
+
+# ------------------------------------------------------------------ the controller alone
+
+class _Driver:
+    """A host-side stand-in for the kernels' driver: writes SQEs, rings doorbells, reads CQEs."""
+
+    def __init__(self, data, n_queues=2, depth=2, jitter_us=0.0, model=None):
+        self.ring = depth + 1
+        self.depth = depth
+        self.sq = np.zeros(n_queues * self.ring * L.NVME_SQE_WORDS, dtype=np.int64)
+        self.cq = np.zeros(n_queues * self.ring * L.NVME_CQE_WORDS, dtype=np.int64)
+        self.db = np.zeros(2 * n_queues, dtype=np.int64)
+        self.bounce = np.zeros(n_queues * depth * PAGE, dtype=np.uint8)
+        self.table = np.zeros((L.MAX_ARRAYS, T_COLUMNS), dtype=np.int64)
+        self.store = gids.MemoryStore(data, zero_copy=False)
+        self.table[0] = self.store.table_row(0, data.nbytes)
+        self.tail = [0] * n_queues
+        self.cq_head = [0] * n_queues
+        self.ctrl = NvmeController(self.sq, self.cq, self.db, self.bounce, self.table, n_queues,
+                                   depth, PAGE, 1, model=model, jitter_us=jitter_us)
+
+    def submit(self, q, cid, slba, slot, opcode=L.NVME_OP_READ, nsid=1, nlb=BLOCKS, prp1=None):
+        e = (q * self.ring + self.tail[q]) * L.NVME_SQE_WORDS
+        self.sq[e:e + L.NVME_SQE_WORDS] = 0
+        self.sq[e + L.SQE_CDW0_NSID] = opcode | (cid << L.SQE_CID_SHIFT) | (nsid << L.SQE_NSID_SHIFT)
+        self.sq[e + L.SQE_PRP1] = self.bounce.ctypes.data + slot * PAGE if prp1 is None else prp1
+        self.sq[e + L.SQE_SLBA] = slba
+        self.sq[e + L.SQE_CDW12_13] = nlb - 1
+        self.tail[q] = (self.tail[q] + 1) % self.ring
+        self.db[2 * q + L.DB_SQ_TAIL] = self.tail[q]
+
+    def cqe(self, q, pos):
+        w = int(self.cq[(q * self.ring + pos) * L.NVME_CQE_WORDS + L.CQE_DW2_DW3])
+        return {"sqhd": w & 0xFFFF, "sqid": (w >> 16) & 0xFFFF, "cid": (w >> 32) & 0xFFFF,
+                "phase": (w >> 48) & 1, "status": (w >> 49) & 0x7FFF}
+
+    def reap(self, q, n, timeout=20.0):
+        """The next ``n`` CQEs of queue ``q``, waiting for each by its phase tag."""
+        out = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            head = self.cq_head[q]
+            c = self.cqe(q, head % self.ring)
+            if c["phase"] == 1 - (head // self.ring) % 2:
+                out.append(c)
+                self.cq_head[q] = head + 1
+                self.db[2 * q + L.DB_CQ_HEAD] = (head + 1) % self.ring
+            else:
+                assert time.monotonic() < deadline, f"no CQE {len(out)} of {n}"
+                time.sleep(1e-4)
+        return out
+
+
+def test_controller_wraps_rings_flips_phases_and_reports_sq_head():
+    data = np.random.default_rng(0).integers(0, 255, 16 * PAGE, dtype=np.uint8)
+    d = _Driver(data, n_queues=2, depth=2)        # rings of 3 entries: wrap every 3 commands
+    with d.ctrl:
+        phases = []
+        for k in range(10):                        # 10 commands on queue 1: 3+ passes
+            page = (7 * k) % 16
+            d.submit(1, cid=k % 2 + 2 * (k // 2 % 4), slba=page * BLOCKS, slot=2 + k % 2)
+            (c,) = d.reap(1, 1)
+            assert c["status"] == L.NVME_SC_SUCCESS and c["sqid"] == 1
+            assert c["cid"] == k % 2 + 2 * (k // 2 % 4)
+            assert c["sqhd"] == (k + 1) % d.ring   # the controller fetched through this one
+            got = d.bounce[(2 + k % 2) * PAGE:(3 + k % 2) * PAGE]
+            np.testing.assert_array_equal(got, data[page * PAGE:(page + 1) * PAGE])
+            phases.append(c["phase"])
+        assert phases == [1, 1, 1, 0, 0, 0, 1, 1, 1, 0]
+        assert d.ctrl.counters["commands"] == 10
+
+
+def test_controller_status_codes():
+    data = np.arange(4 * PAGE, dtype=np.uint8)
+    d = _Driver(data, depth=8)
+    cases = [
+        (dict(opcode=0x01), L.NVME_SC_INVALID_OPCODE),                 # a write: not supported
+        (dict(nsid=7), L.NVME_SC_INVALID_NS),                          # no such array
+        (dict(nsid=0), L.NVME_SC_INVALID_NS),
+        (dict(slba=4 * BLOCKS), L.NVME_SC_LBA_RANGE),                  # past the array's end
+        (dict(nlb=2 * BLOCKS), L.NVME_SC_INVALID_FIELD),               # more than a page
+        (dict(prp1=8), L.NVME_SC_DATA_XFER_ERROR),                     # outside the DMA window
+        (dict(prp1=d.bounce.ctypes.data + d.bounce.nbytes - 8), L.NVME_SC_DATA_XFER_ERROR),
+        (dict(slba=3 * BLOCKS), L.NVME_SC_SUCCESS),
+    ]
+    with d.ctrl:
+        for cid, (kw, want) in enumerate(cases):
+            args = dict(cid=cid, slba=0, slot=0)
+            args.update(kw)
+            d.submit(0, **args)
+            (c,) = d.reap(0, 1)
+            assert (c["cid"], c["status"]) == (cid, want), kw
+        assert d.ctrl.counters["errors"] == len(cases) - 1
+
+
+def _wait_for(pred, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(1e-3)
+
+
+def test_controller_waits_for_cq_space():
+    data = np.random.default_rng(1).integers(0, 255, 16 * PAGE, dtype=np.uint8)
+    d = _Driver(data, n_queues=1, depth=3)          # rings of 4: at most 3 CQEs unconsumed
+    with d.ctrl:
+        for cid in range(3):
+            d.submit(0, cid=cid, slba=cid * BLOCKS, slot=cid)
+        _wait_for(lambda: d.ctrl.counters["commands"] == 3)
+        d.submit(0, cid=3, slba=5 * BLOCKS, slot=0)    # the SQ has room, the CQ has none
+        _wait_for(lambda: d.ctrl.counters["cq_full"] > 0)
+        assert d.ctrl.counters["commands"] == 3
+        got = d.reap(0, 4)                               # consuming frees space for the 4th
+        assert [c["cid"] for c in got] == [0, 1, 2, 3]
+        assert [c["phase"] for c in got] == [1, 1, 1, 1] and got[3]["sqhd"] == 0
+        np.testing.assert_array_equal(d.bounce[:PAGE], data[5 * PAGE:6 * PAGE])
+
+
+def test_controller_completes_out_of_order_under_jitter():
+    data = np.random.default_rng(1).integers(0, 255, 16 * PAGE, dtype=np.uint8)
+    d = _Driver(data, n_queues=1, depth=3, jitter_us=5000)   # random delays up to 5 ms
+    with d.ctrl:
+        for _ in range(6):
+            for cid in range(3):
+                d.submit(0, cid=cid, slba=(cid + 4) * BLOCKS, slot=cid)
+            got = d.reap(0, 3)
+            assert sorted(c["cid"] for c in got) == [0, 1, 2]
+            np.testing.assert_array_equal(d.bounce[:3 * PAGE], data[4 * PAGE:7 * PAGE])
+        assert d.ctrl.counters["reordered"] > 0
+
+
+# ------------------------------------------------------------------ kernels through the rings
+
+@cuda.jit
+def _read_at(h, idx, out):
+    k = cuda.grid(1)
+    if k < idx.size:
+        out[k] = gids.read(h, idx[k])
+
+
+def _gather_check(rt, a, ref, n, seed, blocks=2, threads=32):
+    idx = np.random.default_rng(seed).integers(0, ref.size, n)
+    out = cuda.to_device(np.zeros(n, dtype=ref.dtype))
+    _read_at[blocks, threads](a.handle, cuda.to_device(idx), out)
+    rt.sync()
+    np.testing.assert_array_equal(out.copy_to_host(), ref[idx])
+
+
+@pytest.mark.parametrize("dtype, page_size, offset", [(np.int64, 512, 0), (np.float32, 1024, 12)])
+def test_values_match_numpy_through_wrapping_rings(tmp_path, dtype, page_size, offset):
+    raw = random_file(tmp_path / "d.bin", 40 * page_size + 100, seed=page_size)
+    n = (raw.size - offset) // np.dtype(dtype).itemsize
+    ref = raw[offset:offset + n * np.dtype(dtype).itemsize].view(dtype)
+    with gids.Runtime("nvme", cache_pages=4, page_size=page_size, queues=2,
+                      queue_depth=3) as rt:
+        a = rt.open_array(tmp_path / "d.bin", dtype, shape=n, offset=offset)
+        _gather_check(rt, a, ref, 64, seed=1)
+        c = rt.daemon.counters
+        # 2 queues, rings of 4: more than two passes over each ring, so both phases were used.
+        assert c["commands"] == rt.stats().ios > 2 * 2 * 4 and c["errors"] == 0
+
+
+def test_full_queues_more_waiting_threads_than_entries():
+    data = np.random.default_rng(2).integers(0, 1 << 62, 64 * 64, dtype=np.int64)
+    for depth in (2, 4):
+        # 64 threads on one queue pair of `depth` commands: most wait for a command slot.
+        with gids.Runtime("nvme", cache_pages=8, page_size=512, queues=1,
+                          queue_depth=depth) as rt:
+            a = rt.open_array(gids.MemoryStore(data, zero_copy=depth == 2), np.int64,
+                              shape=data.shape)
+            _gather_check(rt, a, data, 64, seed=depth)
+            assert rt.daemon.counters["commands"] > depth + 1
+
+
+def test_out_of_order_completions(monkeypatch):
+    monkeypatch.setattr(gids.Runtime, "_nvme_jitter_us", 3000.0)
+    data = np.random.default_rng(3).standard_normal(64 * 64)
+    with gids.Runtime("nvme", cache_pages=8, page_size=512, queues=1, queue_depth=4) as rt:
+        a = rt.open_array(data)
+        _gather_check(rt, a, data, 64, seed=3)
+        assert rt.daemon.counters["reordered"] > 0
+
+
+def test_emulated_ssd_array_and_trace(tmp_path):
+    data = np.arange(64 * 64, dtype=np.int64)
+    path = tmp_path / "nvme.trace"
+    with gids.Runtime("nvme", cache_pages=8, page_size=512, ssd="p5800x", n_ssd=4,
+                      trace=path) as rt:
+        a = rt.open_array(data)
+        _gather_check(rt, a, data, 48, seed=4)
+        ios = rt.stats().ios
+    trace = gids.read_trace(path)
+    assert len(trace) == ios > 0
+    assert (trace["offset"] % 512 == 0).all() and (trace["nbytes"] == 512).all()
+    idle = SsdModel("p5800x", n_ssd=4).submit(0, 0, 512)
+    assert ((trace["complete_ns"] - trace["issue_ns"]) >= idle).all()
+
+
+def test_errors_are_named_and_the_runtime_recovers():
+    data = np.arange(16 * 64, dtype=np.int64)
+    store = gids.FaultyStore(data, page_size=512, faults={5: "eio", 6: "crash"})
+    with gids.Runtime("nvme", cache_pages=4, page_size=512, queues=2, queue_depth=2,
+                      timeout=1.0) as rt:
+        a = rt.open_array(store, np.int64, shape=data.shape)
+        with pytest.raises(gids.StorageIOError, match="page 5"):
+            rt.gather(a, [64 + 1, 5 * 64 + 3])
+        assert rt.gather(a, [2 * 64 + 1])[0] == 2 * 64 + 1
+        with pytest.raises((gids.GidsTimeoutError, gids.DaemonError)):
+            rt.gather(a, [6 * 64])                   # the controller thread dies
+        assert rt.gather(a, [3 * 64 + 2])[0] == 3 * 64 + 2
+        rt.daemon.stop()
+        with pytest.raises(gids.GidsTimeoutError, match="NVMe controller"):
+            rt.gather(a, [4 * 64])
+    with pytest.raises(gids.ConfigError, match="1024"):
+        gids.Runtime("nvme", cache_pages=2, queue_depth=2048)
+
+
+WARP32 = textwrap.dedent('''
+    import sys
+    sys.setswitchinterval(1e-4)
+    import numpy as np
+    import gids
+    from numba import cuda
+    from kernels.platform import WARP_SIZE
+    assert WARP_SIZE == 32
+
+    @cuda.jit
+    def read_all(h, idx, out):
+        k = cuda.grid(1)
+        out[k] = gids.read(h, idx[k])
+
+    gids.Runtime._nvme_jitter_us = 2000.0    # completions out of order within a warp
+    data = np.random.default_rng(0).integers(0, 1 << 62, 64 * 64, dtype=np.int64)  # 64 pages
+    with gids.Runtime("nvme", cache_pages=32, page_size=512, queues=2, queue_depth=32,
+                      timeout=60) as rt:
+        a = rt.open_array(gids.MemoryStore(data), np.int64, shape=data.shape)
+        for seed in range(2):
+            idx = np.random.default_rng(seed).integers(0, data.size, 64)
+            out = cuda.to_device(np.full(64, -1, np.int64))
+            read_all[1, 64](a.handle, cuda.to_device(idx), out)
+            rt.sync()
+            assert (out.copy_to_host() == data[idx]).all(), seed
+        c = rt.daemon.counters
+        assert c["commands"] == rt.stats().ios and c["errors"] == 0, c
+    print("NVME_WARP32_OK")
+''')
+
+
+def test_emulated_warps_through_the_rings():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", GIDS_SIM_WARP_SIZE="32")
+    proc = subprocess.run([sys.executable, "-c", WARP32], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert "NVME_WARP32_OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+# ------------------------------------------------------------------ on a GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("queues, depth", [(32, 1024), (128, 64)])
+def test_gpu_nvme_path_values(queues, depth):
+    """Many warps, out-of-order completions (SSD model), every value checked."""
+    data = np.random.default_rng(5).integers(0, 1 << 62, (1 << 16) * 512, dtype=np.int64)
+    pages = 1 << 16
+    with gids.Runtime("nvme", cache_bytes=64 << 20, page_size=4096, queues=queues,
+                      queue_depth=depth, ssd="pm1743", n_ssd=4, timeout=30) as rt:
+        a = rt.open_array(data)
+        idx = np.random.default_rng(6).integers(0, data.size, 1 << 18)
+        got = rt.gather(a, idx).copy_to_host()
+        np.testing.assert_array_equal(got, data[idx])
+        c = rt.daemon.counters
+        assert c["errors"] == 0 and c["commands"] == rt.stats().ios
+        assert c["commands"] > pages // 2
