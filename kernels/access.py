@@ -7,7 +7,7 @@ One call runs in rounds until every lane of the calling warp has its value. In e
    it waits, so the page stays until it has been read;
 2. leaders that won a miss claim a cache slot, take queue tickets (one atomic per warp), submit
    their requests and wait for the host's completions;
-3. the whole warp copies each page that arrived into its slot, 8 contiguous bytes a lane;
+3. the whole warp copies each page that arrived into its slot, 16 contiguous bytes a lane per load;
 4. the loaders publish their pages VALID (keeping a pin), their lanes read, the loaders unpin;
 5. lanes whose page another warp is loading back off and look again in the next round.
 
