@@ -59,9 +59,9 @@ def test_writes_survive_eviction_and_flush_byte_for_byte(tmp_path, dtype):
         s = rt.stats()
         assert s.writebacks > 0 and s.flushed > 0
         assert s.bytes_written == (s.writebacks + s.flushed) * PAGE
-        assert open(path, "rb").read() == model.tobytes()   # durable now, byte for byte
+        assert path.read_bytes() == model.tobytes()   # durable now, byte for byte
         assert rt.flush() == 0                               # nothing dirty is left
-    assert open(path, "rb").read() == model.tobytes()
+    assert path.read_bytes() == model.tobytes()
 
 
 def test_many_threads_write_distinct_bytes_of_one_page(tmp_path):
@@ -75,7 +75,7 @@ def test_many_threads_write_distinct_bytes_of_one_page(tmp_path):
         rt.gather(a, [PAGE + 1, 2 * PAGE + 1, 3 * PAGE + 1])   # evicts page 0, dirty
         np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), vals)
     raw[idx] = vals
-    assert open(path, "rb").read() == raw.tobytes()
+    assert path.read_bytes() == raw.tobytes()
 
 
 def test_read_your_own_writes_in_one_kernel():
@@ -128,12 +128,12 @@ def test_invalidate_writes_back_and_exit_flushes(tmp_path):
 
 def test_exit_with_an_exception_in_flight_does_not_flush(tmp_path):
     path, raw = _file(tmp_path, 4 * PAGE)
-    with pytest.raises(RuntimeError, match="user code"):
-        with gids.Runtime(cache_pages=4, page_size=PAGE) as rt:
-            a = rt.open_array(path, np.int64, mode="r+")
-            rt.scatter(a, [5], [12345])
-            raise RuntimeError("user code")
-    assert open(path, "rb").read() == raw.tobytes()   # documented: dirty pages are dropped
+    with pytest.raises(RuntimeError, match="user code"), \
+            gids.Runtime(cache_pages=4, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64, mode="r+")
+        rt.scatter(a, [5], [12345])
+        raise RuntimeError("user code")
+    assert path.read_bytes() == raw.tobytes()   # documented: dirty pages are dropped
 
 
 def test_bad_inputs_get_clear_errors(tmp_path):
@@ -193,7 +193,7 @@ def test_process_exit_without_flush_keeps_only_what_was_flushed(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     proc = subprocess.run([sys.executable, "-c", DURABILITY, str(path)], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = np.fromfile(path, np.int64)
     assert got[[0, 64, 128]].tolist() == [11, 22, 0]
