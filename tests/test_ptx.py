@@ -65,6 +65,12 @@ SCRIPT = textwrap.dedent('''
         assert "membar.sys" in ptx or "fence.sc.sys" in ptx, dt
         assert "st.release.sys" in ptx and "ld.acquire.sys" in ptx, dt
         assert store in ptx, (dt, store)
+    # The GPU session's stress kernel compiles too (it is only ever run on a GPU at full size).
+    from workloads.stress import round_kernel
+    h = fake_handle(np.int64)
+    i64 = types.int64
+    cuda.compile_ptx(round_kernel.py_func, (typeof(h), i64, types.int64[:, ::1], i64, i64, i64,
+                                            types.int64[::1]), cc=(9, 0))
     print("WRITE_OK")
 
     # Lane masks must be non-negative int64: numba-cuda types ballot_sync as int32, and a
