@@ -97,6 +97,9 @@ def _use_pinned(h, mask, leader, pinned, slot, i, value, done, is_write, new_val
             # One typed store of this lane's own element: never a read-modify-write of a
             # word that another lane's element shares.
             h.cache[k] = new_value
+            # Visible GPU-wide before the leader marks the page DIRTY and unpins (the same
+            # rule as for the lanes' share of a page copy).
+            cuda.threadfence()
         else:
             value = ld_relaxed_gpu(h.cache, k)
         done = True
@@ -128,6 +131,9 @@ def _write_back(h, mask, q, victim, slot, deadline):
         array_id = array_of_page(h, victim)
         vpage = victim - h.page_bases[array_id]
     ticket = take_tickets(h, q, mask, want)
+    # The evicting lanes fenced after winning their victims (claim_slot); the barrier orders
+    # that before every lane's share of the copy (shuffles and ballots do not order memory).
+    syncwarp(mask)
     to_copy = ballot_sync(mask, ticket >= 0)
     while to_copy != 0:
         src_lane = lowest_lane(to_copy)
