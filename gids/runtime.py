@@ -173,6 +173,7 @@ class Runtime:
         self._written = {}         # id(store) -> store, for every store of an array opened "r+"
         self._n_pages = 0
         self._flushed_pages = 0    # pages written back on the host (flush, invalidate, recovery)
+        self._lost = []            # (array, page): dirty pages the last host write-back dropped
 
         # The cache (device memory).
         self._cache = cuda.device_array(cache_pages * page_size, dtype=np.uint8)

@@ -81,29 +81,19 @@ BATCH = 32
 
 
 @njit(nogil=True, cache=True)
-def _pread_full(fd, dst, n, offset):
-    """Read exactly ``n`` bytes or return a STATUS_* code."""
-    got = 0
-    while got < n:
-        r = _pread(fd, dst + got, n - got, offset + got)
-        if r < 0:
-            return L.STATUS_IO_ERROR
-        if r == 0:
-            return L.STATUS_SHORT_READ
-        got += r
-    return L.STATUS_OK
-
-
-@njit(nogil=True, cache=True)
-def _pwrite_full(fd, src, n, offset):
-    """Write exactly ``n`` bytes or return a STATUS_* code."""
+def _io_full(fd, buf, n, offset, write):
+    """``pread`` (or, with ``write``, ``pwrite``) exactly ``n`` bytes, or return a STATUS_*
+    code."""
     done = 0
     while done < n:
-        r = _pwrite(fd, src + done, n - done, offset + done)
+        if write:
+            r = _pwrite(fd, buf + done, n - done, offset + done)
+        else:
+            r = _pread(fd, buf + done, n - done, offset + done)
         if r < 0:
             return L.STATUS_IO_ERROR
         if r == 0:
-            return L.STATUS_SHORT_WRITE
+            return L.STATUS_SHORT_WRITE if write else L.STATUS_SHORT_READ
         done += r
     return L.STATUS_OK
 
@@ -134,7 +124,7 @@ def write_page(table, array_id, page, page_size, src):
     kind = table[array_id, T_KIND]
     if kind == L.STORE_KIND_FILE:
         # The buffered descriptor: no O_DIRECT alignment rules (see FileStore's notes).
-        return _pwrite_full(table[array_id, T_FD], src, n, offset)
+        return _io_full(table[array_id, T_FD], src, n, offset, True)
     if kind == L.STORE_KIND_FAULTY:
         code, argument = _fault_of(table, array_id, page)
         if code == FAULT_WRITE_EIO:
@@ -169,11 +159,11 @@ def serve_page(table, array_id, page, page_size, dst):
     if kind == L.STORE_KIND_FILE:
         fd_direct = table[array_id, T_FD_DIRECT]
         if fd_direct >= 0 and offset % DIRECT_ALIGN == 0 and n % DIRECT_ALIGN == 0:
-            status = _pread_full(fd_direct, dst, n, offset)
+            status = _io_full(fd_direct, dst, n, offset, False)
             if status == L.STATUS_IO_ERROR:   # O_DIRECT refused this one: go through the cache
-                status = _pread_full(table[array_id, T_FD], dst, n, offset)
+                status = _io_full(table[array_id, T_FD], dst, n, offset, False)
         else:
-            status = _pread_full(table[array_id, T_FD], dst, n, offset)
+            status = _io_full(table[array_id, T_FD], dst, n, offset, False)
     elif kind == L.STORE_KIND_FAULTY:
         code, argument = _fault_of(table, array_id, page)
         if code == FAULT_EIO:
