@@ -101,5 +101,5 @@ def test_emulated_warps_write_and_write_back():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", GIDS_SIM_WARP_SIZE="32")
     proc = subprocess.run([sys.executable, "-c", WRITE_SCRIPT], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, check=False)
     assert "WARP32_WRITES_OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
