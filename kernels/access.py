@@ -286,6 +286,7 @@ def _access(h, i, is_write, new_value):
                     if ok:
                         finish_write_back(h, victim, slot, gpage)
                         wrote_back = True
+                        evicted = True
                     else:
                         keep_dirty_victim(h, victim, slot)
                         give_up_load(h, gpage)

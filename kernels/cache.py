@@ -112,8 +112,8 @@ def unpin(h, page):
 def claim_slot(h, page):
     """Find a slot for ``page`` (whose BUSY the caller owns).
 
-    Returns ``(slot or -1, evicted, dirty_victim)``. ``dirty_victim >= 0``: the slot holds that
-    page's unwritten bytes; the caller must write them back and then call
+    Returns ``(slot or -1, evicted_clean, dirty_victim)``. ``dirty_victim >= 0``: the slot
+    holds that page's unwritten bytes; the caller must write them back and then call
     :func:`finish_write_back` (or :func:`keep_dirty_victim` if that failed) before the slot is
     its own. Until then ``slot_page[slot]`` stays CLAIMED and ``page_slot[page]`` is not set.
     """
@@ -136,7 +136,7 @@ def claim_slot(h, page):
                     # Acquire side of the writers' unpin: their stores into the slot are
                     # visible before the caller copies it out.
                     cuda.threadfence()
-                    return s, True, victim
+                    return s, False, victim   # evicted once its write-back succeeds
             elif seen == _VALID:
                 evicted = True
             if not evicted:
