@@ -12,7 +12,7 @@ which host daemon threads serve. Without a GPU everything runs in Numba's CUDA s
 
 In your own kernels::
 
-    @numba.cuda.jit
+    @gids.jit                      # numba.cuda.jit with registers capped (see gids.jit)
     def kernel(h, out):
         i = numba.cuda.grid(1)
         out[i] = gids.read(h, 2 * i)
@@ -33,7 +33,7 @@ from gids.stats import Stats
 from host_daemon.ssd_model import PROFILES as _SSD_PROFILES
 from host_daemon.stores import FaultyStore, FileStore, MemoryStore, MmapStore
 from host_daemon.trace import read_trace, replay
-from kernels.platform import SIMULATOR
+from kernels.platform import MAX_REGISTERS, SIMULATOR, jit
 
 if SIMULATOR:
     from kernels.simulator import fix_shared_arrays
@@ -57,7 +57,8 @@ def __getattr__(name):
     raise AttributeError(f"module 'gids' has no attribute {name!r}")
 
 __all__ = [
-    "Runtime", "StorageArray", "Stats", "read", "write", "defaults", "layout", "SIMULATOR",
+    "Runtime", "StorageArray", "Stats", "read", "write", "jit", "MAX_REGISTERS", "defaults",
+    "layout", "SIMULATOR",
     "FileStore", "MemoryStore", "MmapStore", "FaultyStore", "ssd_profiles", "read_trace", "replay",
     "GidsError", "ConfigError", "StorageIOError", "IndexOutOfRangeError", "GidsTimeoutError",
     "CacheExhaustedError", "DaemonError", "AbortedError", "ReadOnlyError",

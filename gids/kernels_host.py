@@ -3,9 +3,10 @@
 from numba import cuda
 
 from kernels.access import read, write
+from kernels.platform import jit
 
 
-@cuda.jit
+@jit
 def gather_kernel(h, indices, out):
     """out[k] = array[indices[k]], grid-stride."""
     start = cuda.grid(1)
@@ -14,7 +15,7 @@ def gather_kernel(h, indices, out):
         out[k] = read(h, indices[k])
 
 
-@cuda.jit
+@jit
 def scatter_kernel(h, indices, values):
     """array[indices[k]] = values[k], grid-stride."""
     start = cuda.grid(1)

@@ -80,7 +80,9 @@ class Runtime:
         Host threads serving requests.
     queues, queue_depth : int, optional
         Submission/completion queue pairs and entries per queue (depth >= warp size). Each entry
-        has a staging page in pinned memory: ``queues * queue_depth * page_size`` bytes.
+        has a staging page in pinned memory: ``queues * queue_depth * page_size`` bytes. By
+        default (depth 128) as many queues as keep that within 256 MiB, at most 512: requests
+        in flight are what fills PCIe (see :mod:`gids.defaults`).
     timeout : float, optional
         Seconds any one wait inside a kernel may take before it gives up with an error.
     ssd : str or host_daemon.ssd_model.SsdProfile, optional
@@ -131,8 +133,10 @@ class Runtime:
                 f"gids: a cache of {cache_pages} page(s) is smaller than one warp's pages "
                 f"({WARP_SIZE}): a warp reading {WARP_SIZE} different pages could never hold "
                 f"them all; give at least {WARP_SIZE * page_size} bytes")
-        queues = defaults.get("queues") if queues is None else int(queues)
         queue_depth = defaults.get("queue_depth") if queue_depth is None else int(queue_depth)
+        queues = defaults.get("queues") if queues is None else int(queues)
+        if queues is None:
+            queues = defaults.default_queues(page_size, max(queue_depth, 1))
         if queues < 1:
             raise ConfigError(f"gids: queues must be >= 1, got {queues}")
         if queue_depth < WARP_SIZE:

@@ -35,7 +35,7 @@ from numba import cuda
 from gids import layout as L
 from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait, claim_slot,
                            finish_write_back, give_up_load, keep_dirty_victim, mark_dirty, publish,
-                           try_pin, unpin, warp_copy_page)
+                           try_pin, unpin, warp_copy_out, warp_copy_page)
 from kernels.queue import (expired, highest_lane, lowest_lane, queue_of_warp, release_entry,
                            staging_word, submit, take_tickets, wait_completion)
 from kernels.sync import atomic_add, atomic_cas, ld_relaxed_gpu, now_ns
@@ -139,8 +139,8 @@ def _write_back(h, mask, q, victim, slot, deadline):
         src_lane = lowest_lane(to_copy)
         src_slot = shfl_sync(mask, slot, src_lane)
         dst_word = shfl_sync(mask, staging_word(h, q, ticket), src_lane)
-        warp_copy_page(mask, h.cache_words, src_slot * h.page_words, h.staging, dst_word,
-                       h.page_words)
+        warp_copy_out(mask, h.cache_words, src_slot * h.page_words, h.staging, dst_word,
+                      h.page_words)
         to_copy &= to_copy - 1
     cuda.threadfence_system()
     syncwarp(mask)

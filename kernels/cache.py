@@ -31,8 +31,8 @@ from numba import cuda
 
 from gids import layout as L
 from kernels.sync import (atomic_add, atomic_add_acquire_gpu, atomic_add_release_gpu, atomic_and,
-                          atomic_cas, atomic_exch, atomic_or, ld_acquire_gpu, ld_relaxed_gpu,
-                          ld_relaxed_sys)
+                          atomic_cas, atomic_exch, atomic_or, ld_acquire_gpu, ld_pair,
+                          ld_relaxed_gpu)
 from kernels.warp import lanemask_lt, popc
 
 PIN_HIT = 0      # pinned: the page is resident
@@ -206,23 +206,78 @@ def give_up_load(h, page):
 
 @cuda.jit(device=True)
 def warp_copy_page(mask, src, src_word, dst, dst_word, n_words):
-    """All lanes of ``mask`` copy one page together: each warp load moves contiguous words.
+    """All lanes of ``mask`` copy one page together: each warp load moves contiguous bytes.
 
-    Four loads are issued before their stores so that each lane has several PCIe reads in
-    flight (the loads are from mapped host memory when ``src`` is a staging or zero-copy buffer).
+    ``src`` is mapped host memory (a staging or zero-copy buffer), so every load is a PCIe read
+    of about a microsecond: each lane moves 16 bytes per load and issues eight loads before
+    their stores, so that a 4 KiB page is one round of loads for a full warp, and even a lone
+    lane keeps 128 bytes in flight. A source at an odd word (a zero-copy array at an 8-byte but
+    not 16-byte offset) is copied a word per load. ``n_words`` is even (pages are >= 512 B).
+    """
+    step = popc(mask)
+    me = popc(mask & lanemask_lt())
+    if src_word & 1:
+        j = me
+        while j < n_words:
+            dst[dst_word + j] = src[src_word + j]   # weak, as ld_pair
+            j += step
+        return
+    j = 2 * me
+    stride = 2 * step
+    while j + 7 * stride < n_words:
+        a0, a1 = ld_pair(src, src_word + j)
+        b0, b1 = ld_pair(src, src_word + j + stride)
+        c0, c1 = ld_pair(src, src_word + j + 2 * stride)
+        d0, d1 = ld_pair(src, src_word + j + 3 * stride)
+        e0, e1 = ld_pair(src, src_word + j + 4 * stride)
+        f0, f1 = ld_pair(src, src_word + j + 5 * stride)
+        g0, g1 = ld_pair(src, src_word + j + 6 * stride)
+        k0, k1 = ld_pair(src, src_word + j + 7 * stride)
+        _store_pair(dst, dst_word + j, a0, a1)
+        _store_pair(dst, dst_word + j + stride, b0, b1)
+        _store_pair(dst, dst_word + j + 2 * stride, c0, c1)
+        _store_pair(dst, dst_word + j + 3 * stride, d0, d1)
+        _store_pair(dst, dst_word + j + 4 * stride, e0, e1)
+        _store_pair(dst, dst_word + j + 5 * stride, f0, f1)
+        _store_pair(dst, dst_word + j + 6 * stride, g0, g1)
+        _store_pair(dst, dst_word + j + 7 * stride, k0, k1)
+        j += 8 * stride
+    while j < n_words:
+        a0, a1 = ld_pair(src, src_word + j)
+        _store_pair(dst, dst_word + j, a0, a1)
+        j += stride
+
+
+@cuda.jit(device=True)
+def _store_pair(dst, word, lo, hi):
+    dst[word] = lo
+    dst[word + 1] = hi
+
+
+@cuda.jit(device=True)
+def warp_copy_out(mask, src, src_word, dst, dst_word, n_words):
+    """All lanes of ``mask`` copy a cache slot (device memory) into a staging page (mapped host
+    memory), for the write-back of a dirty page.
+
+    Not :func:`warp_copy_page`: its pair loads are weak and pure (the compiler may move them),
+    which is right after the acquire of a completion from the host, but here the slot was
+    written by other SMs, and the copy must not move above the fence that follows the victim's
+    CAS, nor hit stale lines in this SM's L1. ``ld.relaxed.gpu`` (side-effecting asm, served
+    from L2) does neither; device memory is near, so four loads in flight a lane suffice. The
+    stores go to host memory; the caller fences (system scope) before publishing the request.
     """
     step = popc(mask)
     j = popc(mask & lanemask_lt())
     while j + 3 * step < n_words:
-        a = ld_relaxed_sys(src, src_word + j)
-        b = ld_relaxed_sys(src, src_word + j + step)
-        c = ld_relaxed_sys(src, src_word + j + 2 * step)
-        d = ld_relaxed_sys(src, src_word + j + 3 * step)
+        a = ld_relaxed_gpu(src, src_word + j)
+        b = ld_relaxed_gpu(src, src_word + j + step)
+        c = ld_relaxed_gpu(src, src_word + j + 2 * step)
+        d = ld_relaxed_gpu(src, src_word + j + 3 * step)
         dst[dst_word + j] = a
         dst[dst_word + j + step] = b
         dst[dst_word + j + 2 * step] = c
         dst[dst_word + j + 3 * step] = d
         j += 4 * step
     while j < n_words:
-        dst[dst_word + j] = ld_relaxed_sys(src, src_word + j)
+        dst[dst_word + j] = ld_relaxed_gpu(src, src_word + j)
         j += step

@@ -16,9 +16,12 @@ from kernels.sync import atomic_add, ld_acquire_gpu, ld_acquire_sys, ld_relaxed_
 from kernels.warp import ballot_sync, lanemask_lt, laneid, nanosleep, popc, shfl_sync
 from kernels.platform import WARP_SIZE
 
-#: Back-off bounds for polls (ns). A host round trip is about 5 us, so start well below it.
-POLL_MIN_NS = 64
-POLL_MAX_NS = 2048
+#: Back-off bounds for polls (ns). Every poll of a completion is a PCIe read, and under load
+#: thousands of warps poll at once: polls every 64 ns to 2 us took so many of the GPU's PCIe
+#: read requests that page copies starved (all-miss 2.9 M pages/s on the H200; 1 to 8 us: 4.2 M,
+#: with 512 queues 11.2 M; 2026-11-29). A host round trip is about 5 us anyway.
+POLL_MIN_NS = 1024
+POLL_MAX_NS = 8192
 
 
 @cuda.jit(device=True)

@@ -73,6 +73,9 @@ if SIMULATOR:
 
     ld_relaxed_sys = ld_relaxed_gpu
 
+    def ld_pair(arr, i):
+        return arr[i], arr[i + 1]
+
 else:
     from llvmlite import ir
     from numba import types
@@ -192,6 +195,42 @@ else:
     #: ``ld.relaxed.sys``: the same for mapped host memory the CPU writes (staging pages, a
     #: completion's status and source).
     ld_relaxed_sys = _make_load("relaxed", "sys")
+
+    def _make_pair_load(op):
+        """``{op}.v2.b64`` of words ``i`` and ``i + 1`` (16-byte aligned) of a 64-bit array.
+
+        Unlike the loads above, this asm has no side effect and no memory clobber, so the
+        compiler may issue many of them before their results are used (one lane then has many
+        PCIe reads in flight). Ordering comes from the caller: a page copy runs only after an
+        acquire of the completion, on which it is control-dependent.
+        """
+        @intrinsic
+        def load_pair(typingctx, arr, idx):
+            if not isinstance(arr, types.Array) or arr.dtype.bitwidth != 64:
+                raise TypeError("pair loads take arrays of 8-byte elements")
+            sig = types.UniTuple(arr.dtype, 2)(arr, types.intp)
+
+            def codegen(context, builder, sig, args):
+                dtype = sig.args[0].dtype
+                ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+                i64 = ir.IntType(64)
+                fnty = ir.FunctionType(ir.LiteralStructType([i64, i64]), [ptr.type])
+                asm = ir.InlineAsm(fnty, f"{op}.v2.b64 {{$0, $1}}, [$2];", "=l,=l,l",
+                                   side_effect=False)
+                pair = builder.call(asm, [ptr])
+                ty = context.get_value_type(dtype)
+                words = [builder.bitcast(builder.extract_value(pair, k), ty) for k in range(2)]
+                return context.make_tuple(builder, sig.return_type, words)
+            return sig, codegen
+        return load_pair
+
+    #: ``ld.global.v2.b64``, a weak 16-byte load: the bulk load of page copies from mapped host
+    #: memory. Weak, not ``ld.relaxed.sys``: strong system-scope loads of one thread were served
+    #: one after another (a lone thread took 200 us per 4 KiB page on the H200, 67 us with weak
+    #: loads; 2026-11-29). A weak load is enough after the acquire that saw the completion: the
+    #: host's writes happen before it, and for the warp's other lanes the ``syncwarp`` after
+    #: the acquire carries that order on (causality order is transitive in the PTX model).
+    ld_pair = _make_pair_load("ld.global")
 
     @intrinsic
     def now_ns(typingctx):

@@ -47,7 +47,7 @@ Example::
             path.launch(B.gather_template, arr, blocks, 256, [(d_idx, out)])
             assert (out.copy_to_host() == data[idx]).all()
 """
-import gids  # noqa: F401  (first: picks the GPU or the simulator before numba.cuda loads)
+import gids  # first: picks the GPU or the simulator before numba.cuda loads
 
 import collections
 import inspect
@@ -106,7 +106,7 @@ from kernels.sync import atomic_add, atomic_cas  # noqa: E402
 
 def gather_template(read):
     """``out[k] = a[idx[k]]`` (grid-stride). Kernel ``(h, idx, out)``."""
-    @cuda.jit
+    @gids.jit
     def gather(h, idx, out):
         start = cuda.grid(1)
         for k in range(start, idx.size, cuda.gridsize(1)):
@@ -121,7 +121,7 @@ def element_chains_template(read):
     value read, as an integer modulo ``n``, is the next index; ``out[c * steps + s]`` is the
     value read at step ``s``. Values must be non-negative.
     """
-    @cuda.jit
+    @gids.jit
     def element_chains(h, starts, steps, n, out):
         start = cuda.grid(1)
         for c in range(start, starts.size, cuda.gridsize(1)):
@@ -144,7 +144,7 @@ def requests_template(read):
     up; ``out[t]`` is thread ``t``'s sum (integer data: wrapping, order-free, so it checks
     exactly against numpy).
     """
-    @cuda.jit
+    @gids.jit
     def requests(h, starts, steps, elems, n_req, out):
         t = cuda.grid(1)
         lane = cuda.threadIdx.x % GROUP
@@ -170,7 +170,7 @@ def timed_requests_template(read):
     stores its start and end times of request ``k`` at ``t0[k * 32 + l]``, ``t1[k * 32 + l]``
     (request latency: the latest end minus the earliest start), and its sum at ``out[l]``.
     """
-    @cuda.jit
+    @gids.jit
     def timed_requests(h, ids, elems, t0, t1, out):
         lane = cuda.threadIdx.x
         acc = 0
@@ -257,14 +257,14 @@ def batch_read(h, i):
     return h.zero[0]
 
 
-@cuda.jit
+@gids.jit
 def _assign_slots(page_slot, req, lo, hi):
     k = lo + cuda.grid(1)
     if k < hi:
         page_slot[req[k]] = k
 
 
-@cuda.jit
+@gids.jit
 def _clear_slots(page_slot, req, n):
     k = cuda.grid(1)
     if k < n:

@@ -661,7 +661,10 @@ class Runner:
                 "daemon_threads": (options.get("daemon_threads",
                                                gids.defaults.get("daemon_threads"))
                                    if pt.path == "gids" else None),
-                "queues": (options.get("queues", gids.defaults.get("queues"))
+                "queues": ((options.get("queues") or gids.defaults.get("queues")
+                            or gids.defaults.default_queues(
+                                options.get("page_size") or gids.defaults.get("page_size"),
+                                options.get("queue_depth") or gids.defaults.get("queue_depth")))
                            if pt.path == "gids" else None),
                 "queue_depth": (options.get("queue_depth", gids.defaults.get("queue_depth"))
                                 if pt.path == "gids" else None),

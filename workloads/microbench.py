@@ -25,10 +25,11 @@ import gids
 from numba import cuda
 from kernels.sync import now_ns
 
+
 # ------------------------------------------------------------------ kernels
 
 
-@cuda.jit
+@gids.jit
 def first_element_of_pages(h, pages, elems_per_page, out):
     """Thread k reads element 0 of page pages[k]: with distinct pages, every read misses."""
     k = cuda.grid(1)
@@ -53,7 +54,7 @@ def _plain_read(a, i):
 def _random_reads(read):
     """A kernel doing ``reads`` random reads per thread with ``read(src, i)``: the same stream
     of indices whichever reader, so gids and a plain device array are compared like for like."""
-    @cuda.jit
+    @gids.jit
     def kernel(src, mask, reads, seed, out):
         t = cuda.grid(1)
         x = np.uint64(t * 2654435761 + seed + 1)
@@ -67,7 +68,7 @@ def _random_reads(read):
 
 def _sequential_reads(read):
     """A kernel reading elements 0..n-1 grid-stride (coalesced) with ``read(src, i)``."""
-    @cuda.jit
+    @gids.jit
     def kernel(src, n, out):
         t = cuda.grid(1)
         stride = cuda.gridsize(1)
@@ -84,7 +85,7 @@ sequential_reads_gids = _sequential_reads(gids.read)
 sequential_reads_plain = _sequential_reads(_plain_read)
 
 
-@cuda.jit
+@gids.jit
 def one_miss_at_a_time(h, pages, elems_per_page, times, out):
     acc = 0
     for k in range(pages.size):
@@ -262,6 +263,15 @@ def bench_emulation(data, page_size, profile, drive_counts, n_reads, out_dir, lo
 
 # ------------------------------------------------------------------ the suite
 
+def _registers(kernels):
+    """Registers per thread of each compiled kernel (the most over its signatures)."""
+    out = {}
+    for name, kernel in kernels.items():
+        regs = kernel.get_regs_per_thread()
+        out[name] = max(regs.values()) if isinstance(regs, dict) else regs
+    return out
+
+
 def gpu_suite(out_dir, quick=False):
     out_dir = os.path.abspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
@@ -290,6 +300,11 @@ def gpu_suite(out_dir, quick=False):
     results["all_miss_copy"] = bench_all_miss(data, 4096, counts, False, 1 << 30, log)
     results["hits"] = bench_hits(1 << 26, 1 << 30, 16, log)
     results["latency"] = bench_latency(data, 4096, 2000, log)
+    results["registers_per_thread"] = _registers(
+        {"all-miss kernel": first_element_of_pages, "random-hit kernel": random_reads_gids,
+         "plain random kernel": random_reads_plain})
+    log(f"registers per thread: {results['registers_per_thread']} (gids.read is inlined into "
+        "each kernel: its miss path sets the kernel's register count, hence its occupancy)")
     results["emulation"] = bench_emulation(data, 4096, "pm1743", (1, 2, 4),
                                            (1 << 16) if quick else (1 << 18), out_dir, log)
     with open(os.path.join(out_dir, "gpu_suite.json"), "w") as f:

@@ -71,7 +71,7 @@ def expected_before(e, r, params, mask, threads):
     return 0
 
 
-@cuda.jit
+@gids.jit   # registers capped, as for every kernel that calls gids.read
 def round_kernel(h, r, params, mask, threads, reads, counts):
     """Round ``r``: write, read back, read others (see the module's docstring)."""
     t = cuda.grid(1)

@@ -18,7 +18,7 @@ Kernels are made per reader by :func:`make_bfs_kernels`; :func:`bfs` runs a sear
 """
 from __future__ import annotations
 
-import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda loads)
+import gids  # first: picks GPU or simulator before numba.cuda loads
 
 import functools
 import os
@@ -80,7 +80,7 @@ def make_bfs_kernels(read_neighbour) -> BFSKernels:
         unvisited vertex with a neighbour at level ``depth`` level ``depth + 1``.
     """
 
-    @cuda.jit
+    @gids.jit
     def top_down(arg, offsets, frontier, n_frontier, next_frontier, counters, parents, levels,
                  depth, count_edges, bad):
         lane = laneid()
@@ -119,7 +119,7 @@ def make_bfs_kernels(read_neighbour) -> BFSKernels:
                     if claimed:
                         next_frontier[slot + popc(won & lanemask_lt())] = u
 
-    @cuda.jit
+    @gids.jit
     def bottom_up(arg, offsets, counters, parents, levels, depth, bad):
         lane = laneid()
         warp = cuda.grid(1) // WARP_SIZE
@@ -156,7 +156,7 @@ def make_bfs_kernels(read_neighbour) -> BFSKernels:
     return BFSKernels(top_down, bottom_up)
 
 
-@cuda.jit
+@gids.jit
 def _start_search(parents, levels, frontier, root):
     """Every vertex unvisited except the root (its own parent, level 0), the first frontier."""
     for v in range(cuda.grid(1), parents.size, cuda.gridsize(1)):
@@ -166,7 +166,7 @@ def _start_search(parents, levels, frontier, root):
         frontier[0] = root
 
 
-@cuda.jit
+@gids.jit
 def _collect_frontier(levels, depth, frontier, counters):
     """The vertices at level ``depth`` as a queue (after bottom-up steps, to go top-down again)."""
     for v in range(cuda.grid(1), levels.size, cuda.gridsize(1)):

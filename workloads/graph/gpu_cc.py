@@ -17,7 +17,7 @@ first entry ``>= v``: about half of the neighbours array is read, once.
 """
 from __future__ import annotations
 
-import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda loads)
+import gids  # first: picks GPU or simulator before numba.cuda loads
 
 import functools
 import os
@@ -79,7 +79,7 @@ def make_cc_kernels(read_neighbour):
         ``arange(n)``; afterwards each vertex's root is the smallest vertex of its component.
     """
 
-    @cuda.jit
+    @gids.jit
     def hook(arg, offsets, labels, sorted_lists, bad):
         lane = laneid()
         warp = cuda.grid(1) // WARP_SIZE
@@ -109,14 +109,14 @@ def make_cc_kernels(read_neighbour):
     return hook
 
 
-@cuda.jit
+@gids.jit
 def _compress(labels):
     """Pointer jumping: every label becomes its root (runs alone, after hooking)."""
     for v in range(cuda.grid(1), labels.size, cuda.gridsize(1)):
         labels[v] = _find(labels, v)
 
 
-@cuda.jit
+@gids.jit
 def _identity(labels):
     for v in range(cuda.grid(1), labels.size, cuda.gridsize(1)):
         labels[v] = v

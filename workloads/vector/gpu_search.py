@@ -77,7 +77,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda loads)
+import gids  # first: picks GPU or simulator before numba.cuda loads
 from numba import cuda, float32, float64, int64
 
 from kernels.platform import WARP_SIZE
@@ -313,7 +313,7 @@ def _search_kernel(reader, dim: int, metric: str, k_cap: int, threads: int):
             p = 0
         state[1] = p
 
-    @cuda.jit
+    @gids.jit
     def kernel(h, queries, probes, list_starts, list_lengths, id_starts, ids, k, out_d, out_i):
         tile = cuda.shared.array(TILE, float32)
         red_d = cuda.shared.array(T, float64)
