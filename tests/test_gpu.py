@@ -174,3 +174,16 @@ def test_write_back_error_under_load_is_named():
         rt.scatter(a, [5], [55])
         rt.flush()
     assert data[5] == 55
+
+
+def test_stress_workload_small(tmp_path):
+    """The GPU session's stress stage at 1/64 of its size: 256 k threads, 256 MiB, 1 % cache."""
+    import json
+
+    from workloads import stress
+    out = tmp_path / "stress.json"
+    rc = stress.main(["--seconds", "5", "--file-gib", "0.25", "--cache-fraction", "0.01",
+                      "--threads", str(1 << 18), "--dir", str(tmp_path), "--json", str(out)])
+    r = json.loads(out.read_text())
+    assert rc == 0 and r["ok"], r
+    assert r["writebacks"] > 0 and r["file_mismatches"] == 0
