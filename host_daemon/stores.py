@@ -219,8 +219,15 @@ class MmapStore(Store):
     """A file mapped into memory with ``mmap``; the daemon copies pages out of the mapping.
 
     The first touch of a page faults it in from the file (through the OS page cache), so cold
-    misses cost a fault each; warm ones a ``memcpy``. With ``writable=True`` the mapping is
-    shared and writable: write-backs are ``memcpy`` into it, and :meth:`sync` is ``msync``.
+    misses cost a fault each; warm ones a ``memcpy``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (not empty).
+    writable : bool, default False
+        Map it shared and writable (what ``open_array(path, mode="r+", storage="mmap")``
+        does): write-backs are ``memcpy`` into the mapping, and :meth:`sync` is ``msync``.
     """
 
     kind = L.STORE_KIND_MEMORY
