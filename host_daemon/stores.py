@@ -113,7 +113,9 @@ class FileStore(Store):
     (an array opened at an unaligned ``offset``), are read through the page cache.
     Writes always go through the page cache (``pwrite`` on the buffered descriptor): no
     alignment rules, and Linux writes the cached range back before an ``O_DIRECT`` read of it,
-    so a direct read never sees older bytes. :meth:`sync` (``fsync``) makes them durable.
+    so a direct read never sees older bytes; but that read then waits for a disk write. For
+    write-heavy work on a file, ``direct=False`` (reads from the page cache too) is faster until
+    ``flush``. :meth:`sync` (``fsync``) makes the writes durable.
     """
 
     kind = L.STORE_KIND_FILE

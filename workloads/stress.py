@@ -155,6 +155,10 @@ def parse_args(argv):
     p.add_argument("--page-size", type=int, default=None)
     p.add_argument("--timeout", type=float, default=None, help="Runtime timeout (s)")
     p.add_argument("--daemon-threads", type=int, default=None)
+    p.add_argument("--direct", action="store_true",
+                   help="read aligned pages with O_DIRECT (default: through the page cache; "
+                        "an O_DIRECT read of a page written back recently makes the kernel write "
+                        "it to disk first, which would time the disk, not the runtime)")
     p.add_argument("--dir", default=None, help="where to create the file (default: the temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the file")
     p.add_argument("--seed", type=int, default=0)
@@ -184,7 +188,7 @@ def run(args):
     try:
         with gids.Runtime(cache_pages=cache_pages, page_size=page_size, timeout=timeout,
                           daemon_threads=args.daemon_threads) as rt:
-            a = rt.open_array(path, np.int64, shape=n, mode="r+")
+            a = rt.open_array(path, np.int64, shape=n, mode="r+", direct=args.direct)
             d_params = cuda.to_device(params)
             counts = cuda.to_device(np.zeros(4, dtype=np.int64))
             block = 32 if gids.SIMULATOR else 256
