@@ -29,8 +29,10 @@ import tarfile
 import time
 
 STAGES = {
+    # 420 s: the write tests (four dtypes, 64 k writers, the stress run at 1/64) add about
+    # two minutes, mostly compiling (an estimate: not yet run on a GPU).
     "tests": ([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-               "tests"], 300),
+               "tests"], 420),
     "core": ([sys.executable, "-m", "workloads.microbench", "gpu-suite", "--no-tests",
               "--out", "{dir}"], 420),
     "bench": ([sys.executable, "-m", "gids.cli", "bench", "--quick", "--no-progress",
