@@ -18,12 +18,16 @@ In your own kernels::
         out[i] = gids.read(h, 2 * i)
 
     kernel[blocks, threads](a.handle, out); rt.sync()
+
+Writes (arrays opened with ``mode="r+"``): ``gids.write(h, i, value)`` in a kernel, or
+``rt.scatter(a, indices, values)``; ``rt.flush()`` (and leaving the ``with`` block) writes every
+dirty page back and makes it durable.
 """
 from gids import _platform  # noqa: F401  (first: picks GPU or simulator before numba loads)
 from gids import defaults, layout
 from gids.array import StorageArray
 from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError, GidsError,
-                         GidsTimeoutError, IndexOutOfRangeError, StorageIOError)
+                         GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError, StorageIOError)
 from gids.runtime import Runtime
 from gids.stats import Stats
 from host_daemon.ssd_model import PROFILES as _SSD_PROFILES
@@ -44,16 +48,18 @@ def ssd_profiles():
 
 
 def __getattr__(name):
-    # ``gids.read`` is loaded on first use: device modules import gids.layout, so importing
-    # kernels.access here would make ``import kernels.cache`` (before gids) circular.
-    if name == "read":
-        from kernels.access import read
-        return read
+    # ``gids.read`` and ``gids.write`` are loaded on first use: device modules import
+    # gids.layout, so importing kernels.access here would make ``import kernels.cache`` (before
+    # gids) circular.
+    if name in ("read", "write"):
+        from kernels import access
+        return getattr(access, name)
     raise AttributeError(f"module 'gids' has no attribute {name!r}")
 
 __all__ = [
-    "Runtime", "StorageArray", "Stats", "read", "jit", "MAX_REGISTERS", "defaults", "layout", "SIMULATOR",
+    "Runtime", "StorageArray", "Stats", "read", "write", "jit", "MAX_REGISTERS", "defaults",
+    "layout", "SIMULATOR",
     "FileStore", "MemoryStore", "MmapStore", "FaultyStore", "ssd_profiles", "read_trace", "replay",
     "GidsError", "ConfigError", "StorageIOError", "IndexOutOfRangeError", "GidsTimeoutError",
-    "CacheExhaustedError", "DaemonError", "AbortedError",
+    "CacheExhaustedError", "DaemonError", "AbortedError", "ReadOnlyError",
 ]

@@ -1,4 +1,5 @@
-"""``StorageArray``: an array whose elements live in a store and are read through the cache."""
+"""``StorageArray``: an array whose elements live in a store and are read (and written) through
+the cache."""
 import numpy as np
 
 from kernels.handle import ArrayHandle, NvmeHandle
@@ -13,13 +14,14 @@ class StorageArray:
     """An array opened with :meth:`gids.Runtime.open_array`.
 
     Pass :attr:`handle` to a kernel and read elements there with ``gids.read(handle, i)``,
-    ``i`` a flat (C-order) index. The handle stays valid while the Runtime is open and no other
+    ``i`` a flat (C-order) index, and, if it was opened with ``mode="r+"`` (:attr:`writable`),
+    write them with ``gids.write(handle, i, value)``. The handle stays valid while the Runtime is open and no other
     array is opened after it was taken (opening an array can grow the page tables): take handles
     after opening the arrays a kernel needs.
     """
 
     def __init__(self, runtime, store, dtype, shape, offset, array_id, page_base, n_pages,
-                 zero_copy):
+                 zero_copy, writable=False):
         self.runtime = runtime
         self.store = store
         self.dtype = np.dtype(dtype)
@@ -29,6 +31,8 @@ class StorageArray:
         self.page_base = page_base
         self.n_pages = n_pages
         self._zero_copy = zero_copy
+        #: True if opened with ``mode="r+"``.
+        self.writable = bool(writable)
         self._zero = runtime._to_device(np.zeros(1, dtype=self.dtype))
 
     @property
@@ -58,11 +62,13 @@ class StorageArray:
             page_words=page_size // 8,
             array_id=self.array_id,
             page_base=self.page_base,
+            writable=int(self.writable),
             page_state=rt._page_state,
             page_slot=rt._page_slot,
             slot_page=rt._slot_page,
             clock=rt._clock,
             n_slots=rt.cache_slots,
+            page_bases=rt._page_bases,
             sq=rt._sq,
             cq=rt._cq,
             staging=rt._staging,
@@ -82,4 +88,5 @@ class StorageArray:
 
     def __repr__(self):
         return (f"StorageArray(shape={self.shape}, dtype={self.dtype}, offset={self.offset}, "
-                f"store={self.store.name!r}, pages={self.n_pages})")
+                f"mode={'r+' if self.writable else 'r'!r}, store={self.store.name!r}, "
+                f"pages={self.n_pages})")

@@ -11,12 +11,17 @@ class ConfigError(GidsError, ValueError):
 
 
 class StorageIOError(GidsError, OSError):
-    """The store could not read a page. ``path`` and ``page`` say which."""
+    """The store could not read or write a page. ``path`` and ``page`` say which."""
 
     def __init__(self, message, path=None, page=None):
         super().__init__(message)
         self.path = path
         self.page = page
+
+
+class ReadOnlyError(GidsError, PermissionError):
+    """A write to an array opened read-only (``mode="r"``, the default) or to a store that
+    cannot be written."""
 
 
 class IndexOutOfRangeError(GidsError, IndexError):

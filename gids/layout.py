@@ -14,6 +14,8 @@ import numpy as np
 PAGE_VALID = np.uint32(1 << 31)   # the page's bytes are in cache slot page_slot[page]
 PAGE_BUSY = np.uint32(1 << 30)    # one thread owns the page and is loading it
 PAGE_ERROR = np.uint32(1 << 29)   # the last load failed; waiters give up instead of spinning
+PAGE_DIRTY = np.uint32(1 << 28)   # the slot holds writes the store has not got yet; with BUSY:
+                                  # the page is being written back (readers wait, as for a load)
 PAGE_REF_MASK = np.uint32((1 << 24) - 1)  # threads holding the page pinned (reading its slot)
 
 SLOT_EMPTY = -1    # slot_page[s]: slot holds no page
@@ -23,7 +25,11 @@ SLOT_CLAIMED = -2  # slot_page[s]: a loader is evicting or filling the slot
 SQ_SEQ = 0      # ticket + 1; stored last (release, system scope): the record is ready
 SQ_ARRAY = 1    # array id (row of the daemon's store table)
 SQ_PAGE = 2     # page index within that array
+SQ_OP = 3       # OP_READ (store -> staging) or OP_WRITE (staging -> store)
 SQ_WORDS = 4    # 32 bytes per record (one PCIe-friendly sector)
+
+OP_READ = 0     # also the value of a record never written (the rings start zeroed)
+OP_WRITE = 1    # write-back of a dirty page on eviction; the page is in the entry's staging
 
 # --- Completion queue record (written by a host daemon thread) -------------------------------
 CQ_SEQ = 0      # ticket + 1; stored last (release): the completion is ready
@@ -37,12 +43,13 @@ STATUS_OK = 0
 STATUS_IO_ERROR = -1      # the store's read failed (pread returned -1)
 STATUS_SHORT_READ = -2    # the store returned fewer bytes than the page holds
 STATUS_BAD_REQUEST = -3   # unknown array id or page out of range (a runtime bug, never user input)
+STATUS_SHORT_WRITE = -4   # the store took fewer bytes than the page holds (disk full?)
 
 # --- Error record (int64 words in device memory, first error wins) ---------------------------
 ERR_CODE = 0
 ERR_ARRAY = 1
 ERR_PAGE = 2     # page index within the array, or -1
-ERR_DETAIL = 3   # element index for ERR_INDEX, completion status for ERR_IO
+ERR_DETAIL = 3   # element index for ERR_INDEX, completion status for ERR_IO and ERR_WRITE_IO
 ERR_WORDS = 4
 
 ERR_NONE = 0
@@ -52,13 +59,16 @@ ERR_TIMEOUT_QUEUE = 3    # waited too long for a free submission queue entry
 ERR_TIMEOUT_IO = 4       # waited too long for the daemon to complete a request
 ERR_TIMEOUT_SLOT = 5     # found no evictable cache slot in time (too many pages in use at once)
 ERR_TIMEOUT_LOADER = 6   # waited too long for another thread to load a page
+ERR_WRITE_IO = 7         # the store could not take a dirty page written back on eviction
+ERR_READ_ONLY = 8        # gids.write on an array opened read-only
 
 # --- Statistics counters (uint64, sharded [N_STAT_SHARDS, N_STATS] to spread atomics) ---------
 STAT_HITS = 0        # page lookups that found the page resident
 STAT_MISSES = 1      # page lookups that did not (they loaded it, or waited for its loader)
 STAT_IOS = 2         # pages read from the store
 STAT_EVICTIONS = 3   # resident pages dropped to make room
-N_STATS = 4
+STAT_WRITEBACKS = 4  # dirty pages written back to the store on eviction (flush counts on the host)
+N_STATS = 5
 N_STAT_SHARDS = 64
 
 # --- Store table (one row per open array; read by the daemon) --------------------------------

@@ -10,7 +10,7 @@ from gids import defaults, layout as L
 from gids._platform import host_view
 from gids.array import SUPPORTED_DTYPES, StorageArray
 from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError,
-                         GidsTimeoutError, IndexOutOfRangeError, StorageIOError)
+                         GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError, StorageIOError)
 from gids.stats import Stats
 from host_daemon.daemon import HostDaemon
 from host_daemon.nvme_controller import NvmeController
@@ -22,6 +22,10 @@ from kernels.platform import SIMULATOR, WARP_SIZE
 MIN_PAGE_SIZE = 512
 MAX_PAGE_SIZE = 64 << 10
 BACKENDS = ("host", "nvme")
+MODES = ("r", "r+")
+#: Host-side write-backs copy the whole cache from the GPU once when more pages than this are
+#: dirty (one large copy), else each dirty slot on its own.
+_WHOLE_CACHE_COPY_PAGES = 64
 
 _TIMEOUT_WHAT = {
     L.ERR_TIMEOUT_QUEUE: "a free submission queue entry",
@@ -36,6 +40,25 @@ def _is_device_array(obj):
     if SIMULATOR:
         return hasattr(obj, "copy_to_host")
     return hasattr(obj, "__cuda_array_interface__")
+
+
+def _converted(values, dtype):
+    """Host ``values`` as a 1-D array of ``dtype``, or ConfigError if that would change them."""
+    values = np.asarray(values)
+    if values.dtype == dtype:
+        return values.reshape(-1)
+    if values.dtype.kind not in "biuf":
+        raise ConfigError(f"gids: values of dtype {values.dtype} cannot be written to an array "
+                          f"of {dtype}")
+    if np.can_cast(values.dtype, dtype, "safe"):
+        return values.astype(dtype).reshape(-1)
+    if values.dtype.kind in "iu" and dtype.kind in "iu":   # e.g. Python ints into int32
+        info = np.iinfo(dtype)
+        if values.size == 0 or (values.min() >= info.min and values.max() <= info.max):
+            return values.astype(dtype).reshape(-1)
+        raise ConfigError(f"gids: values do not fit in {dtype} (range {info.min}..{info.max})")
+    raise ConfigError(f"gids: dtype mismatch: values of {values.dtype} would change when "
+                      f"written to an array of {dtype}; convert them first")
 
 
 class Runtime:
@@ -79,12 +102,20 @@ class Runtime:
 
     Notes
     -----
-    Kernels read arrays with ``gids.read(array.handle, i)``. After launching a kernel that does,
+    Kernels read arrays with ``gids.read(array.handle, i)`` and write arrays opened with
+    ``mode="r+"`` with ``gids.write(array.handle, i, value)``. After launching a kernel that does,
     call :meth:`sync`: it waits for the kernel and raises the first error a thread met
     (:class:`~gids.errors.StorageIOError`, :class:`~gids.errors.IndexOutOfRangeError`,
-    :class:`~gids.errors.GidsTimeoutError`). :meth:`gather` does this itself.
+    :class:`~gids.errors.GidsTimeoutError`, :class:`~gids.errors.ReadOnlyError`).
+    :meth:`gather` and :meth:`scatter` do this themselves.
 
-    Use as a context manager: leaving the block stops the daemon and frees the cache.
+    Written pages stay in the GPU cache, marked dirty, until they are evicted (the evicting
+    kernel thread writes them back through the daemon), until :meth:`flush`, or until the
+    Runtime closes. Only :meth:`flush` (and closing, which flushes) makes them durable.
+
+    Use as a context manager: leaving the block flushes (unless an exception is leaving it:
+    then dirty pages still in the cache are dropped, see :meth:`close`), stops the daemon and
+    frees the cache.
     """
 
     def __init__(self, backend="host", *, cache_bytes=None, cache_pages=None, page_size=None,
@@ -151,7 +182,10 @@ class Runtime:
         self._arrays = []
         self._stores = []          # stores the Runtime opened itself (closed with it)
         self._zero_copy = {}       # id(MemoryStore) -> its pinned, mapped buffer
+        self._written = {}         # id(store) -> store, for every store of an array opened "r+"
         self._n_pages = 0
+        self._flushed_pages = 0    # pages written back on the host (flush, invalidate, recovery)
+        self._lost = []            # (array, page): dirty pages the last host write-back dropped
 
         # The cache (device memory).
         self._cache = cuda.device_array(cache_pages * page_size, dtype=np.uint8)
@@ -159,6 +193,10 @@ class Runtime:
         self._clock = self._to_device(np.zeros(1, dtype=np.int64))
         self._page_state = self._to_device(np.zeros(1, dtype=np.uint32))
         self._page_slot = self._to_device(np.zeros(1, dtype=np.int64))
+        # Each array's first global page, so that an evicting thread can name a dirty victim's
+        # array in its write request; unused rows sort after every page.
+        self._page_bases_host = np.full(L.MAX_ARRAYS, np.iinfo(np.int64).max, dtype=np.int64)
+        self._page_bases = self._to_device(self._page_bases_host)
         # The queues: records and staging in mapped host memory, tickets in device memory.
         n_entries = queues * queue_depth
         self._sq = cuda.mapped_array(n_entries * L.SQ_WORDS, dtype=np.int64)
@@ -247,10 +285,29 @@ class Runtime:
         self._reset_queues()
         self._start_daemon()
 
-    def close(self):
-        """Stop the daemon and free the cache. Idempotent."""
+    def close(self, flush=True):
+        """Flush (unless ``flush=False``), stop the daemon and free the cache. Idempotent.
+
+        Parameters
+        ----------
+        flush : bool
+            Write back every dirty page and make the written stores durable first, as
+            :meth:`flush`. With ``False``, dirty pages still in the cache are dropped: what an
+            earlier :meth:`flush` or an eviction wrote back is in the store, the rest is not.
+
+        Raises
+        ------
+        StorageIOError, GidsError
+            What :meth:`flush` raised; the Runtime is closed all the same.
+        """
         if self._closed:
             return
+        error = None
+        if flush:
+            try:
+                self.flush()
+            except BaseException as exc:   # noqa: BLE001  (close anyway; re-raised below)
+                error = exc
         self._closed = True
         try:
             if self._daemon is not None:
@@ -262,12 +319,17 @@ class Runtime:
                 store.close()
             self._arrays.clear()
             self._zero_copy.clear()
+            self._written.clear()
+        if error is not None:
+            raise error
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        # An exception in flight may have left kernels or the cache in any state, and an error
+        # raised by a flush here would hide it: close without flushing (documented in close()).
+        self.close(flush=exc_type is None)
 
     def _check_open(self):
         if self._closed:
@@ -278,7 +340,7 @@ class Runtime:
         return cuda.to_device(host_array)
 
     # ----------------------------------------------------------------- arrays
-    def open_array(self, source, dtype=None, shape=None, offset=0, *, storage="file",
+    def open_array(self, source, dtype=None, shape=None, offset=0, *, mode="r", storage="file",
                    direct=True):
         """Open an array of ``dtype`` at byte ``offset`` of a file or store.
 
@@ -293,9 +355,14 @@ class Runtime:
             Default: as many elements as the bytes after ``offset`` hold.
         offset : int
             Byte offset of element 0 in the file; any value (pages are counted from it).
+        mode : {"r", "r+"}
+            ``"r"`` (the default): read-only; ``gids.write`` and :meth:`scatter` on it raise
+            :class:`~gids.errors.ReadOnlyError`. ``"r+"``: read and write (the file is opened
+            for writing; a numpy array's own memory receives the writes).
         storage : {"file", "mmap", "memory"}
             For a path: read with ``pread`` (``"file"``), through an ``mmap``, or load the file
-            into pinned RAM first (``"memory"``).
+            into pinned RAM first (``"memory"``; read-only, since writes would never reach the
+            file).
         direct : bool
             For ``storage="file"``: use ``O_DIRECT`` for aligned pages where possible.
 
@@ -307,10 +374,25 @@ class Runtime:
         ------
         FileNotFoundError, ConfigError
             Missing file, file shorter than ``offset + shape``, unsupported dtype, a dtype whose
-            size does not divide the page size, too many arrays.
+            size does not divide the page size, too many arrays, an unknown mode, ``mode="r+"``
+            on a Runtime with ``backend="nvme"`` (reads only).
+        ReadOnlyError
+            ``mode="r+"`` on a store that cannot be written (a read-only numpy array, a store
+            object made without ``writable=True``, ``storage="memory"``).
         """
         self._check_open()
-        store, owned = self._make_store(source, storage, direct)
+        if mode not in MODES:
+            raise ConfigError(f"gids: mode must be one of {MODES}, got {mode!r}")
+        writable = mode == "r+"
+        if writable and self.backend == "nvme":
+            # Write-backs go through the host daemon's queues, which the NVMe back end does
+            # not serve (its controller emulates reads only: NVMe write commands are not built).
+            raise ConfigError("gids: backend='nvme' reads only; open arrays for writing "
+                              "(mode='r+') on a Runtime with backend='host'")
+        if writable and storage == "memory" and isinstance(source, (str, os.PathLike)):
+            raise ReadOnlyError("gids: storage='memory' loads a copy of the file, which writes "
+                                "would never reach; use storage='file' or 'mmap' with mode='r+'")
+        store, owned = self._make_store(source, storage, direct, writable)
         try:
             if dtype is None:
                 if not isinstance(source, np.ndarray):
@@ -348,22 +430,27 @@ class Runtime:
                     f"{dtype} at offset {offset} needs {offset + size * dtype.itemsize}")
             if len(self._arrays) >= L.MAX_ARRAYS:
                 raise ConfigError(f"gids: at most {L.MAX_ARRAYS} arrays per Runtime")
-            return self._register(store, owned, dtype, shape, offset, size * dtype.itemsize)
+            if writable and not store.writable:
+                raise ReadOnlyError(f"gids: {store.name} cannot be written (mode='r+'): "
+                                    "make the store writable (writable=True, or a writeable "
+                                    "numpy array)")
+            return self._register(store, owned, dtype, shape, offset, size * dtype.itemsize,
+                                  writable)
         except BaseException:
             if owned:
                 store.close()
             raise
 
-    def _make_store(self, source, storage, direct):
+    def _make_store(self, source, storage, direct, writable):
         if isinstance(source, Store):
             return source, False
         if isinstance(source, np.ndarray):
             return MemoryStore(source), True
         if isinstance(source, (str, os.PathLike)):
             if storage == "file":
-                return FileStore(source, direct=direct), True
+                return FileStore(source, direct=direct, writable=writable), True
             if storage == "mmap":
-                return MmapStore(source), True
+                return MmapStore(source, writable=writable), True
             if storage == "memory":
                 if not os.path.exists(source):
                     raise FileNotFoundError(f"gids: no such file: {os.fspath(source)!r}")
@@ -372,7 +459,7 @@ class Runtime:
         raise ConfigError(f"gids: cannot open {type(source).__name__}: give a path, a numpy "
                           "array or a Store")
 
-    def _register(self, store, owned, dtype, shape, offset, nbytes):
+    def _register(self, store, owned, dtype, shape, offset, nbytes, writable):
         array_id = len(self._arrays)
         n_pages = math.ceil(nbytes / self.page_size)
         page_base = self._n_pages
@@ -389,7 +476,11 @@ class Runtime:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         array = StorageArray(self, store, dtype, shape, offset, array_id, page_base, n_pages,
-                             zero_copy)
+                             zero_copy, writable)
+        self._page_bases_host[array_id] = page_base
+        self._page_bases.copy_to_device(self._page_bases_host)
+        if writable:
+            self._written[id(store)] = store
         self._arrays.append(array)
         if owned:
             self._stores.append(store)
@@ -424,6 +515,35 @@ class Runtime:
         self._n_pages = n_pages
 
     # ----------------------------------------------------------------- kernels
+    def _check_array(self, array, what):
+        self._check_open()
+        if not isinstance(array, StorageArray) or array.runtime is not self:
+            raise ConfigError(f"gids: {what} takes a StorageArray opened by this Runtime")
+
+    def _device_indices(self, array, indices):
+        """Indices as a 1-D int64 device array; host indices are range-checked here."""
+        if _is_device_array(indices):
+            d_idx = indices if SIMULATOR else cuda.as_cuda_array(indices)
+            if d_idx.dtype != np.int64 or d_idx.ndim != 1:
+                raise ConfigError("gids: device indices must be a 1-D int64 array")
+            return d_idx
+        host_idx = np.asarray(indices)
+        if host_idx.dtype.kind not in "iu":
+            raise ConfigError(f"gids: indices must be integers, got {host_idx.dtype}")
+        host_idx = host_idx.astype(np.int64).reshape(-1)
+        bad = (host_idx < 0) | (host_idx >= array.size)
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            raise IndexOutOfRangeError(
+                f"gids: index {int(host_idx[first])} (position {first}) is out of range for "
+                f"an array of {array.size} elements")
+        return self._to_device(host_idx)
+
+    @staticmethod
+    def _grid(n):
+        threads = 32 if SIMULATOR else 256
+        return max(1, min(math.ceil(n / threads), 2 if SIMULATOR else 4096)), threads
+
     def gather(self, array, indices, out=None):
         """Read ``array.flat[indices]`` on the GPU through the cache; returns a device array.
 
@@ -441,44 +561,173 @@ class Runtime:
             Exposes ``__cuda_array_interface__``: ``cupy.asarray(result)`` and
             ``torch.as_tensor(result, device="cuda")`` take it without a copy.
         """
-        from gids.kernels_host import gather_kernel   # compiled on first use
-        self._check_open()
-        if not isinstance(array, StorageArray) or array.runtime is not self:
-            raise ConfigError("gids: gather takes a StorageArray opened by this Runtime")
-        if _is_device_array(indices):
-            d_idx = indices if SIMULATOR else cuda.as_cuda_array(indices)
-            if d_idx.dtype != np.int64 or d_idx.ndim != 1:
-                raise ConfigError("gids: device indices must be a 1-D int64 array")
-        else:
-            host_idx = np.asarray(indices)
-            if host_idx.dtype.kind not in "iu":
-                raise ConfigError(f"gids: indices must be integers, got {host_idx.dtype}")
-            host_idx = host_idx.astype(np.int64).reshape(-1)
-            bad = (host_idx < 0) | (host_idx >= array.size)
-            if bad.any():
-                first = int(np.flatnonzero(bad)[0])
-                raise IndexOutOfRangeError(
-                    f"gids: index {int(host_idx[first])} (position {first}) is out of range for "
-                    f"an array of {array.size} elements")
-            d_idx = self._to_device(host_idx)
+        # imported here: the kernel compiles on first use
+        from gids.kernels_host import gather_kernel
+        self._check_array(array, "gather")
+        d_idx = self._device_indices(array, indices)
         n = d_idx.size
         if out is None:
             out = cuda.device_array(n, dtype=array.dtype)
         elif out.size != n or out.dtype != array.dtype:
             raise ConfigError(f"gids: out must hold {n} elements of {array.dtype}")
         if n:
-            threads = 32 if SIMULATOR else 256
-            blocks = max(1, min(math.ceil(n / threads), 2 if SIMULATOR else 4096))
+            blocks, threads = self._grid(n)
             gather_kernel[blocks, threads](array.handle, d_idx, out)
             self.sync()
         return out
 
+    def scatter(self, array, indices, values):
+        """Write ``array.flat[indices] = values`` on the GPU through the cache (``gids.write``).
+
+        The written pages stay in the cache, dirty, until evicted, flushed or the Runtime
+        closes. Where ``indices`` repeat, which of their values is kept is not defined.
+
+        Parameters
+        ----------
+        array : StorageArray
+            Opened with ``mode="r+"``.
+        indices : array-like of int, or a device array of int64
+            Host indices are checked before the kernel runs; device indices in the kernel.
+        values : scalar, array-like or device array
+            One value per index, or one for all. Host values must convert to ``array.dtype``
+            without changing (e.g. int64 values into an int32 array, if they fit; never floats
+            into an integer array); device values must have ``array.dtype`` exactly.
+
+        Raises
+        ------
+        ReadOnlyError
+            The array was opened read-only (before any kernel runs).
+        ConfigError
+            A length or dtype mismatch.
+        IndexOutOfRangeError
+            A host index out of range (before any kernel runs) or a device one.
+        """
+        # imported here: the kernel compiles on first use
+        from gids.kernels_host import scatter_kernel
+        self._check_array(array, "scatter")
+        if not array.writable:
+            raise ReadOnlyError(f"gids: the array on {array.store.name} was opened read-only; "
+                                "open it with mode='r+' to write")
+        d_idx = self._device_indices(array, indices)
+        n = d_idx.size
+        if _is_device_array(values):
+            d_val = values if SIMULATOR else cuda.as_cuda_array(values)
+            if d_val.dtype != array.dtype or d_val.ndim != 1 or d_val.size != n:
+                raise ConfigError(f"gids: device values must be {n} elements of {array.dtype} "
+                                  f"(got {d_val.size} of {d_val.dtype})")
+        else:
+            host_val = _converted(values, array.dtype)
+            if host_val.size == 1 and n != 1:
+                host_val = np.full(n, host_val[0], dtype=array.dtype)
+            if host_val.size != n:
+                raise ConfigError(f"gids: {n} indices but {host_val.size} values")
+            d_val = self._to_device(host_val)
+        if n:
+            blocks, threads = self._grid(n)
+            scatter_kernel[blocks, threads](array.handle, d_idx, d_val)
+            self.sync()
+
+    def flush(self):
+        """Write back every dirty page and make every written store durable, then return.
+
+        Waits for the kernels launched so far (as :meth:`sync`, raising their first error),
+        writes each dirty page still in the GPU cache to its store, from the host, and then
+        calls ``fsync`` (files), ``msync`` (mmaps) or copies the pinned buffer back into the
+        numpy array (zero-copy memory stores) for every store an array was opened on with
+        ``mode="r+"`` (pages written back by evictions are made durable here too). The pages
+        stay cached, clean.
+
+        Returns
+        -------
+        int
+            Pages written back by this call.
+
+        Raises
+        ------
+        StorageIOError
+            A store refused a page (names the file and the page); the pages not yet written stay
+            dirty in the cache, and nothing was synced.
+        """
+        self.sync()
+        written = self._write_back_dirty()
+        for store in list(self._written.values()):
+            self._sync_store(store)
+        return written
+
+    def _sync_store(self, store):
+        if id(store) in self._zero_copy:
+            # The GPU's write-backs went to the pinned copy: bring them to the store's array.
+            mapped = host_view(self._zero_copy[id(store)][0]).view(np.uint8)
+            store.data[:] = mapped[:store.nbytes]
+        try:
+            store.sync()
+        except OSError as exc:
+            raise StorageIOError(f"gids: cannot make {store.name} durable: "
+                                 f"{exc.strerror or exc}", path=getattr(store, "path", None)
+                                 ) from exc
+
+    def _write_back_dirty(self, best_effort=False):
+        """Write every dirty cached page to its store from the host (no kernel may run), and
+        mark it clean. Returns the pages written; with ``best_effort`` a page the store refuses
+        is skipped (noted in ``self._lost``) instead of raising :class:`StorageIOError`."""
+        cuda.synchronize()
+        state = self._page_state.copy_to_host()
+        dirty = np.flatnonzero(state[:self._n_pages] & L.PAGE_DIRTY)
+        self._lost = []
+        if dirty.size == 0:
+            return 0
+        slots = self._page_slot.copy_to_host()[dirty]
+        ps = self.page_size
+        cache = self._cache.copy_to_host() if dirty.size > _WHOLE_CACHE_COPY_PAGES else None
+        owners = np.searchsorted(self._page_bases_host, dirty, side="right") - 1
+        written = 0
+        error = None
+        for gpage, slot, array_id in zip(dirty.tolist(), slots.tolist(), owners.tolist()):
+            array = self._arrays[array_id]
+            page = gpage - array.page_base
+            start = page * ps
+            n = min(ps, array.nbytes - start)
+            if cache is not None:
+                data = cache[slot * ps:slot * ps + n]
+            else:
+                data = self._cache[slot * ps:slot * ps + n].copy_to_host()
+            try:
+                self._store_write(array, array.offset + start, data)
+            except OSError as exc:
+                if not best_effort:
+                    error = self._write_error(array, page, str(exc.strerror or exc))
+                    break
+                self._lost.append((array, page))
+                continue
+            state[gpage] &= ~L.PAGE_DIRTY
+            written += 1
+        self._page_state.copy_to_device(state)
+        self._flushed_pages += written
+        if error is not None:
+            raise error
+        return written
+
+    def _store_write(self, array, offset, data):
+        entry = self._zero_copy.get(id(array.store))
+        if entry is not None:   # the GPU reads misses from the pinned copy: keep it current
+            host_view(entry[0]).view(np.uint8)[offset:offset + data.size] = data
+        array.store.write_bytes(offset, data)
+
+    def _write_error(self, array, page, reason):
+        start = array.offset + page * self.page_size
+        n = min(self.page_size, array.nbytes - page * self.page_size)
+        return StorageIOError(f"gids: cannot write page {page} (bytes {start}-{start + n - 1}) "
+                              f"of {array.store.name}: {reason}",
+                              path=getattr(array.store, "path", None), page=page)
+
     def sync(self):
         """Wait for the kernels launched so far; raise the first error one of their threads met.
 
-        After an error the Runtime resets its queues and empties the cache, so it can be used
-        again. Ctrl-C while waiting stops the kernels (every waiting thread gives up within a
-        few polls), resets the Runtime and re-raises KeyboardInterrupt.
+        After an error the Runtime writes back the dirty pages it can (from the host, not
+        synced), resets its queues and empties the cache, so it can be used again; a dirty page
+        its store refuses then is dropped, and the raised exception has a note naming it.
+        Ctrl-C while waiting stops the kernels (every waiting thread gives up within a few
+        polls), recovers the same way and re-raises KeyboardInterrupt.
         """
         self._check_open()
         try:
@@ -502,7 +751,7 @@ class Runtime:
             exc = AbortedError("gids: the kernels were stopped by Runtime.abort()")
         else:
             exc = daemon_error or self._error_from_record(err)
-        self._recover()
+        self._recover(exc)
         raise exc
 
     def abort(self):
@@ -533,6 +782,17 @@ class Runtime:
                 f"gids: a kernel read index {detail} of an array of {size} elements")
         if code == L.ERR_IO:
             return self._io_error(array, page, detail)
+        if code == L.ERR_WRITE_IO:
+            if array is None:
+                return StorageIOError(f"gids: cannot write page {page}", page=page)
+            reason = {L.STATUS_IO_ERROR: "the write failed (I/O error)",
+                      L.STATUS_SHORT_WRITE: "short write (disk full?)",
+                      L.STATUS_BAD_REQUEST: "bad request"}.get(detail, f"status {detail}")
+            return self._write_error(array, page, reason + ", on eviction from the GPU cache")
+        if code == L.ERR_READ_ONLY:
+            name = array.store.name if array is not None else "?"
+            return ReadOnlyError(f"gids: a kernel wrote index {detail} of an array opened "
+                                 f"read-only ({name}); open it with mode='r+' to write")
         if code in _TIMEOUT_WHAT:
             what = _TIMEOUT_WHAT[code]
             if self.backend == "nvme" and code == L.ERR_TIMEOUT_IO:
@@ -563,14 +823,22 @@ class Runtime:
         return StorageIOError(f"gids: cannot read page {page} (bytes {start}-{start + n - 1}) of "
                               f"{array.store.name}: {reason}", path=path, page=page)
 
-    def _recover(self):
-        """After a failed kernel: fresh queues, an empty cache, no error, a new daemon."""
+    def _recover(self, exc=None):
+        """After a failed kernel: dirty pages written back where possible, fresh queues, an
+        empty cache, no error, a new daemon. Pages that could not be written back are dropped
+        and named in a note on ``exc``."""
         try:
             self._daemon.stop()
         except DaemonError:
             pass
         self._reset_queues()
-        self.invalidate()
+        self._write_back_dirty(best_effort=True)
+        if self._lost and exc is not None:
+            lost = ", ".join(f"page {p} of {a.store.name}" for a, p in self._lost[:8])
+            more = f" and {len(self._lost) - 8} more" if len(self._lost) > 8 else ""
+            exc.add_note(f"gids: dirty pages that could not be written back were dropped: "
+                         f"{lost}{more}")
+        self.invalidate(discard_dirty=True)
         self._err.copy_to_device(np.zeros(L.ERR_WORDS, dtype=np.int64))
         host_view(self._abort)[0] = 0
         self._start_daemon()
@@ -584,10 +852,17 @@ class Runtime:
         if self.backend == "nvme":
             self._reset_nvme()
 
-    def invalidate(self):
-        """Drop every cached page (between kernels)."""
+    def invalidate(self, discard_dirty=False):
+        """Drop every cached page (between kernels).
+
+        Dirty pages are written back to their stores first (not synced: see :meth:`flush`),
+        unless ``discard_dirty=True``, which drops their writes (e.g. after :meth:`flush` raised
+        for a page the store keeps refusing).
+        """
         self._check_open()
         cuda.synchronize()
+        if not discard_dirty:
+            self._write_back_dirty()
         self._page_state.copy_to_device(np.zeros(self._page_state.size, dtype=np.uint32))
         self._slot_page.copy_to_device(np.full(self.cache_slots, L.SLOT_EMPTY, dtype=np.int64))
         self._clock.copy_to_device(np.zeros(1, dtype=np.int64))
@@ -598,12 +873,16 @@ class Runtime:
         self._check_open()
         counts = self._stats.copy_to_host().reshape(L.N_STAT_SHARDS, L.N_STATS).sum(axis=0)
         ios = int(counts[L.STAT_IOS])
+        writebacks = int(counts[L.STAT_WRITEBACKS])
         return Stats(hits=int(counts[L.STAT_HITS]), misses=int(counts[L.STAT_MISSES]), ios=ios,
-                     bytes_read=ios * self.page_size, evictions=int(counts[L.STAT_EVICTIONS]))
+                     bytes_read=ios * self.page_size, evictions=int(counts[L.STAT_EVICTIONS]),
+                     writebacks=writebacks, flushed=self._flushed_pages,
+                     bytes_written=(writebacks + self._flushed_pages) * self.page_size)
 
     def reset_stats(self):
         self._check_open()
         self._stats.copy_to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
+        self._flushed_pages = 0
 
     @property
     def daemon(self):

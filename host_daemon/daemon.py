@@ -4,9 +4,12 @@ Each thread runs one ``njit(nogil=True)`` loop (no Python, no GIL) over its shar
 queues: queue ``q`` is served by thread ``q % n_threads``, so every queue has exactly one
 consumer and the host needs no locks. For each queue the thread keeps the next ticket it
 expects; when that ticket's submission record is published (acquire load of its sequence word)
-it reads the page from the array's store into the entry's staging buffer (or, for a zero-copy
-store, just notes where the page is), writes the completion and publishes it (release store).
-Requests of one queue are served in ticket order.
+it serves it by its op word: OP_READ reads the page from the array's store into the entry's
+staging buffer (or, for a zero-copy store, just notes where the page is); OP_WRITE writes the
+staging buffer to the store (a dirty page evicted from the GPU cache: ``pwrite``, or ``memcpy``
+into a memory, mmap or zero-copy store). It then writes the completion and publishes it (release
+store). Requests of one queue are served in ticket order. Writes are not made durable here:
+``Runtime.flush`` does that (``fsync``) for every written store.
 
 An idle thread spins for a while, then sleeps in short naps so that an idle Runtime costs no
 CPU; the first request after a nap waits up to one nap.
@@ -32,10 +35,10 @@ from gids import layout as L
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_submit_locked
 from host_daemon.stores import (DIRECT_ALIGN, FAULT_CRASH, FAULT_EIO, FAULT_SHORT, FAULT_SLOW,
-                                 T_ADDRESS, T_FAULTS, T_FD, T_FD_DIRECT, T_KIND, T_NBYTES,
-                                 T_OFFSET)
+                                 FAULT_WRITE_CRASH, FAULT_WRITE_EIO, FAULT_WRITE_SLOW, T_ADDRESS,
+                                 T_FAULTS, T_FD, T_FD_DIRECT, T_KIND, T_NBYTES, T_OFFSET)
 from host_daemon.sync import load_acquire, store_release
-from host_daemon.trace import OP_READ, TRACE_DTYPE
+from host_daemon.trace import TRACE_DTYPE
 
 # libc functions declared by symbol name, not as ctypes pointers: Numba then caches the daemon's
 # compiled loop on disk (a ctypes pointer is a "dynamic global" that forbids caching, and every
@@ -43,6 +46,8 @@ from host_daemon.trace import OP_READ, TRACE_DTYPE
 # pointers in the x86-64 and AArch64 ABIs.
 _pread = types.ExternalFunction("pread", types.intp(types.int32, types.uintp, types.uintp,
                                                      types.int64))
+_pwrite = types.ExternalFunction("pwrite", types.intp(types.int32, types.uintp, types.uintp,
+                                                       types.int64))
 _memcpy = types.ExternalFunction("memcpy", types.uintp(types.uintp, types.uintp, types.uintp))
 _memset = types.ExternalFunction("memset", types.uintp(types.uintp, types.int32, types.uintp))
 _usleep = types.ExternalFunction("usleep", types.int32(types.uint32))
@@ -53,13 +58,14 @@ _CLOCK_MONOTONIC = 1   # the clock of Python's time.monotonic_ns()
 #: state and parameters, and the thread's heap of pending completions (due time -> entry) with
 #: what each pending entry will post.
 Emulation = namedtuple("Emulation", ["on", "state", "params", "due", "entry", "size",
-                                     "status", "source", "ticket", "seen", "offset", "nbytes"])
+                                     "status", "source", "ticket", "seen", "offset", "nbytes",
+                                     "op"])
 #: One thread's trace ring: record fields, ``head`` (written here), ``tail`` (written by the
 #: drain thread), ``dropped`` (records lost because the ring was full), ``on``.
-TraceRing = namedtuple("TraceRing", ["on", "offset", "nbytes", "queue", "seen", "done", "head",
-                                     "tail", "dropped"])
+TraceRing = namedtuple("TraceRing", ["on", "offset", "nbytes", "queue", "seen", "done", "op",
+                                     "head", "tail", "dropped"])
 
-#: serve_page's answer for FAULT_CRASH: the thread's loop returns without posting.
+#: serve_page's / write_page's answer for a crash fault: the thread's loop returns without posting.
 _CRASH = -1000
 
 #: Records per thread's trace ring; the drain thread empties it every DRAIN_S seconds.
@@ -75,16 +81,59 @@ BATCH = 32
 
 
 @njit(nogil=True, cache=True)
-def _pread_full(fd, dst, n, offset):
-    """Read exactly ``n`` bytes or return a STATUS_* code."""
-    got = 0
-    while got < n:
-        r = _pread(fd, dst + got, n - got, offset + got)
+def _io_full(fd, buf, n, offset, write):
+    """``pread`` (or, with ``write``, ``pwrite``) exactly ``n`` bytes, or return a STATUS_*
+    code."""
+    done = 0
+    while done < n:
+        if write:
+            r = _pwrite(fd, buf + done, n - done, offset + done)
+        else:
+            r = _pread(fd, buf + done, n - done, offset + done)
         if r < 0:
             return L.STATUS_IO_ERROR
         if r == 0:
-            return L.STATUS_SHORT_READ
-        got += r
+            return L.STATUS_SHORT_WRITE if write else L.STATUS_SHORT_READ
+        done += r
+    return L.STATUS_OK
+
+
+@njit(nogil=True, cache=True)
+def _fault_of(table, array_id, page):
+    """A FaultyStore page's (code, argument)."""
+    fault = np.empty(2, dtype=np.int64)
+    _memcpy(fault.ctypes.data, table[array_id, T_FAULTS] + 16 * page, 16)
+    return fault[0], fault[1]
+
+
+@njit(nogil=True, cache=True)
+def write_page(table, array_id, page, page_size, src):
+    """Write page ``page`` of array ``array_id`` from host address ``src`` (a staging buffer).
+
+    Only the array's own bytes are written (the tail of its last page is not). Returns a
+    STATUS_* code.
+    """
+    if array_id < 0 or array_id >= table.shape[0]:
+        return L.STATUS_BAD_REQUEST
+    nbytes = table[array_id, T_NBYTES]
+    start = page * page_size
+    if page < 0 or start >= nbytes:
+        return L.STATUS_BAD_REQUEST
+    n = min(page_size, nbytes - start)
+    offset = table[array_id, T_OFFSET] + start
+    kind = table[array_id, T_KIND]
+    if kind == L.STORE_KIND_FILE:
+        # The buffered descriptor: no O_DIRECT alignment rules (see FileStore's notes).
+        return _io_full(table[array_id, T_FD], src, n, offset, True)
+    if kind == L.STORE_KIND_FAULTY:
+        code, argument = _fault_of(table, array_id, page)
+        if code == FAULT_WRITE_EIO:
+            return L.STATUS_IO_ERROR
+        if code == FAULT_WRITE_CRASH:
+            return _CRASH
+        if code == FAULT_WRITE_SLOW or code == FAULT_SLOW:
+            _usleep(argument)
+    _memcpy(table[array_id, T_ADDRESS] + offset, src, n)
     return L.STATUS_OK
 
 
@@ -110,21 +159,20 @@ def serve_page(table, array_id, page, page_size, dst):
     if kind == L.STORE_KIND_FILE:
         fd_direct = table[array_id, T_FD_DIRECT]
         if fd_direct >= 0 and offset % DIRECT_ALIGN == 0 and n % DIRECT_ALIGN == 0:
-            status = _pread_full(fd_direct, dst, n, offset)
+            status = _io_full(fd_direct, dst, n, offset, False)
             if status == L.STATUS_IO_ERROR:   # O_DIRECT refused this one: go through the cache
-                status = _pread_full(table[array_id, T_FD], dst, n, offset)
+                status = _io_full(table[array_id, T_FD], dst, n, offset, False)
         else:
-            status = _pread_full(table[array_id, T_FD], dst, n, offset)
+            status = _io_full(table[array_id, T_FD], dst, n, offset, False)
     elif kind == L.STORE_KIND_FAULTY:
-        fault = np.empty(2, dtype=np.int64)
-        _memcpy(fault.ctypes.data, table[array_id, T_FAULTS] + 16 * page, 16)
-        if fault[0] == FAULT_EIO:
+        code, argument = _fault_of(table, array_id, page)
+        if code == FAULT_EIO:
             return L.STATUS_IO_ERROR, L.SOURCE_STAGING
-        if fault[0] == FAULT_CRASH:
+        if code == FAULT_CRASH:
             return _CRASH, L.SOURCE_STAGING
-        if fault[0] == FAULT_SLOW:
-            _usleep(fault[1])
-        if fault[0] == FAULT_SHORT:
+        if code == FAULT_SLOW:
+            _usleep(argument)
+        if code == FAULT_SHORT:
             _memcpy(dst, table[array_id, T_ADDRESS] + offset, n // 2)
             return L.STATUS_SHORT_READ, L.SOURCE_STAGING
         _memcpy(dst, table[array_id, T_ADDRESS] + offset, n)
@@ -142,7 +190,7 @@ def _now_ns(ts):
 
 
 @njit(nogil=True, cache=True)
-def _record(ring, queue, offset, nbytes, seen, done):
+def _record(ring, queue, offset, nbytes, seen, done, op):
     """Append one I/O to the trace ring (dropped, and counted, if the ring is full)."""
     head = ring.head[0]
     cap = ring.offset.shape[0]
@@ -155,6 +203,7 @@ def _record(ring, queue, offset, nbytes, seen, done):
     ring.queue[k] = queue
     ring.seen[k] = seen
     ring.done[k] = done
+    ring.op[k] = op
     store_release(ring.head, 0, head + 1)
 
 
@@ -176,7 +225,7 @@ def _post_due(cq, emu, ring, depth, now):
         _post(cq, entry, emu.ticket[entry], emu.status[entry], emu.source[entry])
         if ring.on:
             _record(ring, entry // depth, emu.offset[entry], emu.nbytes[entry], emu.seen[entry],
-                    now)
+                    now, emu.op[entry])
         n += 1
     return n
 
@@ -205,9 +254,16 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                     break
                 array_id = sq[rec + L.SQ_ARRAY]
                 page = sq[rec + L.SQ_PAGE]
+                op = sq[rec + L.SQ_OP]
                 seen = _now_ns(clock) if timed else 0
-                status, source = serve_page(table, array_id, page, page_size,
-                                            staging_address + entry * page_size)
+                buf = staging_address + entry * page_size
+                if op == L.OP_WRITE:
+                    status = write_page(table, array_id, page, page_size, buf)
+                    source = L.SOURCE_STAGING
+                elif op == L.OP_READ:
+                    status, source = serve_page(table, array_id, page, page_size, buf)
+                else:
+                    status, source = L.STATUS_BAD_REQUEST, L.SOURCE_STAGING
                 if status == _CRASH:
                     return
                 offset = 0
@@ -223,11 +279,12 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                     emu.seen[entry] = seen
                     emu.offset[entry] = offset
                     emu.nbytes[entry] = page_size
+                    emu.op[entry] = op
                     emu.size[0] = heap_push(emu.due, emu.entry, emu.size[0], due, entry)
                 else:
                     _post(cq, entry, ticket, status, source)
                     if ring.on:
-                        _record(ring, q, offset, page_size, seen, _now_ns(clock))
+                        _record(ring, q, offset, page_size, seen, _now_ns(clock), op)
                 heads[k] = ticket + 1
                 served[0] += 1
                 progressed = True
@@ -246,13 +303,13 @@ def _emulation(model, n_entries):
     z = lambda: np.zeros(size, dtype=np.int64)   # noqa: E731
     return Emulation(on=int(model is not None), state=state, params=params, due=z(), entry=z(),
                      size=np.zeros(1, dtype=np.int64), status=z(), source=z(), ticket=z(),
-                     seen=z(), offset=z(), nbytes=z())
+                     seen=z(), offset=z(), nbytes=z(), op=z())
 
 
 def _trace_ring(on):
     size = TRACE_RING if on else 1
     z = lambda: np.zeros(size, dtype=np.int64)   # noqa: E731
-    return TraceRing(on=int(on), offset=z(), nbytes=z(), queue=z(), seen=z(), done=z(),
+    return TraceRing(on=int(on), offset=z(), nbytes=z(), queue=z(), seen=z(), done=z(), op=z(),
                      head=np.zeros(1, dtype=np.int64), tail=np.zeros(1, dtype=np.int64),
                      dropped=np.zeros(1, dtype=np.int64))
 
@@ -377,7 +434,7 @@ class HostDaemon:
             records["queue"] = ring.queue[k]
             records["issue_ns"] = ring.seen[k]
             records["complete_ns"] = ring.done[k]
-            records["op"] = OP_READ
+            records["op"] = ring.op[k]
             ring.tail[0] = head   # the ring's slots are free once copied out
             self.trace_writer.append(records)
 

@@ -147,7 +147,7 @@ def _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters, now):
             emu.size[0] = heap_push(emu.due, emu.entry, emu.size[0], now + 1000, slot)
             break
         if trace.on:
-            _record(trace, q, emu.offset[slot], emu.nbytes[slot], emu.seen[slot], now)
+            _record(trace, q, emu.offset[slot], emu.nbytes[slot], emu.seen[slot], now, L.OP_READ)
         n += 1
     return n
 
@@ -208,7 +208,7 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
                 if not hold or due <= _now_ns(clock):
                     posted = post_cqe(cq, db, ring, q, qs, cid, status, order, counters)
                     if posted and trace.on:
-                        _record(trace, q, offset, nbytes, seen, _now_ns(clock))
+                        _record(trace, q, offset, nbytes, seen, _now_ns(clock), L.OP_READ)
                 if not posted:
                     emu.status[slot] = status
                     emu.source[slot] = cid

@@ -1,8 +1,14 @@
 """Backing stores: where the pages of an array live when they are not in the GPU cache.
 
 A store is a byte range (a file, or a buffer in RAM); an opened array is a window of it at a
-byte offset. The daemon reads a store through one row of a table of integers (kind, file
-descriptors, buffer address, offset, size), so its ``njit`` loop needs no Python objects.
+byte offset. The daemon reads (and, for dirty pages written back on eviction, writes) a store
+through one row of a table of integers (kind, file descriptors, buffer address, offset, size), so
+its ``njit`` loop needs no Python objects. The Runtime's ``flush`` writes the remaining dirty
+pages on the host with :meth:`Store.write_bytes` and makes them durable with :meth:`Store.sync`.
+
+Writable stores: a :class:`FileStore` or :class:`MmapStore` made with ``writable=True`` (what
+``open_array(path, mode="r+")`` does), and any :class:`MemoryStore` over a writeable numpy array
+(its writes land in that array).
 
 - :class:`FileStore`: ``pread`` on the file; pages whose offset and length are 4 KiB-aligned are
   read with ``O_DIRECT`` (no OS page cache) when the file system allows it.
@@ -11,7 +17,8 @@ descriptors, buffer address, offset, size), so its ``njit`` loop needs no Python
   where it is, with no CPU copy; otherwise the daemon copies it into a staging buffer.
 - :class:`MmapStore`: the file mapped with ``mmap``; the OS pages it in on first touch.
 - :class:`FaultyStore`: a memory store that fails on chosen pages (I/O error, short read, slow
-  read, a daemon thread that dies), for testing what the runtime does then.
+  read, a daemon thread that dies; and the same for writes), for testing what the runtime does
+  then.
 """
 import mmap
 import os
@@ -36,6 +43,9 @@ FAULT_EIO = 1      # the read fails (as pread returning -1 with EIO)
 FAULT_SHORT = 2    # half the page is returned (as a file that shrank)
 FAULT_SLOW = 3     # the read takes `argument` microseconds longer
 FAULT_CRASH = 4    # the daemon thread serving the page dies (its loop returns)
+FAULT_WRITE_EIO = 5    # reads succeed, writes of the page fail (EIO), on the device and the host
+FAULT_WRITE_SLOW = 6   # reads succeed, a write takes `argument` microseconds longer
+FAULT_WRITE_CRASH = 7  # reads succeed, the daemon thread writing the page back dies
 
 #: O_DIRECT needs the offset, the length and the buffer aligned to the device's logical block;
 #: 4 KiB is the safe choice on every device.
@@ -48,6 +58,8 @@ class Store:
     kind = None
     #: Human-readable origin, used in error messages ("file /data/x.bin", "memory store").
     name = "store"
+    #: Whether pages may be written (arrays opened with ``mode="r+"`` need a writable store).
+    writable = False
 
     @property
     def nbytes(self):
@@ -61,6 +73,15 @@ class Store:
     def read_bytes(self, offset, nbytes):
         """Read bytes on the host in Python (for error reports and tests; not the data path)."""
         raise NotImplementedError
+
+    def write_bytes(self, offset, data):
+        """Write ``data`` (bytes-like) at byte ``offset`` (the host side of ``Runtime.flush``).
+
+        Raises OSError if the store cannot take it."""
+        raise OSError(f"gids: {self.name} is read-only")
+
+    def sync(self):
+        """Make every byte written so far durable (``fsync``, ``msync``); no-op for RAM."""
 
     def close(self):
         pass
@@ -83,23 +104,31 @@ class FileStore(Store):
         Read 4 KiB-aligned pages with ``O_DIRECT``, so that a run measures the device and not
         the OS page cache. Where the file system refuses ``O_DIRECT`` (tmpfs, some overlays),
         every page is read through the page cache instead; ``direct_enabled`` tells which.
+    writable : bool, default False
+        Open the file for writing too (``O_RDWR``); needed by arrays opened with ``mode="r+"``.
 
     Notes
     -----
     Partial pages at the end of an array, and pages whose file offset is not 4 KiB-aligned
     (an array opened at an unaligned ``offset``), are read through the page cache.
+    Writes always go through the page cache (``pwrite`` on the buffered descriptor): no
+    alignment rules, and Linux writes the cached range back before an ``O_DIRECT`` read of it,
+    so a direct read never sees older bytes; but that read then waits for a disk write. For
+    write-heavy work on a file, ``direct=False`` (reads from the page cache too) is faster until
+    ``flush``. :meth:`sync` (``fsync``) makes the writes durable.
     """
 
     kind = L.STORE_KIND_FILE
 
-    def __init__(self, path, direct=True):
+    def __init__(self, path, direct=True, writable=False):
         self.path = os.fspath(path)
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"gids: no such file: {self.path!r}")
         if not os.path.isfile(self.path):
             raise ValueError(f"gids: not a regular file: {self.path!r}")
         self.name = f"file {self.path}"
-        self._fd = os.open(self.path, os.O_RDONLY)
+        self.writable = bool(writable)
+        self._fd = os.open(self.path, os.O_RDWR if self.writable else os.O_RDONLY)
         self._fd_direct = -1
         if direct and hasattr(os, "O_DIRECT"):
             try:
@@ -120,6 +149,21 @@ class FileStore(Store):
 
     def read_bytes(self, offset, nbytes):
         return os.pread(self._fd, nbytes, offset)
+
+    def write_bytes(self, offset, data):
+        if not self.writable:
+            raise OSError(f"gids: {self.name} was opened read-only")
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            n = os.pwrite(self._fd, view[done:], offset + done)
+            if n <= 0:
+                raise OSError(f"gids: short write to {self.name} at byte {offset + done}")
+            done += n
+
+    def sync(self):
+        if self.writable and self._fd >= 0:
+            os.fsync(self._fd)
 
     def close(self):
         for fd in (self._fd, self._fd_direct):
@@ -148,6 +192,8 @@ class MemoryStore(Store):
         if not isinstance(data, np.ndarray):
             raise TypeError("gids: MemoryStore takes a numpy array or bytes")
         self.data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        # Writes land in the caller's array when it is contiguous (a view), else in our copy.
+        self.writable = bool(self.data.flags.writeable)
         self.zero_copy = bool(zero_copy)
         self.kind = L.STORE_KIND_ZERO_COPY if zero_copy else L.STORE_KIND_MEMORY
         self.name = "memory store"
@@ -164,17 +210,31 @@ class MemoryStore(Store):
     def read_bytes(self, offset, nbytes):
         return self.data[offset:offset + nbytes].tobytes()
 
+    def write_bytes(self, offset, data):
+        if not self.writable:
+            raise OSError(f"gids: {self.name} is a read-only array")
+        data = np.frombuffer(data, dtype=np.uint8)
+        self.data[offset:offset + data.size] = data
+
 
 class MmapStore(Store):
     """A file mapped into memory with ``mmap``; the daemon copies pages out of the mapping.
 
     The first touch of a page faults it in from the file (through the OS page cache), so cold
     misses cost a fault each; warm ones a ``memcpy``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (not empty).
+    writable : bool, default False
+        Map it shared and writable (what ``open_array(path, mode="r+", storage="mmap")``
+        does): write-backs are ``memcpy`` into the mapping, and :meth:`sync` is ``msync``.
     """
 
     kind = L.STORE_KIND_MEMORY
 
-    def __init__(self, path):
+    def __init__(self, path, writable=False):
         self.path = os.fspath(path)
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"gids: no such file: {self.path!r}")
@@ -182,8 +242,10 @@ class MmapStore(Store):
         size = os.path.getsize(self.path)
         if size == 0:
             raise ValueError(f"gids: cannot map an empty file: {self.path!r}")
-        with open(self.path, "rb") as f:
-            self._mmap = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        self.writable = bool(writable)
+        with open(self.path, "r+b" if self.writable else "rb") as f:
+            self._mmap = mmap.mmap(f.fileno(), size,
+                                   access=mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ)
         self.data = np.frombuffer(self._mmap, dtype=np.uint8)
 
     @property
@@ -195,6 +257,15 @@ class MmapStore(Store):
 
     def read_bytes(self, offset, nbytes):
         return self.data[offset:offset + nbytes].tobytes()
+
+    def write_bytes(self, offset, data):
+        if not self.writable:
+            raise OSError(f"gids: {self.name} was opened read-only")
+        self._mmap[offset:offset + len(data)] = bytes(data)
+
+    def sync(self):
+        if self.writable and self._mmap is not None:
+            self._mmap.flush()
 
     def close(self):
         if self._mmap is not None:
@@ -217,11 +288,15 @@ class FaultyStore(MemoryStore):
         The page size the faults are counted in; open arrays on this store at offset 0 in a
         Runtime with this page size.
     faults : dict
-        Page index -> ``"eio"``, ``"short"``, ``("slow", seconds)`` or ``"crash"`` (the daemon
-        thread that serves the page dies).
+        Page index -> a read fault, ``"eio"``, ``"short"``, ``("slow", seconds)`` or ``"crash"``
+        (the daemon thread that serves the page dies); or a write fault (reads of the page
+        succeed): ``"write_eio"`` (its write-back fails, on eviction or in ``flush``),
+        ``("write_slow", seconds)`` or ``"write_crash"``.
     """
 
-    _CODES = {"eio": FAULT_EIO, "short": FAULT_SHORT, "crash": FAULT_CRASH}
+    _CODES = {"eio": FAULT_EIO, "short": FAULT_SHORT, "crash": FAULT_CRASH,
+              "write_eio": FAULT_WRITE_EIO, "write_crash": FAULT_WRITE_CRASH,
+              "slow": FAULT_SLOW, "write_slow": FAULT_WRITE_SLOW}   # the last two: (name, s)
 
     def __init__(self, data, page_size, faults):
         super().__init__(data, zero_copy=False)
@@ -233,9 +308,9 @@ class FaultyStore(MemoryStore):
         for page, fault in faults.items():
             if not 0 <= page < n_pages:
                 raise ValueError(f"gids: fault on page {page}, but the store has {n_pages} pages")
-            if isinstance(fault, tuple) and fault[0] == "slow":
-                self.faults[page] = (FAULT_SLOW, int(fault[1] * 1e6))
-            elif fault in self._CODES:
+            if isinstance(fault, tuple) and fault[0] in ("slow", "write_slow"):
+                self.faults[page] = (self._CODES[fault[0]], int(fault[1] * 1e6))
+            elif fault in self._CODES and fault not in ("slow", "write_slow"):
                 self.faults[page] = (self._CODES[fault], 0)
             else:
                 raise ValueError(f"gids: unknown fault {fault!r}")
@@ -253,3 +328,9 @@ class FaultyStore(MemoryStore):
         if self.faults[page, 0] == FAULT_SHORT:
             return super().read_bytes(offset, nbytes // 2)
         return super().read_bytes(offset, nbytes)
+
+    def write_bytes(self, offset, data):
+        first, last = offset // self.page_size, (offset + len(data) - 1) // self.page_size
+        if (self.faults[first:last + 1, 0] == FAULT_WRITE_EIO).any():
+            raise OSError(5, "Input/output error (injected)")
+        super().write_bytes(offset, data)

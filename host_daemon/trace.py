@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from gids.layout import OP_READ, OP_WRITE  # one definition: the queue's op word
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import (DEFAULT_HOST_LINK_GBPS, DEFAULT_STRIPE_BYTES, PROFILES,
                                    SsdModel, get_profile, model_submit)
@@ -61,8 +62,6 @@ TRACE_DTYPE = np.dtype([
     ("queue", "<u2"),        # submission queue id
     ("op", "<u2"),           # OP_READ or OP_WRITE
 ])
-OP_READ = 0
-OP_WRITE = 1
 
 REPLAY_MODES = ("closed", "open")
 

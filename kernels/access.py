@@ -1,32 +1,44 @@
-"""``read(h, i)``: element ``i`` of a file-backed array, through the page cache, from any kernel.
+"""``read(h, i)`` and ``write(h, i, value)``: element ``i`` of a file-backed array, through the
+page cache, from any kernel.
 
-One call runs in rounds until every lane of the calling warp has its value. In each round:
+Both are one loop (:func:`_access`) that runs in rounds until every lane of the calling warp has
+pinned its page and used it. In each round:
 
-1. one leader per distinct page (``match_any_sync``) tries to pin its page. Hits are read at
-   once and unpinned. A leader whose page another thread is loading keeps a reference while
-   it waits, so the page stays until it has been read;
-2. leaders that won a miss claim a cache slot, take queue tickets (one atomic per warp), submit
-   their requests and wait for the host's completions;
-3. the whole warp copies each page that arrived into its slot, 16 contiguous bytes a lane per load;
-4. the loaders publish their pages VALID (keeping a pin), their lanes read, the loaders unpin;
+1. one leader per distinct page (``match_any_sync``) tries to pin its page. Hits are used at
+   once (read, or written and marked DIRTY) and unpinned. A leader whose page another thread is
+   loading keeps a reference while it waits, so the page stays until it has been used;
+2. leaders that won a miss claim a cache slot. A slot whose page is dirty is first written back:
+   the warp copies it into queue staging pages and sends WRITE requests (:func:`_write_back`);
+3. the loaders take queue tickets (one atomic per warp), submit their READ requests, wait for the
+   completions (host queues or NVMe rings: :mod:`kernels.backend`), and the whole warp copies
+   each page that arrived into its slot, 16 contiguous bytes a lane per load (:func:`_fetch`);
+4. the loaders publish their pages VALID (keeping a pin), their lanes use them, the loaders unpin;
 5. lanes whose page another warp is loading back off and look again in the next round.
 
-References are held only on the page a lane itself waits for or reads, never on another page
-across a wait, and the waits (for the host, for lower queue tickets, for a page's loader) all
-end without help from the waiting warp: every load finishes, so no set of warps can deadlock.
+A write is a read of the page (loaded on a miss, so the bytes around the element are the
+store's) followed by one typed store of the element into the slot: threads writing distinct
+elements of one page, even bytes of one 8-byte word, never undo each other's writes, since no
+thread reads and rewrites a word it does not own. Two threads writing the same element in one
+kernel leave one of the two values (which one is not defined), as for any GPU array.
 
-Every wait is bounded by ``h.timeout_ns``. An out-of-range index, an I/O error or a timeout is
-recorded in ``h.err`` (the Runtime raises it after the kernel) and the lane returns 0; an
-out-of-range index never touches memory.
+References are held only on the page a lane itself waits for or uses, never on another page
+across a wait, and the waits (for the host, for lower queue tickets, for a page's loader or its
+write-back) all end without help from the waiting warp: every request finishes, so no set of
+warps can deadlock.
+
+Every wait is bounded by ``h.timeout_ns``. An out-of-range index, an I/O error, a write to a
+read-only array or a timeout is recorded in ``h.err`` (the Runtime raises it after the kernel)
+and the lane returns 0 (or writes nothing); an out-of-range index never touches memory.
 """
 from numba import cuda
 
 from gids import layout as L
 from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait, claim_slot,
-                           give_up_load,
-                           publish, try_pin, unpin, warp_copy_page)
+                           finish_write_back, give_up_load, keep_dirty_victim, mark_dirty, publish,
+                           try_pin, unpin, warp_copy_out, warp_copy_page)
 from kernels.backend import io_submit, io_wait
-from kernels.queue import expired, lowest_lane, queue_of_warp, release_entry, staging_word, take_tickets
+from kernels.queue import (expired, lowest_lane, queue_of_warp, release_entry, staging_word,
+                           submit, take_tickets, wait_completion)
 from kernels.sync import atomic_add, atomic_cas, ld_relaxed_gpu, now_ns
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
 
@@ -36,14 +48,20 @@ WAIT_MAX_NS = 4096
 
 
 @cuda.jit(device=True)
-def record_error(h, code, page, detail):
+def record_error_of(h, array_id, code, page, detail):
     """Keep the first error of the kernel; later ones are dropped (one is enough to raise)."""
     if atomic_cas(h.err, L.ERR_CODE, L.ERR_NONE, -1) == L.ERR_NONE:
-        h.err[L.ERR_ARRAY] = h.array_id
+        h.err[L.ERR_ARRAY] = array_id
         h.err[L.ERR_PAGE] = page
         h.err[L.ERR_DETAIL] = detail
         cuda.threadfence()
         h.err[L.ERR_CODE] = code
+
+
+@cuda.jit(device=True)
+def record_error(h, code, page, detail):
+    """:func:`record_error_of` the handle's own array."""
+    record_error_of(h, h.array_id, code, page, detail)
 
 
 @cuda.jit(device=True)
@@ -56,22 +74,146 @@ def _count(h, mask, stat, predicate):
 
 
 @cuda.jit(device=True)
-def _read_pinned(h, mask, leader, pinned, slot, i, value, done):
-    """Lanes whose leader holds a pin read their element from the slot (collective)."""
+def array_of_page(h, gpage):
+    """The array id whose pages hold global page ``gpage`` (binary search of ``page_bases``,
+    ascending; unused rows hold the largest int64)."""
+    lo = 0
+    hi = h.page_bases.size - 1
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if h.page_bases[mid] <= gpage:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@cuda.jit(device=True)
+def _use_pinned(h, mask, leader, pinned, slot, i, value, done, is_write, new_value):
+    """Lanes whose leader holds a pin read (or write) their element in the slot (collective)."""
     leader_slot = shfl_sync(mask, slot if pinned else -1, leader)
     if not done and leader_slot >= 0:
-        value = ld_relaxed_gpu(h.cache, (leader_slot << h.elem_shift) + (i & ((1 << h.elem_shift) - 1)))
+        k = (leader_slot << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))
+        if is_write:
+            # One typed store of this lane's own element: never a read-modify-write of a
+            # word that another lane's element shares.
+            h.cache[k] = new_value
+            # Visible GPU-wide before the leader marks the page DIRTY and unpins (the same
+            # rule as for the lanes' share of a page copy).
+            cuda.threadfence()
+        else:
+            value = ld_relaxed_gpu(h.cache, k)
         done = True
-    syncwarp(mask)   # every lane has read before the leader unpins
+    syncwarp(mask)   # every lane has used the slot before the leader unpins
     return value, done
 
 
 @cuda.jit(device=True)
-def read(h, i):
-    """Element ``i`` of the array whose device handle is ``h``.
+def _release_pin(h, page, is_write):
+    """The leader's unpin after its group used the slot; a write marks the page DIRTY first."""
+    if is_write:
+        mark_dirty(h, page)
+    unpin(h, page)
 
-    Call it from a kernel like an array access; every thread may pass a different index.
-    Threads of a warp that want the same page share one lookup and one I/O.
+
+@cuda.jit(device=True)
+def _write_back(h, mask, q, victim, slot, deadline):
+    """Lanes with a dirty ``victim`` (global page >= 0, held BUSY | DIRTY in ``slot``) write it
+    back to its store (collective). Returns True once the store has the bytes.
+
+    The whole warp copies each victim's slot into the staging page of the lane's ticket; every
+    lane fences (system scope) so that the host sees the bytes before the request. An error (the
+    store refused the page, or a timeout) is recorded against the victim's own array and page.
+    """
+    want = victim >= 0
+    array_id = 0
+    vpage = 0
+    if want:
+        array_id = array_of_page(h, victim)
+        vpage = victim - h.page_bases[array_id]
+    ticket = take_tickets(h, q, mask, want)
+    # The evicting lanes fenced after winning their victims (claim_slot); the barrier orders
+    # that before every lane's share of the copy (shuffles and ballots do not order memory).
+    syncwarp(mask)
+    to_copy = ballot_sync(mask, ticket >= 0)
+    while to_copy != 0:
+        src_lane = lowest_lane(to_copy)
+        src_slot = shfl_sync(mask, slot, src_lane)
+        dst_word = shfl_sync(mask, staging_word(h, q, ticket), src_lane)
+        warp_copy_out(mask, h.cache_words, src_slot * h.page_words, h.staging, dst_word,
+                      h.page_words)
+        to_copy &= to_copy - 1
+    cuda.threadfence_system()
+    syncwarp(mask)
+    ok = False
+    if ticket >= 0:
+        if not submit(h, q, ticket, array_id, vpage, L.OP_WRITE, deadline):
+            record_error_of(h, array_id, L.ERR_TIMEOUT_QUEUE, vpage, ticket)
+        else:
+            completed, status, _ = wait_completion(h, q, ticket, deadline)
+            if not completed:
+                record_error_of(h, array_id, L.ERR_TIMEOUT_IO, vpage, ticket)
+            else:
+                release_entry(h, q, ticket)
+                ok = status == L.STATUS_OK
+                if not ok:
+                    record_error_of(h, array_id, L.ERR_WRITE_IO, vpage, status)
+    return ok
+
+
+@cuda.jit(device=True)
+def _fetch(h, mask, lane, q, want, page, slot, deadline):
+    """Lanes with ``want`` read their ``page`` from the store into ``slot`` (collective).
+
+    Returns ``(asked, completed, status)``: ``asked`` once the lane had a ticket; ``completed``
+    once the host answered (the entry is handed on); ``status`` the host's answer. A lane that
+    asked and got no answer has recorded a timeout.
+    """
+    completed = False
+    status = 0
+    source = 0
+    ticket = take_tickets(h, q, mask, want)
+    submitted = False
+    if ticket >= 0:
+        # The back end's two steps (host queues or NVMe rings), chosen by the handle's type at
+        # compile time: kernels/backend.py.
+        submitted = io_submit(h, q, ticket, page, deadline)
+        if not submitted:
+            record_error(h, L.ERR_TIMEOUT_QUEUE, page, ticket)
+    completed, status, source = io_wait(h, mask, lane, q, ticket, submitted, deadline)
+    if submitted and not completed:
+        record_error(h, L.ERR_TIMEOUT_IO, page, ticket)
+    # The warp copies every page that arrived into its slot.
+    to_copy = ballot_sync(mask, completed and status == L.STATUS_OK)
+    while to_copy != 0:
+        src_lane = lowest_lane(to_copy)
+        src_source = shfl_sync(mask, source, src_lane)
+        src_slot = shfl_sync(mask, slot, src_lane)
+        if src_source == L.SOURCE_STAGING:
+            src_word = shfl_sync(mask, staging_word(h, q, ticket), src_lane)
+            warp_copy_page(mask, h.staging, src_word, h.cache_words,
+                           src_slot * h.page_words, h.page_words)
+        else:
+            warp_copy_page(mask, h.zero_copy, src_source, h.cache_words,
+                           src_slot * h.page_words, h.page_words)
+        to_copy &= to_copy - 1
+    # Each lane's share of the copied pages must be visible GPU-wide before a loader
+    # publishes VALID (syncwarp alone orders memory only within the warp).
+    cuda.threadfence()
+    syncwarp(mask)
+    if completed:
+        release_entry(h, q, ticket)
+    return ticket >= 0, completed, status
+
+
+@cuda.jit(device=True)
+def _access(h, i, is_write, new_value):
+    """The loop behind :func:`read` and :func:`write` (see the module's docstring).
+
+    ``is_write`` is a constant at each call site (read and write are two short wrappers), so
+    LLVM can fold the other branch away once it inlines this; if it does not, it is one
+    predicate per use of a slot.
+    Returns the element's value for a read (``h.zero[0]`` for a write or on an error).
     """
     mask = activemask()
     lane = laneid()
@@ -95,13 +237,14 @@ def read(h, i):
     hit = False
     loaded = False
     evicted = False
+    wrote_back = False
     deadline = now_ns() + h.timeout_ns
     wait_code = L.ERR_TIMEOUT_LOADER
     pause = WAIT_MIN_NS
     rounds = 0
 
     while ballot_sync(mask, not done) != 0:
-        # 1. pin and read the hits, or become the loader
+        # 1. pin and use the hits, or become the loader
         pinned = False
         if is_leader and not done and not loading:
             if waiting:
@@ -118,60 +261,44 @@ def read(h, i):
                 record_error(h, L.ERR_IO, page, 0)
                 failed = 1
         first_round = False
-        value, done = _read_pinned(h, mask, leader, pinned, slot, i, value, done)
+        value, done = _use_pinned(h, mask, leader, pinned, slot, i, value, done, is_write,
+                                  new_value)
         if pinned:
-            unpin(h, gpage)
+            _release_pin(h, gpage, is_write)
             pinned = False
 
         if ballot_sync(mask, loading) != 0:
-            # 2. loaders: a slot, a ticket, the request, the completion
+            # 2. loaders: a slot, and the write-back of a dirty page that held it
             q = queue_of_warp(h)   # here, not on the hit path
-            completed = False
-            status = 0
-            source = 0
+            victim = -1
             if loading:
-                slot, ev = claim_slot(h, gpage)
+                slot, ev, victim = claim_slot(h, gpage)
                 evicted = evicted or ev
                 if slot < 0:
                     wait_code = L.ERR_TIMEOUT_SLOT
-            ticket = take_tickets(h, q, mask, loading and slot >= 0)
-            submitted = False
-            if ticket >= 0:
-                # The back end's two steps (host queues or NVMe rings), chosen by the handle's
-                # type at compile time: kernels/backend.py.
-                submitted = io_submit(h, q, ticket, page, deadline)
-                if not submitted:
-                    record_error(h, L.ERR_TIMEOUT_QUEUE, page, ticket)
-            completed, status, source = io_wait(h, mask, lane, q, ticket, submitted, deadline)
-            if ticket >= 0:
-                if submitted and not completed:
-                    record_error(h, L.ERR_TIMEOUT_IO, page, ticket)
-                if not completed:
-                    # The entry may never be answered now; the Runtime resets the queues.
-                    abandon(h, gpage, slot)
-                    loading = False
-                    failed = 1
-            # 3. the warp copies every page that arrived into its slot
-            to_copy = ballot_sync(mask, completed and status == L.STATUS_OK)
-            while to_copy != 0:
-                src_lane = lowest_lane(to_copy)
-                src_source = shfl_sync(mask, source, src_lane)
-                src_slot = shfl_sync(mask, slot, src_lane)
-                if src_source == L.SOURCE_STAGING:
-                    src_word = shfl_sync(mask, staging_word(h, q, ticket), src_lane)
-                    warp_copy_page(mask, h.staging, src_word, h.cache_words,
-                                   src_slot * h.page_words, h.page_words)
-                else:
-                    warp_copy_page(mask, h.zero_copy, src_source, h.cache_words,
-                                   src_slot * h.page_words, h.page_words)
-                to_copy &= to_copy - 1
-            # Each lane's share of the copied pages must be visible GPU-wide before a loader
-            # publishes VALID (syncwarp alone orders memory only within the warp).
-            cuda.threadfence()
-            syncwarp(mask)
-            # 4. publish (keeping a pin), read, unpin
+            if ballot_sync(mask, victim >= 0) != 0:
+                ok = _write_back(h, mask, q, victim, slot, deadline)
+                if victim >= 0:
+                    if ok:
+                        finish_write_back(h, victim, slot, gpage)
+                        wrote_back = True
+                        evicted = True
+                    else:
+                        keep_dirty_victim(h, victim, slot)
+                        give_up_load(h, gpage)
+                        loading = False
+                        slot = -1
+                        failed = 1
+            # 3. the request, the completion, the copy into the slot
+            asked, completed, status = _fetch(h, mask, lane, q, loading and slot >= 0, page,
+                                              slot, deadline)
+            if asked and not completed:
+                # The entry may never be answered now; the Runtime resets the queues.
+                abandon(h, gpage, slot)
+                loading = False
+                failed = 1
+            # 4. publish (keeping a pin), use, unpin
             if completed:
-                release_entry(h, q, ticket)
                 loading = False
                 if status == L.STATUS_OK:
                     publish(h, gpage)
@@ -181,9 +308,10 @@ def read(h, i):
                     record_error(h, L.ERR_IO, page, status)
                     abandon(h, gpage, slot)
                     failed = 1
-            value, done = _read_pinned(h, mask, leader, pinned, slot, i, value, done)
+            value, done = _use_pinned(h, mask, leader, pinned, slot, i, value, done, is_write,
+                                      new_value)
             if pinned:
-                unpin(h, gpage)
+                _release_pin(h, gpage, is_write)
 
         # 5. lanes still waiting back off within their deadline, or give up
         if shfl_sync(mask, failed, leader) != 0:
@@ -207,4 +335,31 @@ def read(h, i):
     _count(h, mask, L.STAT_MISSES, is_leader and not hit)
     _count(h, mask, L.STAT_IOS, loaded)
     _count(h, mask, L.STAT_EVICTIONS, evicted)
+    _count(h, mask, L.STAT_WRITEBACKS, wrote_back)
     return value
+
+
+@cuda.jit(device=True)
+def read(h, i):
+    """Element ``i`` of the array whose device handle is ``h``.
+
+    Call it from a kernel like an array access; every thread may pass a different index.
+    Threads of a warp that want the same page share one lookup and one I/O. A kernel reads its
+    own writes, and those of earlier kernels, whether or not they were written back yet.
+    """
+    return _access(h, i, False, h.zero[0])
+
+
+@cuda.jit(device=True)
+def write(h, i, value):
+    """Store ``value`` (cast to the array's dtype) as element ``i`` of the array ``h``.
+
+    The page is loaded on a miss, the element stored into its cache slot and the page marked
+    DIRTY; the store gets it when the page is evicted, at ``Runtime.flush()`` or when the Runtime
+    closes. The array must have been opened with ``mode="r+"``: otherwise nothing is written and
+    ``Runtime.sync()`` raises :class:`~gids.errors.ReadOnlyError`.
+    """
+    if h.writable == 0:
+        record_error(h, L.ERR_READ_ONLY, -1, i)
+        return
+    _access(h, i, True, value)

@@ -14,6 +14,7 @@ simulator runs Python, so there it is an ``isinstance``.
 ``io_wait(h, mask, lane, q, ticket, submitted, deadline) -> (completed, status, source)``
 (collective over ``mask``; ``status`` a gids STATUS_* code, ``source`` as in the host CQ record).
 """
+from gids import layout as L
 from kernels import nvme, queue
 from kernels.handle import NvmeHandle
 from kernels.platform import SIMULATOR
@@ -22,7 +23,7 @@ if SIMULATOR:
     def io_submit(h, q, ticket, page, deadline):
         if isinstance(h, NvmeHandle):
             return nvme.submit(h, q, ticket, page, deadline)
-        return queue.submit(h, q, ticket, page, deadline)
+        return queue.submit(h, q, ticket, h.array_id, page, L.OP_READ, deadline)
 
     def io_wait(h, mask, lane, q, ticket, submitted, deadline):
         if isinstance(h, NvmeHandle):
@@ -30,6 +31,7 @@ if SIMULATOR:
         return queue.wait_warp(h, mask, lane, q, ticket, submitted, deadline)
 
 else:
+    from numba import cuda
     from numba.cuda.extending import overload
 
     def io_submit(h, q, ticket, page, deadline):
@@ -41,9 +43,13 @@ else:
     def _is_nvme(h):
         return getattr(h, "instance_class", None) is NvmeHandle
 
+    @cuda.jit(device=True)
+    def _host_submit(h, q, ticket, page, deadline):
+        return queue.submit(h, q, ticket, h.array_id, page, L.OP_READ, deadline)
+
     @overload(io_submit, target="cuda")
     def _io_submit(h, q, ticket, page, deadline):
-        step = nvme.submit if _is_nvme(h) else queue.submit
+        step = nvme.submit if _is_nvme(h) else _host_submit
         return lambda h, q, ticket, page, deadline: step(h, q, ticket, page, deadline)
 
     @overload(io_wait, target="cuda")

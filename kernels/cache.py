@@ -8,12 +8,23 @@ State of a page (one uint32 in ``page_state``, bits in :mod:`gids.layout`), as i
   its publication and their read.
 - VALID: in slot ``page_slot[page]``. A reader pins it (reference count + 1, acquire), reads the
   slot, unpins (release). A VALID page with no reference can be evicted.
-- ERROR: its load failed; readers stop with an error instead of waiting.
+- ERROR: its last load failed; readers stop with an error instead of waiting.
+- VALID | DIRTY: resident, and written by ``gids.write`` since it was loaded: the store does not
+  have these bytes yet. A writer sets DIRTY (atomic OR) while it still holds its pin, so an
+  evictor, which needs the reference count at zero, always sees it.
+- BUSY | DIRTY: being written back by the thread that evicts it. Readers wait as for a load
+  (holding a reference); when the write completes the page becomes "not cached" and they load it
+  again, from a store that now has the bytes. So no reader can load a stale copy from the store
+  while its newer bytes are still on their way there.
 
 Replacement is a clock over the slots: the hand advances one slot per probe, and a slot is taken
 if it is empty or if its page can go from exactly "VALID, no references" to "not cached" in one
 compare-and-swap, so referenced and busy pages are skipped. The slot word itself is claimed
-first (``SLOT_CLAIMED``), so two loaders can never take the same slot.
+first (``SLOT_CLAIMED``), so two loaders can never take the same slot. A dirty victim goes from
+exactly "VALID | DIRTY, no references" to "BUSY | DIRTY" instead, and its slot stays CLAIMED
+until its write-back ends: then the slot passes to the new page (:func:`finish_write_back`), or,
+if the store refused the bytes, the victim keeps its slot, still dirty (:func:`keep_dirty_victim`):
+a failed write-back loses nothing.
 """
 import numpy as np
 from numba import cuda
@@ -36,6 +47,9 @@ VICTIM_PROBES = 64
 _VALID = L.PAGE_VALID
 _BUSY = L.PAGE_BUSY
 _ERROR = L.PAGE_ERROR
+_DIRTY = L.PAGE_DIRTY
+_DIRTY_VALID = np.uint32(int(L.PAGE_VALID) | int(L.PAGE_DIRTY))
+_DIRTY_BUSY = np.uint32(int(L.PAGE_BUSY) | int(L.PAGE_DIRTY))
 _ONE = np.uint32(1)
 _MINUS_ONE = np.uint32(0xFFFFFFFF)   # adding it drops one reference (wrap-around)
 _NOT_BUSY = np.uint32(~int(L.PAGE_BUSY) & 0xFFFFFFFF)
@@ -96,7 +110,13 @@ def unpin(h, page):
 
 @cuda.jit(device=True)
 def claim_slot(h, page):
-    """Find a slot for ``page`` (whose BUSY the caller owns). Returns (slot or -1, evicted)."""
+    """Find a slot for ``page`` (whose BUSY the caller owns).
+
+    Returns ``(slot or -1, evicted_clean, dirty_victim)``. ``dirty_victim >= 0``: the slot
+    holds that page's unwritten bytes; the caller must write them back and then call
+    :func:`finish_write_back` (or :func:`keep_dirty_victim` if that failed) before the slot is
+    its own. Until then ``slot_page[slot]`` stays CLAIMED and ``page_slot[page]`` is not set.
+    """
     n = h.n_slots
     for _ in range(min(n, VICTIM_PROBES)):
         s = atomic_add(h.clock, 0, 1) % n
@@ -110,14 +130,47 @@ def claim_slot(h, page):
         evicted = False
         if victim >= 0:
             # Evict only a page that is VALID with no reference and not BUSY.
-            if atomic_cas(h.page_state, victim, _VALID, np.uint32(0)) != _VALID:
+            seen = atomic_cas(h.page_state, victim, _VALID, np.uint32(0))
+            if seen == _DIRTY_VALID:
+                if atomic_cas(h.page_state, victim, _DIRTY_VALID, _DIRTY_BUSY) == _DIRTY_VALID:
+                    # Acquire side of the writers' unpin: their stores into the slot are
+                    # visible before the caller copies it out.
+                    cuda.threadfence()
+                    return s, False, victim   # evicted once its write-back succeeds
+            elif seen == _VALID:
+                evicted = True
+            if not evicted:
                 atomic_exch(h.slot_page, s, victim)   # keep it; try the next slot
                 continue
-            evicted = True
         h.page_slot[page] = s
         atomic_exch(h.slot_page, s, page)
-        return s, evicted
-    return -1, False
+        return s, evicted, -1
+    return -1, False, -1
+
+
+@cuda.jit(device=True)
+def finish_write_back(h, victim, slot, page):
+    """The store has the dirty victim's bytes: it is no longer cached, the slot is ``page``'s.
+
+    Its waiters (holding references) find it neither VALID nor BUSY and load it again.
+    """
+    _update_state(h, victim, np.uint32(0), _DIRTY_BUSY, np.uint32(0))
+    h.page_slot[page] = slot
+    atomic_exch(h.slot_page, slot, page)
+
+
+@cuda.jit(device=True)
+def keep_dirty_victim(h, victim, slot):
+    """Its write-back failed: the victim stays in its slot, VALID and still DIRTY."""
+    _update_state(h, victim, _VALID, _BUSY, np.uint32(0))
+    atomic_exch(h.slot_page, slot, victim)
+
+
+@cuda.jit(device=True)
+def mark_dirty(h, page):
+    """Called by a writer while it holds its pin on ``page`` (so no evictor can miss it)."""
+    cuda.threadfence()   # the warp's stores into the slot are visible before DIRTY is
+    atomic_or(h.page_state, page, _DIRTY)
 
 
 @cuda.jit(device=True)
@@ -199,3 +252,32 @@ def warp_copy_page(mask, src, src_word, dst, dst_word, n_words):
 def _store_pair(dst, word, lo, hi):
     dst[word] = lo
     dst[word + 1] = hi
+
+
+@cuda.jit(device=True)
+def warp_copy_out(mask, src, src_word, dst, dst_word, n_words):
+    """All lanes of ``mask`` copy a cache slot (device memory) into a staging page (mapped host
+    memory), for the write-back of a dirty page.
+
+    Not :func:`warp_copy_page`: its pair loads are weak and pure (the compiler may move them),
+    which is right after the acquire of a completion from the host, but here the slot was
+    written by other SMs, and the copy must not move above the fence that follows the victim's
+    CAS, nor hit stale lines in this SM's L1. ``ld.relaxed.gpu`` (side-effecting asm, served
+    from L2) does neither; device memory is near, so four loads in flight a lane suffice. The
+    stores go to host memory; the caller fences (system scope) before publishing the request.
+    """
+    step = popc(mask)
+    j = popc(mask & lanemask_lt())
+    while j + 3 * step < n_words:
+        a = ld_relaxed_gpu(src, src_word + j)
+        b = ld_relaxed_gpu(src, src_word + j + step)
+        c = ld_relaxed_gpu(src, src_word + j + 2 * step)
+        d = ld_relaxed_gpu(src, src_word + j + 3 * step)
+        dst[dst_word + j] = a
+        dst[dst_word + j + step] = b
+        dst[dst_word + j + 2 * step] = c
+        dst[dst_word + j + 3 * step] = d
+        j += 4 * step
+    while j < n_words:
+        dst[dst_word + j] = ld_relaxed_gpu(src, src_word + j)
+        j += step

@@ -1,4 +1,5 @@
-"""The device-side handle of one open array: what a kernel receives and passes to ``gids.read``.
+"""The device-side handle of one open array: what a kernel receives and passes to ``gids.read``
+and ``gids.write``.
 
 A namedtuple of device arrays and integers, which Numba passes to a kernel as one argument (in
 the simulator too). The host builds it (``StorageArray.handle``); device code only reads fields.
@@ -18,12 +19,14 @@ ArrayHandle = namedtuple("ArrayHandle", [
     "page_words",   # page size in uint64 words
     "array_id",     # row of the daemon's store table
     "page_base",    # global page id of the array's page 0 (all open arrays share one page space)
+    "writable",     # 1 if opened with mode="r+"; gids.write on a handle with 0 records an error
     # --- the page cache (shared by every array of a Runtime) ---
-    "page_state",   # uint32 per global page: VALID | BUSY | ERROR | reference count
+    "page_state",   # uint32 per global page: VALID | BUSY | ERROR | DIRTY | reference count
     "page_slot",    # int64 per global page: its slot while VALID
     "slot_page",    # int64 per slot: the global page it holds, SLOT_EMPTY or SLOT_CLAIMED
     "clock",        # int64[1]: the clock hand of the replacement scan
     "n_slots",
+    "page_bases",   # int64[MAX_ARRAYS]: page_base of every open array (to find a dirty victim's)
     # --- the queues to the host daemon ---
     "sq",           # int64 submission records, mapped host memory, [n_queues * depth * SQ_WORDS]
     "cq",           # int64 completion records, mapped host memory, [n_queues * depth * CQ_WORDS]

@@ -1,11 +1,12 @@
 """Device side of the submission/completion queues to the host daemon.
 
-A queue is a ring of ``depth`` entries in mapped host memory. A thread that needs a page takes a
-ticket (one atomic per warp for all its loaders), waits until the ticket's entry is free for its
-turn, writes the request and publishes it by a release store of its sequence word; the daemon
-answers in the entry's completion record and the thread polls that with bounded back-off. The
-entry is handed on to ticket + depth only after the thread has copied the page out of the
-entry's staging buffer. No lock is held across any wait: a thread waits only on tickets lower
+A queue is a ring of ``depth`` entries in mapped host memory. A thread that needs a page read (or
+a dirty page written back) takes a ticket (one atomic per warp for all its loaders), waits until
+the ticket's entry is free for its turn, writes the request and publishes it by a release store
+of its sequence word; the daemon answers in the entry's completion record and the thread polls
+that with bounded back-off. The entry is handed on to ticket + depth only after the thread has
+copied the page out of the entry's staging buffer (or, for a write, the daemon has taken it).
+No lock is held across any wait: a thread waits only on tickets lower
 than its own, or on the host.
 """
 from numba import cuda
@@ -96,14 +97,19 @@ def wait_turn(h, q, ticket, deadline):
 
 
 @cuda.jit(device=True)
-def submit(h, q, ticket, page, deadline):
-    """Wait for the ticket's entry, write the request, publish it. False on timeout."""
+def submit(h, q, ticket, array_id, page, op, deadline):
+    """Wait for the ticket's entry, write the request, publish it. False on timeout.
+
+    ``op`` is ``OP_READ`` (the daemon fills the entry's staging page) or ``OP_WRITE`` (the
+    caller has put the page in the staging page, made visible to the host beforehand).
+    """
     if not wait_turn(h, q, ticket, deadline):
         return False
     entry = q * h.depth + ticket % h.depth
     rec = entry * L.SQ_WORDS
-    h.sq[rec + L.SQ_ARRAY] = h.array_id
+    h.sq[rec + L.SQ_ARRAY] = array_id
     h.sq[rec + L.SQ_PAGE] = page
+    h.sq[rec + L.SQ_OP] = op
     st_release_sys(h.sq, rec + L.SQ_SEQ, ticket + 1)
     return True
 

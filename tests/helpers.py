@@ -25,13 +25,13 @@ def poisoned(n, dtype):
 
 def fake_handle(dtype):
     """An ArrayHandle of tiny host arrays with the field types of a real one: enough to compile
-    kernels that call gids.read to PTX without a GPU (its values mean nothing)."""
+    kernels that call gids.read or gids.write to PTX without a GPU (its values mean nothing)."""
     from kernels.handle import ArrayHandle
     a = lambda dt: np.zeros(4, dt)   # noqa: E731
     return ArrayHandle(
         cache=a(dtype), cache_words=a(np.uint64), zero=a(dtype), n_elems=1, elem_shift=1,
-        page_words=1, array_id=0, page_base=0, page_state=a(np.uint32), page_slot=a(np.int64),
-        slot_page=a(np.int64), clock=a(np.int64), n_slots=1, sq=a(np.int64), cq=a(np.int64),
+        page_words=1, array_id=0, page_base=0, writable=1, page_state=a(np.uint32), page_slot=a(np.int64),
+        slot_page=a(np.int64), clock=a(np.int64), n_slots=1, page_bases=a(np.int64), sq=a(np.int64), cq=a(np.int64),
         staging=a(np.uint64), zero_copy=a(np.uint64), sq_ticket=a(np.int64),
         entry_turn=a(np.int64), n_queues=1, depth=1, err=a(np.int64), stats=a(np.uint64),
         timeout_ns=1, abort=a(np.int64))

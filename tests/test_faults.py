@@ -96,3 +96,87 @@ def test_abort_stops_waiting_kernels_promptly():
             rt.gather(a, [_element_of(2)])
         assert time.monotonic() - start < 15        # not the 60 s timeout
         assert rt.gather(a, [_element_of(3)])[0] == DATA[_element_of(3)]
+
+
+# --- writes -------------------------------------------------------------------------------
+
+
+def _writable(faults, timeout=2.0, cache_pages=2, **kw):
+    """A Runtime over a FaultyStore on a fresh copy of DATA (writes land in that copy)."""
+    data = DATA.copy()
+    rt = gids.Runtime(cache_pages=cache_pages, page_size=PAGE, timeout=timeout, **kw)
+    store = gids.FaultyStore(data, page_size=PAGE, faults=faults)
+    return rt, rt.open_array(store, np.int64, shape=DATA.shape, mode="r+"), data
+
+
+def test_write_back_eio_on_eviction_names_file_and_page():
+    rt, a, data = _writable({5: "write_eio"})
+    with rt:
+        rt.scatter(a, [_element_of(5), _element_of(1)], [-5, -1])
+        start = time.monotonic()
+        with pytest.raises(gids.StorageIOError, match="cannot write page 5 .*faulty memory "
+                           "store.*eviction") as info:
+            rt.gather(a, [_element_of(p) for p in (2, 3, 4)])   # evicts 5 (and 1)
+        assert info.value.page == 5
+        assert time.monotonic() - start < 30
+        # The store refused page 5 on the host too: dropped, and the exception says so.
+        assert "dropped: page 5" in "".join(getattr(info.value, "__notes__", []))
+        assert data[_element_of(1)] == -1                   # page 1 was written back
+        assert rt.gather(a, [_element_of(6)])[0] == DATA[_element_of(6)]   # usable again
+
+
+def test_write_eio_in_flush_names_the_page_and_keeps_it_dirty():
+    rt, a, data = _writable({3: "write_eio"}, cache_pages=4)
+    with rt:
+        rt.scatter(a, [_element_of(2), _element_of(3)], [7, 8])
+        with pytest.raises(gids.StorageIOError, match="cannot write page 3 .*Input/output"):
+            rt.flush()
+        assert rt.gather(a, [_element_of(3)])[0] == 8       # still in the cache, dirty
+        rt.invalidate(discard_dirty=True)                   # give up on it
+        assert data[_element_of(2)] == 7 and data[_element_of(3)] == DATA[_element_of(3)]
+
+
+def test_slow_write_back_times_out_and_loses_nothing():
+    rt, a, data = _writable({4: ("write_slow", 3.0)}, timeout=0.5)
+    with rt:
+        rt.scatter(a, [_element_of(4)], [44])
+        with pytest.raises(gids.GidsTimeoutError, match="daemon to complete"):
+            rt.gather(a, [_element_of(p) for p in (1, 2, 3)])
+        rt.flush()
+        assert data[_element_of(4)] == 44                   # recovery wrote it from the host
+
+
+def test_daemon_dying_on_a_write_back_is_reported():
+    rt, a, data = _writable({6: "write_crash"}, timeout=0.5)
+    with rt:
+        rt.scatter(a, [_element_of(6)], [66])
+        with pytest.raises(gids.DaemonError, match="exited"):
+            rt.gather(a, [_element_of(p) for p in (1, 2, 3)])
+        assert data[_element_of(6)] == 66
+        assert rt.gather(a, [_element_of(6)])[0] == 66
+
+
+def test_abort_during_a_write_back_loses_nothing():
+    import threading
+    rt, a, data = _writable({2: ("write_slow", 1.5)}, timeout=60.0)
+    with rt:
+        rt.scatter(a, [_element_of(2)], [22])
+        timer = threading.Timer(0.3, rt.abort)
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(gids.AbortedError):
+            rt.gather(a, [_element_of(p) for p in (4, 5, 6)])
+        assert time.monotonic() - start < 15
+        rt.flush()
+        assert data[_element_of(2)] == 22
+    # nothing left spinning: every daemon thread of the Runtime has stopped
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("gids-")]
+
+
+def test_writes_to_a_full_queue_time_out_when_nobody_serves_it():
+    with gids.Runtime(cache_pages=16, page_size=PAGE, queues=1, queue_depth=2,
+                      timeout=0.5) as rt:
+        a = rt.open_array(DATA.copy(), mode="r+")
+        rt.daemon.stop()
+        with pytest.raises(gids.GidsTimeoutError):
+            rt.scatter(a, [_element_of(p) for p in range(8)], 1)

@@ -109,3 +109,81 @@ def test_random_gather_under_eviction(zero_copy):
         np.testing.assert_array_equal(out.copy_to_host().reshape(2048, 512),
                                       ref.reshape(2048, 512)[pages])
         assert rt.stats().evictions > 0
+
+
+# --- writes -------------------------------------------------------------------------------
+
+
+@cuda.jit
+def _write_read_back(h, idx, vals, out):
+    k = cuda.grid(1)
+    if k < idx.size:
+        gids.write(h, idx[k], vals[k])
+        out[k] = gids.read(h, idx[k])
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.float32, np.int64])
+def test_writes_under_eviction_then_flush_match_numpy(tmp_path, dtype):
+    """64 slots over 2048 pages: nearly every written page is evicted dirty and written back
+    by a kernel thread while other warps load; then flush; the file equals the model."""
+    raw = random_file(tmp_path / "w.bin", 8 << 20, seed=7)
+    dtype = np.dtype(dtype)
+    model = raw.copy().view(dtype)
+    rng = np.random.default_rng(3)
+    with gids.Runtime(cache_pages=64, page_size=4096, daemon_threads=4, timeout=30) as rt:
+        a = rt.open_array(tmp_path / "w.bin", dtype, mode="r+")
+        for _ in range(3):
+            idx = rng.choice(a.size, 1 << 16, replace=False)
+            vals = rng.integers(-100, 100, idx.size).astype(dtype)
+            out = cuda.device_array(idx.size, dtype)
+            _write_read_back[(idx.size + 255) // 256, 256](a.handle, cuda.to_device(idx),
+                                                          cuda.to_device(vals), out)
+            rt.sync()
+            model[idx] = vals
+            np.testing.assert_array_equal(out.copy_to_host(), vals)   # read-your-own-writes
+            probe = rng.integers(0, a.size, 1 << 16)
+            got = rt.gather(a, probe).copy_to_host()
+            np.testing.assert_array_equal(got.view(np.uint8), model[probe].view(np.uint8))
+        rt.flush()
+        assert rt.stats().writebacks > 0
+    assert (tmp_path / "w.bin").read_bytes() == model.tobytes()
+
+
+def test_thousands_of_threads_write_distinct_bytes_of_few_pages():
+    """64 k threads, one byte each, 16 pages: warps share pages and 8-byte words."""
+    data = np.zeros(16 * 4096, np.uint8)
+    with gids.Runtime(cache_pages=64, page_size=4096) as rt:
+        a = rt.open_array(data, mode="r+")
+        idx = np.random.default_rng(0).permutation(data.size)
+        vals = (idx * 7 + 3).astype(np.uint8)
+        rt.scatter(a, idx, vals)
+        rt.flush()
+    expected = np.zeros_like(data)
+    expected[idx] = vals
+    np.testing.assert_array_equal(data, expected)
+
+
+def test_write_back_error_under_load_is_named():
+    data = np.zeros(1024 * 512, np.int64)        # 1024 pages of 4 KiB
+    store = gids.FaultyStore(data, page_size=4096, faults={17: "write_eio"})
+    with gids.Runtime(cache_pages=32, page_size=4096, daemon_threads=4, timeout=30) as rt:
+        a = rt.open_array(store, np.int64, mode="r+")
+        rt.scatter(a, np.arange(17 * 512, 18 * 512), 1)
+        with pytest.raises(gids.StorageIOError, match="cannot write page 17 "):
+            rt.gather(a, np.random.default_rng(0).integers(0, data.size, 1 << 16))
+        rt.scatter(a, [5], [55])
+        rt.flush()
+    assert data[5] == 55
+
+
+def test_stress_workload_small(tmp_path):
+    """The GPU session's stress stage at 1/64 of its size: 256 k threads, 256 MiB, 1 % cache."""
+    import json
+
+    from workloads import stress
+    out = tmp_path / "stress.json"
+    rc = stress.main(["--seconds", "5", "--file-gib", "0.25", "--cache-fraction", "0.01",
+                      "--threads", str(1 << 18), "--dir", str(tmp_path), "--json", str(out)])
+    r = json.loads(out.read_text())
+    assert rc == 0 and r["ok"], r
+    assert r["writebacks"] > 0 and r["file_mismatches"] == 0

@@ -52,6 +52,28 @@ SCRIPT = textwrap.dedent('''
         assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "match.any.sync" in ptx
     print("GATHER_OK")
 
+    # gids.write: the same loop plus DIRTY (an atomic OR on the page state), the write-back
+    # (a system-scope fence before the WRITE request) and one typed store of the element, never
+    # a wider read-modify-write (so lanes writing neighbouring bytes cannot undo each other).
+    # int64 is compiled below, in the stress kernel.
+    from gids.kernels_host import scatter_kernel
+    store_of = {np.int8: "st.global.u8", np.float64: "st.global.f64"}
+    for dt, store in store_of.items():
+        h = fake_handle(dt)
+        ptx, _ = cuda.compile_ptx(scatter_kernel.py_func,
+                                  (typeof(h), types.int64[::1], typeof(a(dt))), cc=(9, 0))
+        assert "atom.global.or.b32" in ptx, dt
+        assert "membar.sys" in ptx or "fence.sc.sys" in ptx, dt
+        assert "st.release.sys" in ptx and "ld.acquire.sys" in ptx, dt
+        assert store in ptx, (dt, store)
+    # The GPU session's stress kernel compiles too (it is only ever run on a GPU at full size).
+    from workloads.stress import round_kernel
+    h = fake_handle(np.int64)
+    i64 = types.int64
+    cuda.compile_ptx(round_kernel.py_func, (typeof(h), i64, types.int64[:, ::1], i64, i64, i64,
+                                            types.int64[::1]), cc=(9, 0))
+    print("WRITE_OK")
+
     # Lane masks must be non-negative int64: numba-cuda types ballot_sync as int32, and a
     # negative mask made the page-copy loop (`m &= m - 1`) run past lane 31 (wrong pages copied
     # into slots on the H200, 2026-11-29).
@@ -104,3 +126,4 @@ def test_poll_load_stays_in_the_loop_and_read_compiles():
     assert "POLL_OK" in proc.stdout and "GATHER_OK" in proc.stdout, proc.stderr[-3000:]
     assert "MASKS_OK" in proc.stdout, proc.stderr[-3000:]
     assert "NVME_OK" in proc.stdout, proc.stderr[-3000:]
+    assert "WRITE_OK" in proc.stdout, proc.stderr[-3000:]

@@ -55,3 +55,51 @@ def test_emulated_warps_read_the_right_values():
     proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=root, env=env, capture_output=True,
                           text=True, timeout=600)
     assert "WARP32_OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+WRITE_SCRIPT = textwrap.dedent('''
+    import sys
+    sys.setswitchinterval(1e-4)
+    import numpy as np
+    import gids
+    from numba import cuda
+    from kernels.platform import WARP_SIZE
+    assert WARP_SIZE == 32
+
+    @cuda.jit
+    def write_all(h, idx, vals):
+        k = cuda.grid(1)
+        gids.write(h, idx[k], vals[k])
+
+    raw = np.random.default_rng(0).integers(0, 256, 64 * 512, dtype=np.uint8)   # 64 pages
+    data = raw.view(np.int16)
+    model = data.copy()
+    rng = np.random.default_rng(1)
+    with gids.Runtime(cache_pages=32, page_size=512, queues=2, queue_depth=32, timeout=60) as rt:
+        a = rt.open_array(gids.MemoryStore(raw, zero_copy=False), np.int16, mode="r+")
+        # a warp writing 32 neighbouring elements of one page: one lookup, one load
+        idx = np.arange(300, 332)
+        write_all[1, 32](a.handle, cuda.to_device(idx), cuda.to_device(idx.astype(np.int16)))
+        rt.sync()
+        model[idx] = idx
+        # random distinct elements over twice the cache: dirty victims written back by warps
+        idx = rng.choice(data.size, 64, replace=False)
+        vals = rng.integers(-1000, 1000, 64).astype(np.int16)
+        write_all[1, 64](a.handle, cuda.to_device(idx), cuda.to_device(vals))
+        rt.sync()
+        model[idx] = vals
+        probe = rng.integers(0, data.size, 64)
+        assert (rt.gather(a, probe).copy_to_host() == model[probe]).all()
+        assert rt.stats().writebacks > 0, rt.stats()
+        rt.flush()
+        assert (data == model).all()
+    print("WARP32_WRITES_OK")
+''')
+
+
+def test_emulated_warps_write_and_write_back():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", GIDS_SIM_WARP_SIZE="32")
+    proc = subprocess.run([sys.executable, "-c", WRITE_SCRIPT], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert "WARP32_WRITES_OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]

@@ -11,7 +11,11 @@ Stages, in order of priority (default: all, in this order):
   the same run;
 - ``bench``: ``gids bench --quick`` over every data path;
 - ``bfs``: ``gids bfs`` on a Graph500 graph over the data paths and cache sizes;
-- ``search``: ``gids search`` on synthetic vectors over the data paths.
+- ``search``: ``gids search`` on synthetic vectors over the data paths;
+- ``stress``: the write path under load (``python -m workloads.stress``): 60 s of 1 M threads
+  writing and reading a sparse 16 GiB file through a cache of 1 % of it, then flush, fsync and
+  a check of the whole file against the model (table of operations, bytes, evictions,
+  write-backs, mismatches).
 
 Each stage runs in its own process with a time limit and writes its log and outputs under
 ``OUT/<stage>/``; ``OUT/summary.md`` collects the tail of every log. At the end everything is
@@ -26,8 +30,10 @@ import tarfile
 import time
 
 STAGES = {
+    # 420 s: the write tests (four dtypes, 64 k writers, the stress run at 1/64) add about
+    # two minutes, mostly compiling (an estimate: not yet run on a GPU).
     "tests": ([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-               "tests"], 300),
+               "tests"], 420),
     "core": ([sys.executable, "-m", "workloads.microbench", "gpu-suite", "--no-tests",
               "--out", "{dir}"], 540),
     "bench": ([sys.executable, "-m", "gids.cli", "bench", "--quick", "--no-progress",
@@ -36,6 +42,9 @@ STAGES = {
              "--json", "{dir}/bfs.json"], 480),
     "search": ([sys.executable, "-m", "gids.cli", "search", "--n", "1000000", "--dim", "128",
                 "--lists", "1024", "--nprobe", "8,16,32,64", "--json", "{dir}/search.json"], 480),
+    # The file goes to the temp dir, not under {dir}: 16 GiB must not be sent back.
+    "stress": ([sys.executable, "-m", "workloads.stress", "--seconds", "60", "--file-gib", "16",
+                "--cache-fraction", "0.01", "--json", "{dir}/stress.json"], 480),
 }
 
 
