@@ -45,3 +45,31 @@ def fake_nvme_handle(dtype):
                       nv_db=a(np.int64), nv_ring=2, nv_mark=a(np.int64), nv_sq_tail=a(np.int64),
                       nv_sq_head=a(np.int64), nv_cq_head=a(np.int64), nv_lock=a(np.int64),
                       nv_cpl=a(np.int64), nv_prp_base=0)
+
+
+#: What every emulated-warp script starts with: a short GIL switch interval (the 32 Python
+#: threads of a warp must interleave often), gids before numba, and a check that the subprocess
+#: really emulates 32-lane warps.
+WARP32_PREAMBLE = """\
+import sys
+sys.setswitchinterval(1e-4)
+import numpy as np
+import gids
+from numba import cuda
+from kernels.platform import WARP_SIZE
+assert WARP_SIZE == 32
+"""
+
+
+def run_with_warp32(body, marker, timeout=600):
+    """Run ``WARP32_PREAMBLE + body`` in a subprocess of the simulator with emulated 32-lane
+    warps (``GIDS_SIM_WARP_SIZE=32``, which must be set before numba loads) and check that it
+    printed ``marker``."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", GIDS_SIM_WARP_SIZE="32")
+    proc = subprocess.run([sys.executable, "-c", WARP32_PREAMBLE + body], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    assert marker in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]

@@ -6,9 +6,6 @@ out of order, SSD-model timing and traces, errors. Every value read is checked a
 The simulator is sequentially consistent: these check the protocol's logic; the ``gpu`` tests
 check it under the GPU's memory model.
 """
-import os
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -21,7 +18,7 @@ from gids import layout as L
 from host_daemon.nvme_controller import NvmeController
 from host_daemon.ssd_model import SsdModel
 from host_daemon.stores import T_COLUMNS
-from tests.helpers import random_file
+from tests.helpers import random_file, run_with_warp32
 
 PAGE = 512
 BLOCKS = PAGE // L.NVME_LBA_BYTES
@@ -244,14 +241,6 @@ def test_errors_are_named_and_the_runtime_recovers():
 
 
 WARP32 = textwrap.dedent('''
-    import sys
-    sys.setswitchinterval(1e-4)
-    import numpy as np
-    import gids
-    from numba import cuda
-    from kernels.platform import WARP_SIZE
-    assert WARP_SIZE == 32
-
     @cuda.jit
     def read_all(h, idx, out):
         k = cuda.grid(1)
@@ -275,11 +264,7 @@ WARP32 = textwrap.dedent('''
 
 
 def test_emulated_warps_through_the_rings():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", GIDS_SIM_WARP_SIZE="32")
-    proc = subprocess.run([sys.executable, "-c", WARP32], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert "NVME_WARP32_OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+    run_with_warp32(WARP32, "NVME_WARP32_OK")
 
 
 # ------------------------------------------------------------------ on a GPU

@@ -6,20 +6,11 @@ subprocess runs with ``GIDS_SIM_WARP_SIZE=32`` (see kernels/platform.py). The si
 sequentially consistent, so this checks the protocol's logic, not the GPU's memory ordering
 (tests/test_gpu.py does that on a GPU).
 """
-import os
-import subprocess
-import sys
 import textwrap
 
-SCRIPT = textwrap.dedent('''
-    import sys
-    sys.setswitchinterval(1e-4)
-    import numpy as np
-    import gids
-    from numba import cuda
-    from kernels.platform import WARP_SIZE
-    assert WARP_SIZE == 32
+from tests.helpers import run_with_warp32
 
+SCRIPT = textwrap.dedent('''
     @cuda.jit
     def read_all(h, idx, out):
         k = cuda.grid(1)
@@ -50,22 +41,10 @@ SCRIPT = textwrap.dedent('''
 
 
 def test_emulated_warps_read_the_right_values():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", GIDS_SIM_WARP_SIZE="32")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert "WARP32_OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+    run_with_warp32(SCRIPT, "WARP32_OK")
 
 
 WRITE_SCRIPT = textwrap.dedent('''
-    import sys
-    sys.setswitchinterval(1e-4)
-    import numpy as np
-    import gids
-    from numba import cuda
-    from kernels.platform import WARP_SIZE
-    assert WARP_SIZE == 32
-
     @cuda.jit
     def write_all(h, idx, vals):
         k = cuda.grid(1)
@@ -98,8 +77,4 @@ WRITE_SCRIPT = textwrap.dedent('''
 
 
 def test_emulated_warps_write_and_write_back():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", GIDS_SIM_WARP_SIZE="32")
-    proc = subprocess.run([sys.executable, "-c", WRITE_SCRIPT], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert "WARP32_WRITES_OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+    run_with_warp32(WRITE_SCRIPT, "WARP32_WRITES_OK")
