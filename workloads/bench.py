@@ -811,6 +811,17 @@ class Progress:
             self.stream.flush()
 
 
+def _git_commit():
+    """The checkout's short commit hash, or None (no git, not a checkout)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                             capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 def machine_info():
     """Where the figures come from."""
     gpu = "CUDA simulator (no GPU)"
@@ -822,13 +833,9 @@ def machine_info():
         numba_cuda = version("numba-cuda")
     except Exception:
         numba_cuda = None
-    commit = None
-    try:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
-                                capture_output=True, timeout=10).stdout.strip() or None
-    except Exception:
-        pass
+    # GIDS_COMMIT wins: a copy of the working tree on another machine may carry a stale .git
+    # (a bench report on 2026-11-29 named the commit before the one that ran).
+    commit = os.environ.get("GIDS_COMMIT") or _git_commit()
     return {"hostname": platform.node(), "gpu": gpu, "cpu_cores": os.cpu_count() or 0,
             "python": platform.python_version(), "numpy": np.__version__,
             "numba": numba.__version__, "numba_cuda": numba_cuda, "gids": gids.__version__,
