@@ -208,6 +208,20 @@ def _record(ring, queue, offset, nbytes, seen, done, op):
 
 
 @njit(nogil=True, cache=True)
+def park(emu, entry, due, status, source, ticket, seen, offset, nbytes, op):
+    """Hold entry ``entry``'s completion in the thread's heap until ``due`` (ns): what it will
+    post, and what its trace record will say."""
+    emu.status[entry] = status
+    emu.source[entry] = source
+    emu.ticket[entry] = ticket
+    emu.seen[entry] = seen
+    emu.offset[entry] = offset
+    emu.nbytes[entry] = nbytes
+    emu.op[entry] = op
+    emu.size[0] = heap_push(emu.due, emu.entry, emu.size[0], due, entry)
+
+
+@njit(nogil=True, cache=True)
 def _post(cq, entry, ticket, status, source):
     crec = entry * L.CQ_WORDS
     cq[crec + L.CQ_STATUS] = status
@@ -273,14 +287,7 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                 if emu.on:
                     due = model_submit_locked(emu.state, emu.params, seen, offset, page_size)
                 if emu.on and due > _now_ns(clock):
-                    emu.status[entry] = status
-                    emu.source[entry] = source
-                    emu.ticket[entry] = ticket
-                    emu.seen[entry] = seen
-                    emu.offset[entry] = offset
-                    emu.nbytes[entry] = page_size
-                    emu.op[entry] = op
-                    emu.size[0] = heap_push(emu.due, emu.entry, emu.size[0], due, entry)
+                    park(emu, entry, due, status, source, ticket, seen, offset, page_size, op)
                 else:
                     _post(cq, entry, ticket, status, source)
                     if ring.on:

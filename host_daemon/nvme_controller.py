@@ -49,6 +49,7 @@ from host_daemon.daemon import (
     _now_ns,
     _record,
     _usleep,
+    park,
     serve_page,
 )
 from host_daemon.minheap import heap_pop, heap_push
@@ -210,13 +211,10 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
                     if posted and trace.on:
                         _record(trace, q, offset, nbytes, seen, _now_ns(clock), L.OP_READ)
                 if not posted:
-                    emu.status[slot] = status
-                    emu.source[slot] = cid
-                    emu.ticket[slot] = order
-                    emu.seen[slot] = seen
-                    emu.offset[slot] = offset
-                    emu.nbytes[slot] = nbytes
-                    emu.size[0] = heap_push(emu.due, emu.entry, emu.size[0], max(due, now), slot)
+                    # The heap's fields as the controller uses them: source = CID, ticket =
+                    # the command's place in SQ order.
+                    park(emu, slot, max(due, now), status, cid, order, seen, offset, nbytes,
+                         L.OP_READ)
                 served[0] += 1
                 progressed = True
         if progressed or emu.size[0] > 0:
