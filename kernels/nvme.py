@@ -39,6 +39,7 @@ from gids import layout as L
 from kernels.queue import (
     POLL_MAX_NS,
     POLL_MIN_NS,
+    back_off,
     expired,
     highest_lane,
     lowest_lane,
@@ -125,10 +126,9 @@ def submit(h, q, ticket, page, deadline):
     while ticket - ld_acquire_gpu(h.nv_sq_head, q) >= ring - 1:
         drain_cq(h, q)
         polls += 1
-        if expired(h, deadline, polls):
+        give_up, pause = back_off(h, deadline, polls, pause)
+        if give_up:
             return False
-        nanosleep(pause)
-        pause = min(pause * 2, POLL_MAX_NS)
     slot = q * h.depth + ticket % h.depth
     page_bytes = h.page_words * 8
     blocks = page_bytes // L.NVME_LBA_BYTES
@@ -167,10 +167,9 @@ def ring_doorbell(h, q, ticket, deadline):
             if tail > ticket:
                 return True
         polls += 1
-        if expired(h, deadline, polls):
+        give_up, pause = back_off(h, deadline, polls, pause)
+        if give_up:
             return False
-        nanosleep(pause)
-        pause = min(pause * 2, POLL_MAX_NS)
     return True
 
 

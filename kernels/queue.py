@@ -80,6 +80,17 @@ def expired(h, deadline, polls):
 
 
 @cuda.jit(device=True)
+def back_off(h, deadline, polls, pause):
+    """The step of every bounded poll loop after a poll that found nothing: returns
+    ``(give_up, next_pause)``. Gives up once :func:`expired`; else sleeps ``pause`` ns and
+    doubles it, up to POLL_MAX_NS."""
+    if expired(h, deadline, polls):
+        return True, pause
+    nanosleep(pause)
+    return False, min(pause * 2, POLL_MAX_NS)
+
+
+@cuda.jit(device=True)
 def wait_turn(h, q, ticket, deadline):
     """Wait until the ticket's entry (its record, staging page, and for NVMe its command id) is
     free for the ticket's turn. False on timeout."""
@@ -89,10 +100,9 @@ def wait_turn(h, q, ticket, deadline):
     polls = 0
     while ld_acquire_gpu(h.entry_turn, entry) != turn:
         polls += 1
-        if expired(h, deadline, polls):
+        give_up, pause = back_off(h, deadline, polls, pause)
+        if give_up:
             return False
-        nanosleep(pause)
-        pause = min(pause * 2, POLL_MAX_NS)
     return True
 
 
@@ -123,10 +133,9 @@ def wait_completion(h, q, ticket, deadline):
     polls = 0
     while ld_acquire_sys(h.cq, rec + L.CQ_SEQ) != ticket + 1:
         polls += 1
-        if expired(h, deadline, polls):
+        give_up, pause = back_off(h, deadline, polls, pause)
+        if give_up:
             return False, 0, 0
-        nanosleep(pause)
-        pause = min(pause * 2, POLL_MAX_NS)
     return True, ld_relaxed_sys(h.cq, rec + L.CQ_STATUS), ld_relaxed_sys(h.cq, rec + L.CQ_SOURCE)
 
 
