@@ -33,6 +33,7 @@ from gids import layout as L
 from kernels.sync import (atomic_add, atomic_add_acquire_gpu, atomic_add_release_gpu, atomic_and,
                           atomic_cas, atomic_exch, atomic_or, ld_acquire_gpu, ld_pair,
                           ld_relaxed_gpu)
+from kernels.platform import device_helper
 from kernels.warp import lanemask_lt, popc
 
 PIN_HIT = 0      # pinned: the page is resident
@@ -88,7 +89,7 @@ def try_pin(h, page):
     return PIN_LOAD, -1
 
 
-@cuda.jit(device=True)
+@device_helper
 def check_wait(h, page):
     """For a waiter (holding a reference): PIN_HIT once VALID, PIN_WAIT while BUSY, else the
     reference is dropped and PIN_ERROR or PIN_RETRY (the loader gave up) is returned."""
@@ -103,7 +104,7 @@ def check_wait(h, page):
     return PIN_RETRY, -1
 
 
-@cuda.jit(device=True)
+@device_helper
 def unpin(h, page):
     atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
 
@@ -248,7 +249,7 @@ def warp_copy_page(mask, src, src_word, dst, dst_word, n_words):
         j += stride
 
 
-@cuda.jit(device=True)
+@device_helper
 def _store_pair(dst, word, lo, hi):
     dst[word] = lo
     dst[word + 1] = hi

@@ -37,3 +37,22 @@ def jit(func=None, **options):
     if func is None:
         return cuda.jit(**options)
     return cuda.jit(func, **options)
+
+
+def device_helper(func):
+    """``cuda.jit(device=True)`` for a small device function that uses no ``cuda.`` attribute;
+    in the simulator, the Python function itself.
+
+    The simulator runs every ``cuda.jit`` device function through a wrapper that takes a lock of
+    the function's module twice per call, to swap ``cuda`` in the module's globals. In a loop that
+    is a convoy: the 64 KiB page copy called its store helper 37 k times per gather, and the
+    threads waiting on that page, also calling device functions, once stalled it past the 60 s
+    timeout (CI, 2026-11-29). Helpers called in loops go without the wrapper; they must not
+    touch ``cuda.`` (threadIdx, fences), which only the wrapper makes work, and that is checked.
+    """
+    from numba import cuda
+    if not SIMULATOR:
+        return cuda.jit(device=True)(func)
+    if "cuda" in func.__code__.co_names:
+        raise TypeError(f"{func.__name__} uses cuda.*: decorate it with cuda.jit(device=True)")
+    return func

@@ -14,7 +14,7 @@ from numba import cuda
 from gids import layout as L
 from kernels.sync import atomic_add, ld_acquire_gpu, ld_acquire_sys, ld_relaxed_sys, now_ns, st_release_gpu, st_release_sys
 from kernels.warp import ballot_sync, lanemask_lt, laneid, nanosleep, popc, shfl_sync, syncwarp
-from kernels.platform import WARP_SIZE
+from kernels.platform import WARP_SIZE, device_helper
 
 #: Back-off bounds for polls (ns). Every poll of a completion is a PCIe read, and under load
 #: thousands of warps poll at once: polls every 64 ns to 2 us took so many of the GPU's PCIe
@@ -24,13 +24,13 @@ POLL_MIN_NS = 1024
 POLL_MAX_NS = 8192
 
 
-@cuda.jit(device=True)
+@device_helper
 def lowest_lane(bits):
     """Index of the lowest set bit of a non-zero lane mask (0-based)."""
     return popc((bits & (~bits + 1)) - 1)
 
 
-@cuda.jit(device=True)
+@device_helper
 def highest_lane(bits):
     """Index of the highest set bit of a non-zero lane mask."""
     n = 0
@@ -69,7 +69,7 @@ def take_tickets(h, q, mask, want):
     return base + popc(wanting & lanemask_lt())
 
 
-@cuda.jit(device=True)
+@device_helper
 def expired(h, deadline, polls):
     """True once ``deadline`` (ns) has passed, or the host has asked the kernel to stop
     (``Runtime.abort``, Ctrl-C). The abort word is in host memory, so it is read on every
@@ -79,7 +79,7 @@ def expired(h, deadline, polls):
     return (polls & 7) == 7 and ld_acquire_sys(h.abort, 0) != 0
 
 
-@cuda.jit(device=True)
+@device_helper
 def back_off(h, deadline, polls, pause):
     """The step of every bounded poll loop after a poll that found nothing: returns
     ``(give_up, next_pause)``. Gives up once :func:`expired`; else sleeps ``pause`` ns and

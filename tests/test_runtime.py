@@ -6,7 +6,7 @@ import pytest
 from numba import cuda
 
 import gids
-from tests.helpers import random_file
+from tests.helpers import random_file, skip_unless_simulator
 
 
 @cuda.jit
@@ -144,3 +144,23 @@ def test_defaults_context_manager():
     assert gids.defaults.get("page_size") == before
     with pytest.raises(KeyError):
         gids.defaults.get("nope")
+
+
+@skip_unless_simulator
+def test_helpers_called_in_loops_skip_the_simulators_call_wrapper():
+    """The simulator's device-call wrapper takes a module lock twice per call: a 64 KiB page
+    copy through it (37 k calls) once stalled a CI run past the 60 s timeout. Such helpers are
+    plain functions there, and one that needs ``cuda.`` is refused."""
+    import inspect
+
+    from kernels.cache import _store_pair, check_wait, unpin
+    from kernels.platform import device_helper
+    from kernels.queue import back_off, expired, highest_lane, lowest_lane
+    for helper in (_store_pair, check_wait, unpin, back_off, expired, lowest_lane, highest_lane):
+        assert inspect.isfunction(helper), helper
+
+    def fence():
+        cuda.threadfence()
+
+    with pytest.raises(TypeError, match="uses cuda"):
+        device_helper(fence)
