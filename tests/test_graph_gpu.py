@@ -388,9 +388,12 @@ def test_cli_emulated_ssd_rows(tmp_path, capsys):
                                               {"ssd": "ideal", "n_ssd": 4}]
     assert all(r["valid"] for r in runs) and len({r["n_components"] for r in runs}) == 1
 
-    # --n-ssd alone has no model to emulate.
+    # --n-ssd alone has no model to emulate, and --ssd nothing to emulate it under.
     assert cli_main(["cc", "--graph", str(graph_path), "--n-ssd", "2"]) == 2
     assert "--n-ssd needs --ssd" in capsys.readouterr().err
+    assert cli_main(["bfs", "--graph", str(graph_path), "--data-path", "memory",
+                     "--ssd", "ideal"]) == 2
+    assert "--data-path has neither" in capsys.readouterr().err
 
 
 def test_cli_rejects_bad_ssd_options(capsys):

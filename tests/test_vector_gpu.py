@@ -308,6 +308,8 @@ def test_search_command_emulated_ssd_rows(tmp_path, capsys):
 
     assert main(["search", "--n", "60", "--dim", "8", "--lists", "2", "--n-ssd", "2"]) == 2
     assert "--n-ssd needs --ssd" in capsys.readouterr().err
+    assert main(["search", "--data-path", "memory", "--ssd", "ideal"]) == 2
+    assert "--data-path has neither" in capsys.readouterr().err
 
 
 def test_search_command_rejects_bad_ssd_options(capsys):

@@ -92,18 +92,30 @@ def add_ssd_arguments(parser) -> None:
                              f"{','.join(str(n) for n in DEFAULT_DRIVE_COUNTS)})")
 
 
-def emulations(args) -> list[Emulation]:
+def emulations(args, runtime_paths: bool = True) -> list[Emulation]:
     """The emulated arrays ``--ssd`` / ``--n-ssd`` ask for: none without ``--ssd``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        With ``ssd`` and ``n_ssd`` (:func:`add_ssd_arguments`).
+    runtime_paths : bool
+        Whether the command runs a data path that reads through a Runtime (gids, nvme): the
+        only ones emulation applies to.
 
     Raises
     ------
     ValueError
-        ``--n-ssd`` without ``--ssd`` (there is no profile to emulate).
+        ``--n-ssd`` without ``--ssd`` (there is no profile to emulate), or ``--ssd`` with no
+        gids or nvme data path to emulate it under.
     """
     if args.ssd is None:
         if args.n_ssd is not None:
             raise ValueError("--n-ssd needs --ssd PROFILE (the drive model to emulate)")
         return []
+    if not runtime_paths:
+        raise ValueError("--ssd emulates the drives of the gids and nvme data paths; "
+                         "--data-path has neither")
     counts = args.n_ssd or DEFAULT_DRIVE_COUNTS
     return [Emulation(args.ssd, n) for n in counts]
 

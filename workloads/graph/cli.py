@@ -207,7 +207,7 @@ def _runs(args, arrays):
 def _emulations_or_none(args, command: str):
     """The emulated SSD arrays asked for, or None after saying why the options are wrong."""
     try:
-        return emulations(args)
+        return emulations(args, any(DATA_PATHS[name].runtime for name in args.data_path))
     except ValueError as exc:
         _say(f"gids {command}: {exc}")
         return None

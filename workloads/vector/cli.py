@@ -294,7 +294,7 @@ def cmd_search(args) -> int:
     print(f"gids search: running on {world}")
     try:
         paths = [get_data_path(name) for name in args.data_path]
-        arrays = emulations(args)
+        arrays = emulations(args, any(path.backend for path in paths))
     except ValueError as exc:
         print(f"gids search: {exc}", file=sys.stderr)
         return 2
