@@ -118,6 +118,38 @@ def test_edgeless_graph(graphs):
         assert run_cc(graphs["edgeless"], data_path=data_path).n_components == 5
 
 
+def test_bfs_and_components_through_the_nvme_path(graphs):
+    """The nvme data path: gids' source over a Runtime(backend="nvme"), misses as NVMe commands."""
+    graph = open_csr(graphs["kron6"])
+    with open_device_graph(graph, "nvme", cache_fraction=0.25, page_size=PAGE) as dg:
+        assert dg.source.name == "nvme" and dg.source.runtime.backend == "nvme"
+        assert dg.source.label.startswith("gids NVMe path, cache 25%")
+        for root, direction in zip(sample_bfs_roots(graph, 2, seed=13).tolist(),
+                                   ["top-down", "auto"]):
+            result = dg.bfs(root, direction=direction)
+            check_search(graph, result)
+            assert result.stats["evictions"] > 0 and result.stats["ios"] > 8
+        check_components(graph, dg.connected_components())
+        # Every miss went to the emulated controller as an NVMe read command.
+        assert dg.source.runtime.daemon.counters["commands"] > 0
+    # A Runtime of one's own (with emulated drives), and the awkward and edgeless graphs.
+    special = open_csr(graphs["special"])
+    with gids.Runtime("nvme", cache_pages=2, page_size=PAGE, ssd="ideal", n_ssd=2) as rt:
+        for root, direction in ((0, "top-down"), (10, "auto")):
+            check_search(special, run_bfs(special, root, runtime=rt, data_path="nvme",
+                                          direction=direction))
+        check_components(special, run_cc(special, runtime=rt, data_path="nvme"))
+    assert run_cc(graphs["edgeless"], data_path="nvme").n_components == 5
+
+
+def test_nvme_path_refuses_a_host_runtime(graphs):
+    with gids.Runtime(cache_pages=2, page_size=PAGE) as rt:
+        with pytest.raises(ValueError, match="backend='nvme'"):
+            run_bfs(graphs["kron6"], 0, runtime=rt, data_path="nvme")
+    with pytest.raises(ValueError, match="backend='nvme'"):
+        open_device_graph(graphs["kron6"], "nvme", runtime_options={"backend": "host"})
+
+
 # ---------------------------------------------------------------------------------- CC
 def test_components_in_gpu_memory(graphs):
     for name in ("kron8", "special"):
@@ -181,7 +213,7 @@ def test_option_errors(graphs):
     with pytest.raises(ValueError, match="with a cache"):
         run_bfs(graphs["kron6"], 0, data_path="memory", cache_fraction=0.5)
     with pytest.raises(ValueError, match="unknown data path"):
-        run_bfs(graphs["kron6"], 0, data_path="nvme")
+        run_bfs(graphs["kron6"], 0, data_path="spdk")
     with pytest.raises(ValueError, match="not a vertex"):
         run_bfs(graphs["kron6"], 64, data_path="memory")
     with pytest.raises(ValueError, match="direction"):
@@ -294,7 +326,9 @@ def test_cli_bfs_and_cc(tmp_path, capsys):
     assert "simulator figures" in captured.out and "hmean TEPS" in captured.out
     lines = captured.out.splitlines()
     rows = lines[[i for i, line in enumerate(lines) if line.startswith("---")][0] + 1:]
-    assert [row.split()[:2] for row in rows] == [["gids", "100%"], ["gids", "50%"], ["memory", "-"]]
+    assert [row.split()[:3] for row in rows] == [["gids", "-", "100%"], ["gids", "-", "50%"],
+                                                 ["memory", "-", "-"]]
+    assert "emulation" not in captured.out.split("valid")[-1]     # no emulated rows, no note
     assert "root 2/2" in captured.err                              # progress on stderr
     report = json.loads(out.read_text())
     assert report["simulator"] and len(report["runs"]) == 3
@@ -313,6 +347,63 @@ def test_cli_bfs_and_cc(tmp_path, capsys):
     assert runs[0]["n_components"] == runs[1]["n_components"]
 
     assert cli_main(["bfs", "--graph", str(tmp_path / "missing.csr")]) == 2
+
+
+def test_cli_emulated_ssd_rows(tmp_path, capsys):
+    """--ssd / --n-ssd: gids and nvme rows once unemulated and once per drive count."""
+    graph_path = tmp_path / "g.csr"
+    generate_kronecker_csr(graph_path, 4, 4, seed=8)
+    out = tmp_path / "bfs.json"
+    status = cli_main(["bfs", "--graph", str(graph_path), "--roots", "1",
+                       "--data-path", "gids,nvme,memory", "--cache-fractions", "0.5",
+                       "--ssd", "ideal", "--n-ssd", "1,2", "--validate", "scipy",
+                       "--json", str(out)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    lines = captured.out.splitlines()
+    start = [i for i, line in enumerate(lines) if line.startswith("---")][0] + 1
+    rows = [line.split() for line in lines[start:start + 7]]
+    assert [row[:2] for row in rows] == [["gids", "-"], ["gids", "1"], ["gids", "2"],
+                                         ["nvme", "-"], ["nvme", "1"], ["nvme", "2"],
+                                         ["memory", "-"]]
+    assert all(row[2:4] == ["x", "ideal"] for row in rows if row[1] != "-")
+    assert all(row[-1] == "1/1" for row in rows)                   # every search valid
+    assert "real-time emulation" in captured.out and "emulated 2 x ideal" in captured.err
+    report = json.loads(out.read_text())
+    one, two = {"ssd": "ideal", "n_ssd": 1}, {"ssd": "ideal", "n_ssd": 2}
+    assert report["config"]["emulations"] == [one, two]
+    assert [(r["data_path"], r["emulation"]) for r in report["runs"]] == [
+        ("gids", None), ("gids", one), ("gids", two), ("nvme", None), ("nvme", one),
+        ("nvme", two), ("memory", None)]
+    assert all(s["valid"] for run in report["runs"] for s in run["searches"])
+
+    # cc: the default drive counts are 1 and 4.
+    status = cli_main(["cc", "--graph", str(graph_path), "--data-path", "nvme",
+                       "--cache-fractions", "0.5", "--ssd", "ideal",
+                       "--json", str(tmp_path / "cc.json")])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    runs = json.loads((tmp_path / "cc.json").read_text())["runs"]
+    assert [r["emulation"] for r in runs] == [None, {"ssd": "ideal", "n_ssd": 1},
+                                              {"ssd": "ideal", "n_ssd": 4}]
+    assert all(r["valid"] for r in runs) and len({r["n_components"] for r in runs}) == 1
+
+    # --n-ssd alone has no model to emulate, and --ssd nothing to emulate it under.
+    assert cli_main(["cc", "--graph", str(graph_path), "--n-ssd", "2"]) == 2
+    assert "--n-ssd needs --ssd" in capsys.readouterr().err
+    assert cli_main(["bfs", "--graph", str(graph_path), "--data-path", "memory",
+                     "--ssd", "ideal"]) == 2
+    assert "--data-path has neither" in capsys.readouterr().err
+
+
+def test_cli_rejects_bad_ssd_options(capsys):
+    for argv, message in ((["--ssd", "floppy"], "invalid choice: 'floppy'"),
+                          (["--ssd", "ideal", "--n-ssd", "0"], "drive counts must be"),
+                          (["--ssd", "ideal", "--n-ssd", "1,x"], "not a list of drive counts")):
+        for command in ("bfs", "cc"):
+            with pytest.raises(SystemExit) as exc:
+                cli_main([command, "--scale", "4", *argv])
+            assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_cli_registers_on_a_parser():

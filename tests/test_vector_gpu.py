@@ -65,6 +65,13 @@ def runtime():
         yield rt
 
 
+@pytest.fixture(scope="module")
+def nvme_runtime():
+    """A Runtime on the direct NVMe path, with a cache smaller than the l2 index's vectors."""
+    with gids.Runtime("nvme", cache_pages=4, page_size=PAGE) as rt:
+        yield rt
+
+
 def _assert_matches_reference(result, index, queries, k, nprobe):
     want_d, want_i = ivf_search(index, queries, k, nprobe)
     np.testing.assert_array_equal(result.ids, want_i)
@@ -92,12 +99,14 @@ def test_pairwise_plan_is_numpys_summation_order():
 # --- results --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("data_path, nprobes", [("memory", (1, 2, 7)), ("gids", (7,))])
-def test_l2_matches_reference_with_ties(l2, runtime, data_path, nprobes):
+@pytest.mark.parametrize("data_path, nprobes", [("memory", (1, 2, 7)), ("gids", (7,)),
+                                               ("nvme", (7,))])
+def test_l2_matches_reference_with_ties(l2, runtime, nvme_runtime, data_path, nprobes):
     index, data, queries = l2
-    if data_path == "gids":
+    if data_path != "memory":
         queries = queries[:2]     # the two with planted ties: reads through gids are slow here
-    with GPUSearcher(index, data_path, runtime=runtime) as searcher:
+    rt = nvme_runtime if data_path == "nvme" else runtime
+    with GPUSearcher(index, data_path, runtime=rt) as searcher:
         for nprobe in nprobes:
             result = searcher.search(queries, 10, nprobe)
             _assert_matches_reference(result, index, queries, 10, nprobe)
@@ -191,8 +200,23 @@ def test_dimension_mismatch_is_refused_before_any_kernel(l2, monkeypatch):
             searcher.search(queries, 0, 1)
 
 
+def test_nvme_path_reads_through_an_nvme_runtime(l2, runtime):
+    index, _, queries = l2
+    # Its own Runtime (default cache) when given none: NVMe commands to the emulated controller.
+    with GPUSearcher(index, "nvme") as searcher:
+        assert searcher.source.runtime.backend == "nvme"
+        result = searcher.search(queries[2:3], 10, 2)
+        assert searcher.source.runtime.daemon.counters["commands"] == result.ios > 0
+    _assert_matches_reference(result, index, queries[2:3], 10, 2)
+    assert result.data_path == "nvme"
+    # A Runtime of the other backend would measure one path under the other's name.
+    with pytest.raises(ValueError, match="backend='nvme', not 'host'"):
+        GPUSearcher(index, "nvme", runtime=runtime)
+
+
 def test_data_path_registry():
-    assert gpu_search.data_path_names()[:2] == ["gids", "memory"]
+    assert gpu_search.data_path_names()[:3] == ["gids", "memory", "nvme"]
+    assert get_data_path("nvme").backend == "nvme" and get_data_path("memory").backend is None
     assert get_data_path("memory").open is gpu_search._MemorySource
     with pytest.raises(ValueError, match="unknown data path 'spdk'"):
         get_data_path("spdk")
@@ -252,6 +276,50 @@ def test_search_command(tmp_path, capsys):
     assert rows[3, "gids"]["recall"] == rows[3, "memory"]["recall"] == 1.0
     assert rows[1, "gids"]["recall"] == rows[1, "memory"]["recall"]
     assert rows[3, "gids"]["ios"] > 0 and rows[3, "memory"]["hit_rate"] is None
+
+
+def test_search_command_emulated_ssd_rows(tmp_path, capsys):
+    """--ssd / --n-ssd: gids and nvme rows once unemulated and once per drive count."""
+    from workloads.vector.cli import main
+
+    out = tmp_path / "search.json"
+    status = main(["search", "--n", "120", "--dim", "8", "--lists", "3", "--queries", "1",
+                   "--nprobe", "3", "--data-path", "gids,nvme,memory", "--cache-fraction", "0.5",
+                   "--ssd", "ideal", "--n-ssd", "1,2", "--no-faiss", "--json", str(out)])
+    text = capsys.readouterr()
+    assert status == 0, text.err
+    lines = text.out.splitlines()
+    start = [i for i, line in enumerate(lines) if line.startswith("---")][0] + 1
+    cells = [line.split() for line in lines[start:start + 7]]
+    assert [c[1:3] for c in cells] == [["gids", "-"], ["gids", "1"], ["gids", "2"],
+                                       ["nvme", "-"], ["nvme", "1"], ["nvme", "2"],
+                                       ["memory", "-"]]
+    assert "real-time emulation" in text.out
+    report = json.loads(out.read_text())
+    assert report["emulations"] == [{"ssd": "ideal", "n_ssd": 1}, {"ssd": "ideal", "n_ssd": 2}]
+    rows = report["rows"]
+    assert [(r["data_path"], r["emulation"] and r["emulation"]["n_ssd"]) for r in rows] == [
+        ("gids", None), ("gids", 1), ("gids", 2), ("nvme", None), ("nvme", 1), ("nvme", 2),
+        ("memory", None)]
+    assert all(r["emulation"]["ssd"] == "ideal" for r in rows if r["emulation"])
+    # Every list probed: the exact answer on every row, read from storage on the Runtime rows.
+    assert all(r["recall"] == 1.0 for r in rows)
+    assert all(r["ios"] > 0 for r in rows if r["data_path"] != "memory")
+
+    assert main(["search", "--n", "60", "--dim", "8", "--lists", "2", "--n-ssd", "2"]) == 2
+    assert "--n-ssd needs --ssd" in capsys.readouterr().err
+    assert main(["search", "--data-path", "memory", "--ssd", "ideal"]) == 2
+    assert "--data-path has neither" in capsys.readouterr().err
+
+
+def test_search_command_rejects_bad_ssd_options(capsys):
+    from workloads.vector.cli import main
+
+    for argv, message in ((["--ssd", "floppy"], "invalid choice: 'floppy'"),
+                          (["--ssd", "ideal", "--n-ssd", "0"], "drive counts must be")):
+        with pytest.raises(SystemExit) as exc:
+            main(["search", *argv])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_search_command_refuses_queries_of_another_dimension(tmp_path, capsys):

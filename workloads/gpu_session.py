@@ -10,16 +10,20 @@ Stages, in order of priority (default: all, in this order):
   (host daemon and direct NVMe path), hits, QD1 latency, emulation replay, with the ceilings of
   the same run;
 - ``bench``: ``gids bench --quick`` over every data path;
-- ``bfs``: ``gids bfs`` on a Graph500 graph over the data paths and cache sizes;
-- ``search``: ``gids search`` on synthetic vectors over the data paths;
+- ``bfs``: ``gids bfs`` on a Graph500 graph over the data paths and cache sizes, and a smaller
+  graph over gids and the direct NVMe path, unemulated and under real-time emulation of 1 and 4
+  modelled SSDs (``--ssd p5800x --n-ssd 1,4``);
+- ``search``: ``gids search`` on synthetic vectors over the data paths, and a smaller index over
+  gids and the NVMe path, unemulated and emulated the same way;
 - ``stress``: the write path under load (``python -m workloads.stress``): 60 s of 1 M threads
   writing and reading a sparse 16 GiB file through a cache of 1 % of it, then flush, fsync and
   a check of the whole file against the model (table of operations, bytes, evictions,
   write-backs, mismatches).
 
-Each stage runs in its own process with a time limit and writes its log and outputs under
-``OUT/<stage>/``; ``OUT/summary.md`` collects the tail of every log. At the end everything is
-packed into ``OUT/gpu_session.tar.gz`` as well (the device tool returns at most 8 files).
+Each stage runs its commands, one process each, within the stage's time limit and writes their
+log and outputs under ``OUT/<stage>/``; ``OUT/summary.md`` collects the tail of every log. At
+the end everything is packed into ``OUT/gpu_session.tar.gz`` as well (the device tool returns
+at most 8 files).
 Prepare the machine first (numpy < 2.5): see ``../shared/GPU_NOTES.md``.
 """
 import argparse
@@ -29,44 +33,85 @@ import sys
 import tarfile
 import time
 
+GIDS = [sys.executable, "-m", "gids.cli"]
+
+#: Stage name -> (commands, seconds they may take together). A command is an argv list, or
+#: ``(argv, cap)`` where it may take at most ``cap`` of those seconds; each command gets what the
+#: commands before it left of the stage's limit. ``{dir}`` is the stage's output folder.
 STAGES = {
     # 420 s: the write tests (four dtypes, 64 k writers, the stress run at 1/64) add about
     # two minutes, mostly compiling (an estimate: not yet run on a GPU).
-    "tests": ([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-               "tests"], 420),
-    "core": ([sys.executable, "-m", "workloads.microbench", "gpu-suite", "--no-tests",
-              "--out", "{dir}"], 540),
-    "bench": ([sys.executable, "-m", "gids.cli", "bench", "--quick", "--no-progress",
-               "--out", "{dir}"], 570),
-    # Issue 5's setting: a RAM-backed store, caches of 25 % and 100 % of the edges (scale 20
-    # took about 100 s on 2026-11-29 with 4 roots; scale 22 is 4x the graph).
-    "bfs": ([sys.executable, "-m", "gids.cli", "bfs", "--scale", "22", "--roots", "8",
-             "--storage", "memory", "--cache-fractions", "0.25,1.0",
-             "--json", "{dir}/bfs.json"], 480),
-    "search": ([sys.executable, "-m", "gids.cli", "search", "--n", "1000000", "--dim", "128",
-                "--lists", "1024", "--nprobe", "8,16,32,64", "--json", "{dir}/search.json"], 480),
+    "tests": ([[sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                "tests"]], 420),
+    "core": ([[sys.executable, "-m", "workloads.microbench", "gpu-suite", "--no-tests",
+               "--out", "{dir}"]], 540),
+    "bench": ([[*GIDS, "bench", "--quick", "--no-progress", "--out", "{dir}"]], 570),
+    # Two commands in the stage's 480 s. First, issue 5's emulated-SSD table, kept small so that
+    # it surely finishes and leaves the main run most of the time: gids and the NVMe path on a
+    # scale-18 graph (1/4 of the scale-20 graph, whose gids searches took 0.5 s (100 % cache)
+    # and 5.9 s (25 %) on 2026-11-29, so about 1.5 s here), 2 roots, cache 25 %, each path
+    # unemulated and on 1 and 4 emulated P5800X drives: 6 rows of 2 searches, under a minute
+    # with graph generation; the rest is compiling the traversal for both readers. Capped at
+    # 120 s (an estimate: not yet run on a GPU). Then issue 5's setting, as before: a RAM-backed
+    # store, caches of 25 % and 100 % of the edges over the four other data paths (scale 22 is 4x
+    # the scale-20 graph), with at least 360 s.
+    "bfs": ([([*GIDS, "bfs", "--scale", "18", "--roots", "2", "--storage", "memory",
+               "--data-path", "gids,nvme", "--cache-fractions", "0.25",
+               "--ssd", "p5800x", "--n-ssd", "1,4", "--json", "{dir}/bfs_emulated.json"], 120),
+             [*GIDS, "bfs", "--scale", "22", "--roots", "8", "--storage", "memory",
+              "--data-path", "gids,memory,zero_copy,cpu_batch", "--cache-fractions", "0.25,1.0",
+              "--json", "{dir}/bfs.json"]], 480),
+    # The same split. The emulated table: 100 k vectors of dim 128 (51 MB, a tenth of the main
+    # index), 1,000 queries at nprobe 16, gids and the NVMe path each unemulated and on 1 and 4
+    # emulated P5800X drives; k-means, the exact ground truth and 6 searches of about 0.6 M
+    # page reads each fit in the 120 s cap (an estimate). Then the main run with the rest.
+    "search": ([([*GIDS, "search", "--n", "100000", "--dim", "128", "--lists", "256",
+                  "--queries", "1000", "--nprobe", "16", "--data-path", "gids,nvme",
+                  "--ssd", "p5800x", "--n-ssd", "1,4", "--no-faiss",
+                  "--json", "{dir}/search_emulated.json"], 120),
+                [*GIDS, "search", "--n", "1000000", "--dim", "128", "--lists", "1024",
+                 "--nprobe", "8,16,32,64", "--json", "{dir}/search.json"]], 480),
     # The file goes to the temp dir, not under {dir}: 16 GiB must not be sent back.
-    "stress": ([sys.executable, "-m", "workloads.stress", "--seconds", "60", "--file-gib", "16",
-                "--cache-fraction", "0.01", "--json", "{dir}/stress.json"], 480),
+    "stress": ([[sys.executable, "-m", "workloads.stress", "--seconds", "60", "--file-gib", "16",
+                 "--cache-fraction", "0.01", "--json", "{dir}/stress.json"]], 480),
 }
 
 
 def run_stage(name, out_dir):
-    """Run one stage; return (exit code or 'timeout', seconds, log path)."""
-    command, limit = STAGES[name]
+    """Run one stage's commands in order, within its limit, into one log.
+
+    Returns
+    -------
+    tuple
+        (exit code or ``"timeout"``, a comma-separated string of them for a stage of several
+        commands; seconds; log path).
+    """
+    commands, limit = STAGES[name]
     stage_dir = os.path.join(out_dir, name)
     os.makedirs(stage_dir, exist_ok=True)
-    command = [part.replace("{dir}", stage_dir) for part in command]
     log_path = os.path.join(stage_dir, "log.txt")
     start = time.monotonic()
+    codes = []
     with open(log_path, "w") as log:
-        log.write("$ " + " ".join(command) + "\n")
-        log.flush()
-        try:
-            rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=limit,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1")).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
+        for command in commands:
+            command, cap = command if isinstance(command, tuple) else (command, None)
+            command = [part.replace("{dir}", stage_dir) for part in command]
+            left = limit - (time.monotonic() - start)
+            timeout = left if cap is None else min(cap, left)
+            log.write("$ " + " ".join(command) + "\n")
+            log.flush()
+            if timeout <= 0:
+                log.write("(not run: the stage's time is spent)\n")
+                codes.append("not run")
+                continue
+            try:
+                codes.append(subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+                                            timeout=timeout,
+                                            env=dict(os.environ, PYTHONUNBUFFERED="1")).returncode)
+            except subprocess.TimeoutExpired:
+                codes.append("timeout")
+            log.flush()
+    rc = codes[0] if len(codes) == 1 else ", ".join(str(c) for c in codes)
     return rc, time.monotonic() - start, log_path
 
 

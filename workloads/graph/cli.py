@@ -4,9 +4,15 @@
 runs them on their own. Progress goes to stderr; stdout gets one table, with TEPS (BFS) or
 edges/s (CC) per data path and cache size; ``--json OUT`` writes every search.
 
+With ``--ssd PROFILE [--n-ssd 1,4]`` the data paths that read through a gids Runtime (``gids``,
+``nvme``) run once more per drive count under real-time emulation of that SSD array
+(:mod:`workloads.ssd_options`); their rows name the array in the SSDs column, and their JSON
+records carry ``emulation: {"ssd", "n_ssd"}`` (``null`` for the rows without).
+
 Examples::
 
     gids bfs --scale 20 --roots 64 --data-path gids,memory --cache-fractions 1,0.5,0.25,0.1
+    gids bfs --scale 18 --data-path gids,nvme --cache-fractions 0.25 --ssd p5800x --n-ssd 1,4
     gids cc --graph twitter.csr --data-path gids --cache-fractions 0.1 --json cc.json
 """
 from __future__ import annotations
@@ -22,6 +28,8 @@ import tempfile
 
 import numpy as np
 
+from ..ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_cell, emulation_record,
+                           emulations)
 from .bfs import connected_components_reference, sample_bfs_roots
 from .csr_file import GraphFormatError, open_csr
 from .gpu_bfs import DIRECTIONS, ReferenceMismatchError, validate_bfs_result
@@ -35,8 +43,8 @@ DEFAULT_ROOTS = 4 if gids.SIMULATOR else 64
 #: Data paths run by default: every one on a GPU; in the simulator (one Python thread per CUDA
 #: thread) the two of the original comparison.
 DEFAULT_DATA_PATHS = (("gids", "memory") if gids.SIMULATOR
-                      else ("gids", "memory", "zero_copy", "cpu_batch"))
-_DATA_PATH_WHERE = (" in the simulator; gids,memory,zero_copy,cpu_batch on a GPU"
+                      else ("gids", "nvme", "memory", "zero_copy", "cpu_batch"))
+_DATA_PATH_WHERE = (" in the simulator; gids,nvme,memory,zero_copy,cpu_batch on a GPU"
                     if gids.SIMULATOR else "")
 
 
@@ -95,8 +103,8 @@ def add_bfs_arguments(subparsers) -> None:
     for name in ("bfs", "cc"):
         if name == "bfs":
             p = subparsers.add_parser(
-                "bfs", help="Graph500 BFS on the GPU through each data path (gids, memory, "
-                         "zero_copy, cpu_batch); TEPS",
+                "bfs", help="Graph500 BFS on the GPU through each data path (gids, nvme, "
+                         "memory, zero_copy, cpu_batch); TEPS",
                 description="Breadth-first searches from sampled roots, each validated by "
                             "Graph500's five rules; TEPS per data path and cache size.")
         else:
@@ -122,12 +130,15 @@ def add_bfs_arguments(subparsers) -> None:
                             f"{','.join(DEFAULT_DATA_PATHS)}{_DATA_PATH_WHERE})")
         p.add_argument("--cache-fractions", type=_fractions, default=[1.0, 0.5, 0.25, 0.1],
                        metavar="LIST", help="cache sizes over the neighbours array, for data "
-                                            "paths with a cache (default 1,0.5,0.25,0.1)")
+                                            "paths with a cache (gids, nvme; default "
+                                            "1,0.5,0.25,0.1)")
         p.add_argument("--page-size", type=int, default=0,
-                       help="page size of gids and of cpu_batch's reads (default 512 in the "
+                       help="page size of gids, nvme and cpu_batch's reads (default 512 in the "
                             "simulator, else 4096)")
         p.add_argument("--storage", choices=["file", "mmap", "memory"], default="file",
-                       help="how the gids daemon reads the file (default file: pread)")
+                       help="how the gids daemon (and the NVMe controller) reads the file "
+                            "(default file: pread)")
+        add_ssd_arguments(p)
         p.add_argument("--warm-cache", action="store_true",
                        help="keep cached pages between searches (default: each starts cold)")
         p.add_argument("--json", metavar="OUT", help="write every result to this JSON file")
@@ -171,20 +182,36 @@ def _graph_info(graph) -> dict:
             int(graph.n_edges * h.neighbour_dtype.itemsize), "metadata": h.metadata}
 
 
-def _runs(args):
-    """``(data_path, options)`` for every data path and, where it has a cache, every size."""
+def _runs(args, arrays):
+    """``(data_path, options, emulation)`` for every data path and, where it has a cache, every
+    size; a path that reads through a Runtime again under each emulated SSD array of
+    ``arrays`` (after its unemulated runs, so the table shows it both ways)."""
     page_size = args.page_size or (512 if gids.SIMULATOR else 4096)
     for name in args.data_path:
-        if DATA_PATHS[name].cached:
-            for fraction in args.cache_fractions:
-                options = {"cache_fraction": fraction, "page_size": page_size}
-                if name == "gids":
-                    options["storage"] = args.storage
-                yield name, options
+        path = DATA_PATHS[name]
+        if path.cached:
+            for emulation in [None, *arrays] if path.runtime else [None]:
+                for fraction in args.cache_fractions:
+                    options = {"cache_fraction": fraction, "page_size": page_size}
+                    if path.runtime:
+                        options["storage"] = args.storage
+                    if emulation is not None:
+                        options["runtime_options"] = emulation.runtime_options
+                    yield name, options, emulation
         elif name == "cpu_batch" and args.page_size:
-            yield name, {"page_size": args.page_size}
+            yield name, {"page_size": args.page_size}, None
         else:
-            yield name, {}
+            yield name, {}, None
+
+
+def _emulations_or_none(args, command: str):
+    """The emulated SSD arrays asked for, or None after saying why the options are wrong."""
+    try:
+        return emulations(args, any(DATA_PATHS[name].runtime for name in args.data_path))
+    except ValueError as exc:
+        _say(f"gids {command}: {exc}")
+        return None
+
 
 
 def _world() -> str:
@@ -218,7 +245,8 @@ def _write_json(path: str, report: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------- bfs
-def _bfs_run(args, graph, roots, name: str, options: dict) -> tuple[dict, list[str], int]:
+def _bfs_run(args, graph, roots, name: str, options: dict,
+             emulation) -> tuple[dict, list[str], int]:
     """All searches of one data path and cache size: its JSON record, table row, failures."""
     failed = 0
     searches = []
@@ -248,11 +276,13 @@ def _bfs_run(args, graph, roots, name: str, options: dict) -> tuple[dict, list[s
             else None)
     ios = [s["stats"]["ios"] for s in searches if s["stats"] and "ios" in s["stats"]]
     hits = [s["stats"]["hit_rate"] for s in searches if s["stats"] and "hit_rate" in s["stats"]]
-    record = {"data_path": name, "label": label, "options": dict(options), "teps": teps,
+    record = {"data_path": name, "label": label, "options": dict(options),
+              "emulation": emulation_record(emulation), "teps": teps,
               "searches": searches}
     rate = lambda key: _fmt_rate(teps[key] if teps else None)   # noqa: E731
-    row = [name, cache_pct, pages, str(len(searches)), rate("harmonic_mean_TEPS"),
-           rate("min_TEPS"), rate("median_TEPS"), rate("max_TEPS"), f"{np.mean(times):.4f}",
+    row = [name, emulation_cell(record["emulation"]), cache_pct, pages, str(len(searches)),
+           rate("harmonic_mean_TEPS"), rate("min_TEPS"), rate("median_TEPS"), rate("max_TEPS"),
+           f"{np.mean(times):.4f}",
            f"{np.mean(ios):,.0f}" if ios else "-", f"{np.mean(hits):.1%}" if hits else "-",
            "-" if args.validate == "none" else f"{sum(bool(s['valid']) for s in searches)}/"
                                                 f"{len(searches)}"]
@@ -261,6 +291,9 @@ def _bfs_run(args, graph, roots, name: str, options: dict) -> tuple[dict, list[s
 
 def cmd_bfs(args) -> int:
     """Run ``gids bfs``; returns the exit status (0, 1 if a search was invalid, 2 on error)."""
+    arrays = _emulations_or_none(args, "bfs")
+    if arrays is None:
+        return 2
     if gids.SIMULATOR:
         sys.setswitchinterval(1e-4)   # host <-> simulated-kernel handshakes go faster
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -273,11 +306,12 @@ def cmd_bfs(args) -> int:
             report = {"command": "bfs", "world": _world(), "simulator": gids.SIMULATOR,
                       "graph": _graph_info(graph),
                       "config": {"roots": roots.tolist(), "direction": args.direction,
-                                 "validate": args.validate, "warm_cache": args.warm_cache},
+                                 "validate": args.validate, "warm_cache": args.warm_cache,
+                                 "emulations": [e.as_json() for e in arrays]},
                       "runs": []}
             rows, failed = [], 0
-            for name, options in _runs(args):
-                record, row, bad = _bfs_run(args, graph, roots, name, options)
+            for name, options, emulation in _runs(args, arrays):
+                record, row, bad = _bfs_run(args, graph, roots, name, options, emulation)
                 report["runs"].append(record)
                 rows.append(row)
                 failed += bad
@@ -290,8 +324,10 @@ def cmd_bfs(args) -> int:
           f"{info['n_entries']:,} entries ({info['neighbour_bytes']:,} bytes of neighbours); "
           f"{roots.size} roots, {args.direction}, cache {'warm' if args.warm_cache else 'cold'} "
           "at each search")
-    print(_table(["data path", "cache", "pages", "searches", "hmean TEPS", "min TEPS",
+    print(_table(["data path", "SSDs", "cache", "pages", "searches", "hmean TEPS", "min TEPS",
                   "median TEPS", "max TEPS", "mean s", "I/Os/search", "hit rate", "valid"], rows))
+    if arrays:
+        print(EMULATION_NOTE)
     if args.json:
         _write_json(args.json, report)
     if failed:
@@ -301,7 +337,8 @@ def cmd_bfs(args) -> int:
 
 
 # ---------------------------------------------------------------------------------- cc
-def _cc_run(args, graph, expected, name: str, options: dict) -> tuple[dict, list[str], bool]:
+def _cc_run(args, graph, expected, name: str, options: dict,
+            emulation) -> tuple[dict, list[str], bool]:
     """Components through one data path and cache size: JSON record, table row, validity."""
     with open_device_graph(graph, name, cold_cache=not args.warm_cache, **options) as dg:
         r = dg.connected_components()
@@ -323,11 +360,13 @@ def _cc_run(args, graph, expected, name: str, options: dict) -> tuple[dict, list
     _say(f"cc {r.data_path}: {r.seconds:.4f} s, {r.n_components:,} components, "
          f"{r.edges_per_second:.3g} edges/s{verdict}")
     record = {"data_path": name, "label": r.data_path, "options": dict(options),
+              "emulation": emulation_record(emulation),
               "seconds": r.seconds, "n_components": r.n_components,
               "edges_per_second": r.edges_per_second, "valid": valid, "stats": r.stats}
     s = r.stats or {}
-    row = [name, cache_pct, pages, f"{r.seconds:.4f}", _fmt_rate(r.edges_per_second),
-           f"{r.n_components:,}", f"{s['ios']:,}" if "ios" in s else "-",
+    row = [name, emulation_cell(record["emulation"]), cache_pct, pages, f"{r.seconds:.4f}",
+           _fmt_rate(r.edges_per_second), f"{r.n_components:,}",
+           f"{s['ios']:,}" if "ios" in s else "-",
            f"{s['hit_rate']:.1%}" if "hit_rate" in s else "-",
            "-" if valid is None else "yes" if valid else "NO"]
     return record, row, valid
@@ -335,6 +374,9 @@ def _cc_run(args, graph, expected, name: str, options: dict) -> tuple[dict, list
 
 def cmd_cc(args) -> int:
     """Run ``gids cc``; returns the exit status (0, 1 if a result was wrong, 2 on error)."""
+    arrays = _emulations_or_none(args, "cc")
+    if arrays is None:
+        return 2
     if gids.SIMULATOR:
         sys.setswitchinterval(1e-4)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -346,11 +388,12 @@ def cmd_cc(args) -> int:
                 expected = connected_components_reference(graph)
             report = {"command": "cc", "world": _world(), "simulator": gids.SIMULATOR,
                       "graph": _graph_info(graph),
-                      "config": {"validate": args.validate, "warm_cache": args.warm_cache},
+                      "config": {"validate": args.validate, "warm_cache": args.warm_cache,
+                                 "emulations": [e.as_json() for e in arrays]},
                       "runs": []}
             rows, failed = [], 0
-            for name, options in _runs(args):
-                record, row, valid = _cc_run(args, graph, expected, name, options)
+            for name, options, emulation in _runs(args, arrays):
+                record, row, valid = _cc_run(args, graph, expected, name, options, emulation)
                 report["runs"].append(record)
                 rows.append(row)
                 failed += valid is False
@@ -361,8 +404,10 @@ def cmd_cc(args) -> int:
     print(f"gids cc on {_world()}")
     print(f"graph: {info['n_vertices']:,} vertices, {info['n_input_edges']:,} input edges, "
           f"{info['n_entries']:,} entries ({info['neighbour_bytes']:,} bytes of neighbours)")
-    print(_table(["data path", "cache", "pages", "seconds", "edges/s", "components", "I/Os",
+    print(_table(["data path", "SSDs", "cache", "pages", "seconds", "edges/s", "components", "I/Os",
                   "hit rate", "valid"], rows))
+    if arrays:
+        print(EMULATION_NOTE)
     if args.json:
         _write_json(args.json, report)
     if failed:

@@ -388,19 +388,22 @@ def run_bfs(graph_path: str | os.PathLike | CSRGraph, root: int, runtime=None,
         A CSR graph file (``docs/formats.md``), or a graph opened with ``open_csr``.
     root : int
     runtime : gids.Runtime, optional
-        For ``data_path="gids"``: read through this Runtime (its cache size); it stays open.
+        For ``data_path="gids"`` (or ``"nvme"``, with a ``backend="nvme"`` Runtime): read
+        through this Runtime (its cache size); it stays open.
     data_path : str
-        ``"gids"`` (through the page cache), ``"memory"`` (all in GPU memory), or another
+        ``"gids"`` (through the page cache, misses served by the host daemon), ``"nvme"`` (the
+        same over the direct NVMe path), ``"memory"`` (all in GPU memory), or another
         registered path (:func:`~.gpu_graph.register_data_path`).
     cache_fraction : float, optional
-        For ``"gids"`` without ``runtime``: cache size over the neighbours array (default 1).
+        For ``"gids"`` / ``"nvme"`` without ``runtime``: cache size over the neighbours array
+        (default 1).
     direction : {"top-down", "auto"}
     validate : bool
         Check the result by Graph500's five rules (raises ``BFSValidationError``).
     page_size : int, optional
-        For ``"gids"`` without ``runtime``.
+        For ``"gids"`` / ``"nvme"`` without ``runtime``.
     storage : {"file", "mmap", "memory"}
-        For ``"gids"``: how the daemon reads the file.
+        For ``"gids"`` / ``"nvme"``: how the daemon (or NVMe controller) reads the file.
 
     Returns
     -------

@@ -14,6 +14,10 @@ Data paths built in:
     The neighbours section of the graph file opened as a gids ``StorageArray``; entries are read
     with ``gids.read`` through the GPU page cache, misses served by the host daemon (the BaM
     model). ``offsets`` stay in device memory, as in BaM.
+``"nvme"``
+    The same :class:`GidsSource` over a Runtime with ``backend="nvme"``: misses go as NVMe read
+    commands through submission rings to the emulated NVMe controller
+    (:func:`open_nvme_source`).
 ``"memory"``
     The whole neighbours array copied to device memory: the "everything fits on the GPU" ceiling.
 
@@ -53,6 +57,7 @@ from kernels.access import read as gids_read
 from kernels.platform import SIMULATOR, WARP_SIZE
 from kernels.sync import atomic_cas
 
+from ..ssd_options import runtime_emulation
 from .csr_file import CSRGraph, GraphFormatError, open_csr
 
 #: Threads per block. The simulator runs one Python thread per CUDA thread and one block at a
@@ -227,6 +232,10 @@ class DeviceArraySource(NeighbourSource):
 class GidsSource(NeighbourSource):
     """The neighbours section of the graph file, read through a gids Runtime's page cache.
 
+    Serves both Runtime data paths: its :attr:`name` is ``"gids"`` on a host-daemon Runtime and
+    ``"nvme"`` on one with ``backend="nvme"`` (:func:`open_nvme_source`), and its label says
+    which, and which SSD array the Runtime emulates, if any.
+
     Parameters
     ----------
     graph : CSRGraph
@@ -243,7 +252,13 @@ class GidsSource(NeighbourSource):
     storage : {"file", "mmap", "memory"}
         How the Runtime reads the file (``Runtime.open_array``'s ``storage``).
     runtime_options : dict, optional
-        More keyword arguments for a Runtime made here (``daemon_threads``, ``queues``, ...).
+        More keyword arguments for a Runtime made here (``backend``, ``ssd``, ``n_ssd``,
+        ``daemon_threads``, ``queues``, ...).
+
+    Attributes
+    ----------
+    emulation : workloads.ssd_options.Emulation or None
+        The SSD array the Runtime emulates in real time (``ssd=``, ``n_ssd=``).
     """
 
     name = "gids"
@@ -276,8 +291,11 @@ class GidsSource(NeighbourSource):
         data_pages = self.array.n_pages
         self.cache_pages = runtime.cache_slots
         self.cache_fraction = self.cache_pages / data_pages
-        self.label = (f"gids, cache {self.cache_fraction:.0%} ({self.cache_pages} pages of "
-                      f"{runtime.page_size} B)")
+        self.name = _BACKEND_PATHS[runtime.backend]
+        self.emulation = runtime_emulation(runtime)
+        self.label = (f"{_RUNTIME_PATH_TITLES[self.name]}, cache {self.cache_fraction:.0%} "
+                      f"({self.cache_pages} pages of {runtime.page_size} B)"
+                      + (f", emulated {self.emulation.label}" if self.emulation else ""))
         # Taken after the array is open: opening another array may grow the page tables.
         self.arg = self.array.handle
 
@@ -314,16 +332,55 @@ def open_memory_source(graph: CSRGraph) -> DeviceArraySource:
                              "memory (all in GPU memory)")
 
 
+#: Data path name of each Runtime backend, and how tables title it.
+_BACKEND_PATHS = {"host": "gids", "nvme": "nvme"}
+_RUNTIME_PATH_TITLES = {"gids": "gids", "nvme": "gids NVMe path"}
+
+
 def open_gids_source(graph: CSRGraph, *, runtime=None, cache_fraction: float | None = None,
                      page_size: int | None = None, storage: str = "file",
                      runtime_options: dict | None = None) -> NeighbourSource:
     """The ``"gids"`` data path (parameters as :class:`GidsSource`)."""
     if graph.n_edges == 0:
         # A StorageArray needs one element at least, and no kernel reads an edgeless graph.
-        return DeviceArraySource(cuda.to_device(_neighbours_or_dummy(graph)), "gids",
-                                 "gids (edgeless graph: nothing to read)")
+        backend = (runtime.backend if runtime is not None
+                   else (runtime_options or {}).get("backend", "host"))
+        name = _BACKEND_PATHS[backend]
+        return DeviceArraySource(cuda.to_device(_neighbours_or_dummy(graph)), name,
+                                 f"{_RUNTIME_PATH_TITLES[name]} (edgeless graph: nothing to read)")
     return GidsSource(graph, runtime=runtime, cache_fraction=cache_fraction, page_size=page_size,
                       storage=storage, runtime_options=runtime_options)
+
+
+def open_nvme_source(graph: CSRGraph, *, runtime=None, cache_fraction: float | None = None,
+                     page_size: int | None = None, storage: str = "file",
+                     runtime_options: dict | None = None) -> NeighbourSource:
+    """The ``"nvme"`` data path: :class:`GidsSource` over a Runtime with ``backend="nvme"``.
+
+    Parameters as :class:`GidsSource`; a Runtime made here gets ``backend="nvme"`` added to
+    ``runtime_options``. What the NVMe back end does not do is never asked of it: the traversal
+    only reads (the back end opens arrays read-only), the neighbours section may start at any
+    byte of the file (commands address pages of the array, whatever its offset) and every
+    ``storage`` and page size a Runtime takes works. Its one extra limit, ``queue_depth`` at
+    most 1024, is checked by :class:`gids.Runtime` (``ConfigError``).
+
+    Raises
+    ------
+    ValueError
+        ``runtime`` is not an NVMe Runtime, or ``runtime_options`` names another backend.
+    """
+    if runtime is not None:
+        if runtime.backend != "nvme":
+            raise ValueError(f"the nvme data path reads through a Runtime made with "
+                             f"backend='nvme', not backend={runtime.backend!r} (use the gids "
+                             "data path for that one)")
+    else:
+        runtime_options = dict(runtime_options or {})
+        if runtime_options.setdefault("backend", "nvme") != "nvme":
+            raise ValueError(f"the nvme data path makes its Runtime with backend='nvme', not "
+                             f"{runtime_options['backend']!r}")
+    return open_gids_source(graph, runtime=runtime, cache_fraction=cache_fraction,
+                            page_size=page_size, storage=storage, runtime_options=runtime_options)
 
 
 def _baseline_source(graph: CSRGraph):
@@ -561,11 +618,13 @@ def open_cpu_batch_source(graph: CSRGraph, *, page_size: int | None = None,
 
 @dataclass(frozen=True)
 class DataPath:
-    """A registered data path: how to open it, and whether it has a cache to size."""
+    """A registered data path: how to open it, whether it has a cache to size, and whether it
+    reads the graph file through a gids Runtime (``storage``, ``runtime_options``, emulation)."""
 
     name: str
     opener: Callable[..., NeighbourSource]
     cached: bool = False
+    runtime: bool = False
 
 
 #: Data path name -> :class:`DataPath`.
@@ -573,7 +632,7 @@ DATA_PATHS: dict[str, DataPath] = {}
 
 
 def register_data_path(name: str, opener: Callable[..., NeighbourSource], *,
-                       cached: bool = False) -> None:
+                       cached: bool = False, runtime: bool = False) -> None:
     """Make a data path available to :func:`open_device_graph`, ``run_bfs`` and the CLI.
 
     Parameters
@@ -586,11 +645,16 @@ def register_data_path(name: str, opener: Callable[..., NeighbourSource], *,
     cached : bool
         The path takes ``cache_fraction`` (and ``page_size``): the CLI sweeps cache sizes for it,
         and runs it once, with no options, otherwise.
+    runtime : bool
+        The path reads the graph file through a :class:`gids.Runtime` it makes: it takes
+        ``storage`` and ``runtime_options`` too, needs a graph opened from a file, and the CLI
+        runs it under SSD emulation (``--ssd``).
     """
-    DATA_PATHS[name] = DataPath(name, opener, cached)
+    DATA_PATHS[name] = DataPath(name, opener, cached, runtime)
 
 
-register_data_path("gids", open_gids_source, cached=True)
+register_data_path("gids", open_gids_source, cached=True, runtime=True)
+register_data_path("nvme", open_nvme_source, cached=True, runtime=True)
 register_data_path("memory", open_memory_source)
 register_data_path("zero_copy", open_zero_copy_source)
 register_data_path("cpu_batch", open_cpu_batch_source)
@@ -600,8 +664,9 @@ def data_path_options(data_path: str, runtime=None, cache_fraction: float | None
                       page_size: int | None = None, storage: str | None = None) -> dict:
     """The opener options of ``run_bfs`` / ``run_cc``'s arguments, for one data path.
 
-    ``runtime``, ``cache_fraction`` and ``page_size`` go to cached paths only (``gids``, or one
-    registered with ``cached=True``), ``storage`` to ``gids`` only; unset ones are left out.
+    ``runtime``, ``cache_fraction`` and ``page_size`` go to cached paths only (``gids``,
+    ``nvme``, or one registered with ``cached=True``), ``storage`` to the paths that read through
+    a Runtime (``gids``, ``nvme``: ``runtime=True``); unset ones are left out.
 
     Raises
     ------
@@ -613,9 +678,9 @@ def data_path_options(data_path: str, runtime=None, cache_fraction: float | None
     cache = {"runtime": runtime, "cache_fraction": cache_fraction, "page_size": page_size}
     options = {k: v for k, v in cache.items() if v is not None}
     if options and not DATA_PATHS[data_path].cached:
-        raise ValueError(f"{', '.join(options)} apply to data paths with a cache (gids), not "
+        raise ValueError(f"{', '.join(options)} apply to data paths with a cache (gids, nvme), not "
                          f"{data_path!r}")
-    if data_path == "gids" and storage is not None:
+    if DATA_PATHS[data_path].runtime and storage is not None:
         options["storage"] = storage
     return options
 
@@ -727,14 +792,16 @@ def open_device_graph(graph: CSRGraph | str | os.PathLike, data_path: str = "gid
     graph : CSRGraph, str or os.PathLike
         An open graph, or a CSR file path (opened with :func:`~.csr_file.open_csr`).
     data_path : str
-        A name in :data:`DATA_PATHS`: ``"gids"`` or ``"memory"`` built in.
+        A name in :data:`DATA_PATHS`: ``"gids"``, ``"nvme"``, ``"memory"``, ``"zero_copy"`` and
+        ``"cpu_batch"`` built in.
     cold_cache : bool
         Empty the cache before each search.
     verify : bool
         For a path: also check the whole neighbours section (``open_csr(verify=True)``).
     **options
-        For the data path's opener: for ``"gids"``, ``runtime``, ``cache_fraction``,
-        ``page_size``, ``storage``, ``runtime_options`` (see :class:`GidsSource`).
+        For the data path's opener: for ``"gids"`` and ``"nvme"``, ``runtime``,
+        ``cache_fraction``, ``page_size``, ``storage``, ``runtime_options`` (see
+        :class:`GidsSource`; ``runtime_options={"ssd": "p5800x", "n_ssd": 4}`` emulates SSDs).
 
     Returns
     -------
@@ -751,8 +818,10 @@ def open_device_graph(graph: CSRGraph | str | os.PathLike, data_path: str = "gid
         graph = open_csr(graph, verify=verify)
     if data_path not in DATA_PATHS:
         raise ValueError(f"unknown data path {data_path!r}; known: {', '.join(DATA_PATHS)}")
-    if data_path == "gids" and graph.n_edges and (graph.header is None or graph.path is None):
-        raise ValueError("the gids data path reads the graph's file: open it with open_csr")
+    if (DATA_PATHS[data_path].runtime and graph.n_edges
+            and (graph.header is None or graph.path is None)):
+        raise ValueError(f"the {data_path} data path reads the graph's file: open it with "
+                         "open_csr")
     opener = DATA_PATHS[data_path].opener
     try:
         inspect.signature(opener).bind(graph, **options)

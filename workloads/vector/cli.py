@@ -6,6 +6,10 @@ second, pages read per query and the cache hit rate; with faiss installed, also 
 IVF-Flat on the same centroids. Progress goes to stderr, the table to stdout, everything to
 ``--json OUT`` if asked.
 
+With ``--ssd PROFILE [--n-ssd 1,4]`` the data paths that read through a gids Runtime (``gids``,
+``nvme``) run once more per drive count under real-time emulation of that SSD array
+(:mod:`workloads.ssd_options`); the SSDs column and each JSON row's ``emulation`` say which.
+
 Registered as a subcommand of ``gids`` with :func:`add_search_arguments`; also runs alone as
 ``python -m workloads.vector.cli search ...``.
 """
@@ -20,6 +24,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from workloads.ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_cell,
+                                   emulation_record, emulations)
 
 __all__ = ["add_search_arguments", "cmd_search", "main", "sample_queries"]
 
@@ -98,15 +105,19 @@ def add_search_arguments(subparsers) -> argparse.ArgumentParser:
                         "above the number of lists are dropped)")
     s.add_argument("--k", type=int, default=10, help="results per query (default 10)")
     s.add_argument("--data-path", type=_name_list, default=["gids", "memory"],
-                   help="comma-separated data paths: gids, memory, or a baseline of "
-                        "workloads/baselines.py (zero_copy, cpu_batch, ...) (default gids,memory)")
+                   help="comma-separated data paths: gids (host daemon), nvme (gids over the "
+                        "direct NVMe path), memory, or a baseline of workloads/baselines.py "
+                        "(zero_copy, cpu_batch, ...) (default gids,memory)")
     s.add_argument("--cache-fraction", type=_fraction, default=0.25,
-                   help="gids cache size as a fraction of the vectors section (default 0.25)")
+                   help="gids / nvme cache size as a fraction of the vectors section "
+                        "(default 0.25)")
     s.add_argument("--page-size", type=int,
                    help="page size of a built index and of the cache (default 4096; 512 in the "
                         "simulator; for --index, the index's)")
     s.add_argument("--storage", choices=["file", "mmap", "memory"], default="file",
-                   help="how the gids daemon reads the index file (default file: pread)")
+                   help="how the gids daemon (and the NVMe controller) reads the index file "
+                        "(default file: pread)")
+    add_ssd_arguments(s)
     s.add_argument("--probe", choices=["gpu", "host"], default="gpu",
                    help="pick the lists on the GPU (default) or on the host")
     s.add_argument("--threads", type=int, help="threads per block (default 128; 32 in the simulator)")
@@ -242,14 +253,16 @@ def _cell(value, fmt):
 
 def _table(rows, faiss_rows, k_recall, simulator) -> str:
     qps = "QPS (simulator)" if simulator else "QPS"
-    head = ["nprobe", "data path", f"recall@{k_recall}", qps, "pages/query", "cold pages/query",
-            "hit rate"]
+    head = ["nprobe", "data path", "SSDs", f"recall@{k_recall}", qps, "pages/query",
+            "cold pages/query", "hit rate"]
     if faiss_rows is not None:
         head += [f"faiss recall@{k_recall}", "faiss QPS (CPU)"]
     lines = []
     shown = set()
     for row in rows:
-        cells = [str(row["nprobe"]), row["data_path"], f"{row['recall']:.4f}", f"{row['qps']:,.1f}",
+        cells = [str(row["nprobe"]), row["data_path"], emulation_cell(row["emulation"]),
+                 f"{row['recall']:.4f}",
+                 f"{row['qps']:,.1f}",
                  f"{row['pages_per_query']:.2f}", f"{row['list_pages_per_query']:.2f}",
                  _cell(row["hit_rate"], ".1%")]
         if faiss_rows is not None:
@@ -280,7 +293,8 @@ def cmd_search(args) -> int:
              "simulator figures, not GPU ones)" if simulator else "the GPU")
     print(f"gids search: running on {world}")
     try:
-        paths = [get_data_path(name).name for name in args.data_path]
+        paths = [get_data_path(name) for name in args.data_path]
+        arrays = emulations(args, any(path.backend for path in paths))
     except ValueError as exc:
         print(f"gids search: {exc}", file=sys.stderr)
         return 2
@@ -319,43 +333,55 @@ def cmd_search(args) -> int:
               f"{index.metric}, vectors section {index.vectors_nbytes:,} B ({vector_pages:,} pages "
               f"of {page_size} B)")
         print(f"queries: {len(queries):,}{' (skewed)' if args.skewed else ''}, k {k}; "
-              f"gids cache {cache_pages:,} pages ({cache_pages / max(vector_pages, 1):.1%} of the "
-              f"vectors), storage {args.storage}; recall against the exact search")
+              f"gids / nvme cache {cache_pages:,} pages ({cache_pages / max(vector_pages, 1):.1%} "
+              f"of the vectors), storage {args.storage}; recall against the exact search")
 
         _say("exact search for the ground truth")
         truth = ivf_search(index, queries, k_recall, index.n_lists)[1]
 
         rows = []
-        for name in paths:
-            runtime = None
-            if name == "gids":
-                runtime = gids.Runtime(cache_pages=cache_pages, page_size=page_size)
-            try:
-                # A batch path must hold every page one launch reads: give it the whole section.
-                options = {"storage": args.storage} if name == "gids" else {"batch_pages": vector_pages}
-                with GPUSearcher(index, name, runtime=runtime, threads=args.threads, **options) as searcher:
-                    if not simulator:   # the simulator compiles nothing; its warm-up only costs
-                        _say(f"{name}: compiling")
-                        for nprobe in nprobes:
-                            searcher.warmup(k, nprobe)
-                    for done, nprobe in enumerate(nprobes, start=1):
-                        if runtime is not None:
-                            runtime.invalidate()   # each nprobe starts from a cold cache
-                        result = searcher.search(queries, k, nprobe, probe=args.probe)
-                        row = result.summary()
-                        row["recall"] = recall_at_k(result.ids, truth, k_recall)
-                        rows.append(row)
-                        _progress(f"{name} search", done, len(nprobes))
-            finally:
-                if runtime is not None:
-                    runtime.close()
-        rows.sort(key=lambda r: (r["nprobe"], paths.index(r["data_path"])))
+        for path in paths:
+            # A path that reads through a Runtime runs unemulated, then once per emulated array.
+            for emulation in [None, *arrays] if path.backend else [None]:
+                runtime = None
+                if path.backend:
+                    runtime = gids.Runtime(path.backend, cache_pages=cache_pages,
+                                           page_size=page_size,
+                                           **(emulation.runtime_options if emulation else {}))
+                name = path.name if emulation is None else f"{path.name} ({emulation.label})"
+                try:
+                    # A batch path must hold every page one launch reads: give it the whole section.
+                    options = ({"storage": args.storage} if path.backend
+                               else {"batch_pages": vector_pages})
+                    with GPUSearcher(index, path, runtime=runtime, threads=args.threads,
+                                     **options) as searcher:
+                        if not simulator:   # the simulator compiles nothing; its warm-up only costs
+                            _say(f"{name}: compiling")
+                            for nprobe in nprobes:
+                                searcher.warmup(k, nprobe)
+                        for done, nprobe in enumerate(nprobes, start=1):
+                            if runtime is not None:
+                                runtime.invalidate()   # each nprobe starts from a cold cache
+                            result = searcher.search(queries, k, nprobe, probe=args.probe)
+                            row = result.summary()
+                            row["recall"] = recall_at_k(result.ids, truth, k_recall)
+                            row["emulation"] = emulation_record(emulation)
+                            rows.append(row)
+                            _progress(f"{name} search", done, len(nprobes))
+                finally:
+                    if runtime is not None:
+                        runtime.close()
+        # Stable: a path's unemulated row stays before its emulated ones.
+        order = [path.name for path in paths]
+        rows.sort(key=lambda r: (r["nprobe"], order.index(r["data_path"])))
         faiss_rows = None if args.no_faiss else _faiss_rows(index, queries, truth, k, k_recall, nprobes)
 
         print()
         print(_table(rows, faiss_rows, k_recall, simulator))
         print("pages/query: pages read from storage per query (cache misses); cold pages/query: "
               "pages the probed lists occupy (the reads with no cache)")
+        if arrays:
+            print(EMULATION_NOTE)
         if args.json:
             report = {
                 "world": "simulator" if simulator else "gpu",
@@ -367,6 +393,7 @@ def cmd_search(args) -> int:
                 "queries": len(queries), "skewed": bool(args.skewed), "k": k,
                 "recall_at": k_recall, "cache_pages": cache_pages, "page_size": page_size,
                 "cache_fraction": args.cache_fraction, "storage": args.storage, "probe": args.probe,
+                "emulations": [e.as_json() for e in arrays],
                 "rows": rows,
                 "faiss": None if faiss_rows is None else
                          [dict(nprobe=p, **v) for p, v in sorted(faiss_rows.items())],

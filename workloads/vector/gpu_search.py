@@ -3,11 +3,14 @@
 One search code serves every *data path*. The kernel is made by a factory that closes over a
 small device function, the *reader*, ``read(h, i) -> float32``: element ``i`` (flat index in the
 index's vectors section) of whatever the data path hands the kernel as its first argument ``h``.
-Two are built in:
+Three are built in:
 
 ``"gids"``
     ``h`` is the :class:`~gids.StorageArray` handle of the vectors section, opened from the
     index file; ``read`` is ``gids.read``. Misses are served by the Runtime's host daemon.
+``"nvme"``
+    The same over a Runtime with ``backend="nvme"``: misses go as NVMe read commands to the
+    emulated NVMe controller (the direct NVMe path).
 ``"memory"``
     ``h`` is a plain device array holding the whole vectors section (the "all in GPU memory"
     upper bound); ``read`` is ``h[i]`` (:func:`read_memory`).
@@ -66,6 +69,7 @@ float32 vector): ranking by ``(distance, id)`` needs them in the kernel.
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 import warnings
@@ -493,23 +497,35 @@ class DataPath:
         not know are ignored.
     description : str
         One line for the CLI's help.
+    backend : str or None
+        The :class:`gids.Runtime` backend the path reads through (``"host"``, ``"nvme"``), or
+        None for a path without a Runtime. A caller that makes the Runtime itself (to size its
+        cache, to emulate SSDs) makes it with this backend.
     """
 
     name: str
     open: Callable[..., VectorSource]
     description: str = ""
+    backend: Optional[str] = None
 
 
 _OPENED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # Runtime -> {section: StorageArray}
 
 
 class _GidsSource(VectorSource):
+    """The vectors section through a Runtime of ``backend`` (the ``gids`` and ``nvme`` paths)."""
+
     reader = staticmethod(_read_gids)
 
-    def __init__(self, index, runtime=None, storage="file", **_):
+    def __init__(self, index, runtime=None, storage="file", backend="host", **_):
+        if runtime is not None and runtime.backend != backend:
+            # The result rows are named after the data path: a Runtime of the other backend
+            # would measure one path under the other's name.
+            raise ValueError(f"the {_BACKEND_PATHS[backend]} data path reads through a Runtime "
+                             f"with backend={backend!r}, not {runtime.backend!r}")
         self._own = runtime is None
         if runtime is None:
-            runtime = gids.Runtime(page_size=min(index.page_size, 64 << 10))
+            runtime = gids.Runtime(backend, page_size=min(index.page_size, 64 << 10))
         if index.page_size % runtime.page_size:
             warnings.warn(
                 f"the runtime's page size {runtime.page_size} does not divide the index's "
@@ -649,9 +665,17 @@ def get_data_path(name) -> DataPath:
                     cls.description)
 
 
+#: Data path name of each Runtime backend.
+_BACKEND_PATHS = {"host": "gids", "nvme": "nvme"}
+
 register_data_path(DataPath("gids", _GidsSource,
-                            "vectors read from the index file through the gids page cache"))
+                            "vectors read from the index file through the gids page cache",
+                            backend="host"))
 register_data_path(DataPath("memory", _MemorySource, "all vectors in GPU memory (the upper bound)"))
+# After "memory": the names' order is the CLI's and the tests' (gids, memory first).
+register_data_path(DataPath("nvme", functools.partial(_GidsSource, backend="nvme"),
+                            "the gids page cache over the direct NVMe path (emulated controller)",
+                            backend="nvme"))
 
 
 # ------------------------------------------------------------------ host driver
@@ -731,12 +755,13 @@ class GPUSearcher:
     index : IVFIndex
         From :func:`~workloads.vector.ivf.open_ivf` or ``build_ivf``.
     data_path : str or DataPath
-        ``"gids"`` (default), ``"memory"``, any registered with :func:`register_data_path`, or
-        a path of ``workloads.baselines`` (``"zero_copy"``, ``"cpu_batch"`` ...).
+        ``"gids"`` (default), ``"nvme"``, ``"memory"``, any registered with
+        :func:`register_data_path`, or a path of ``workloads.baselines`` (``"zero_copy"``,
+        ``"cpu_batch"`` ...).
     runtime : gids.Runtime, optional
-        For ``"gids"``: the Runtime to read through (its page size should divide the index's).
-        Default: a new one with the index's page size and the default cache size, closed with
-        the searcher.
+        For ``"gids"`` (``"nvme"``): the Runtime to read through, with ``backend="host"``
+        (``"nvme"``; its page size should divide the index's). Default: a new one with the
+        index's page size and the default cache size, closed with the searcher.
     threads : int, optional
         Threads per block: a power of two, a multiple of the warp size. Default 128 on a GPU,
         32 in the simulator.
@@ -926,8 +951,9 @@ def search(index, queries, k: int, nprobe: int, runtime=None, data_path="gids", 
     k : int
     nprobe : int
     runtime : gids.Runtime, optional
-        For ``data_path="gids"`` (default: a temporary one with the index's page size).
-    data_path : {"gids", "memory"} or a registered name
+        For ``data_path="gids"`` or ``"nvme"`` (default: a temporary one of that path's backend
+        with the index's page size).
+    data_path : {"gids", "nvme", "memory"} or a registered name
     probe : {"gpu", "host"}
     threads : int, optional
     **options
