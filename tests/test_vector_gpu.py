@@ -271,6 +271,7 @@ def test_search_command(tmp_path, capsys):
     assert "nprobe [8] dropped" in text.err
     report = json.loads(out.read_text())
     assert report["simulator"] is True and report["faiss"] is None
+    assert report["recall_queries"] == 2   # the simulator's default: every query
     rows = {(r["nprobe"], r["data_path"]): r for r in report["rows"]}
     assert set(rows) == {(1, "gids"), (1, "memory"), (3, "gids"), (3, "memory")}
     assert rows[3, "gids"]["recall"] == rows[3, "memory"]["recall"] == 1.0
@@ -310,6 +311,24 @@ def test_search_command_emulated_ssd_rows(tmp_path, capsys):
     assert "--n-ssd needs --ssd" in capsys.readouterr().err
     assert main(["search", "--data-path", "memory", "--ssd", "ideal"]) == 2
     assert "--data-path has neither" in capsys.readouterr().err
+
+
+def test_search_command_measures_recall_over_the_first_queries(tmp_path, capsys):
+    """--recall-queries N: the ground truth (the host's exact search) for the first N only."""
+    from workloads.vector.cli import main
+
+    out = tmp_path / "search.json"
+    status = main(["search", "--n", "120", "--dim", "8", "--lists", "3", "--queries", "5",
+                   "--recall-queries", "2", "--nprobe", "3", "--data-path", "memory",
+                   "--no-faiss", "--json", str(out)])
+    text = capsys.readouterr()
+    assert status == 0, text.err
+    assert "recall@10 over the first 2 queries" in text.out
+    report = json.loads(out.read_text())
+    assert report["queries"] == 5 and report["recall_queries"] == 2
+    assert report["rows"][0]["recall"] == 1.0 and report["rows"][0]["n_queries"] == 5
+    assert main(["search", "--recall-queries", "-1"]) == 2
+    assert "--recall-queries must be >= 0" in capsys.readouterr().err
 
 
 def test_search_command_rejects_bad_ssd_options(capsys):
