@@ -38,7 +38,7 @@ from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, chec
                            try_pin, unpin, warp_copy_out, warp_copy_page)
 from kernels.backend import io_submit, io_wait
 from kernels.queue import (expired, lowest_lane, queue_of_warp, release_entry, staging_word,
-                           submit, take_tickets, wait_completion)
+                           submit, take_tickets, wait_completion, wait_turn)
 from kernels.sync import atomic_add, atomic_cas, ld_relaxed_gpu, now_ns
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
 
@@ -132,10 +132,20 @@ def _write_back(h, mask, q, victim, slot, deadline):
         array_id = array_of_page(h, victim)
         vpage = victim - h.page_bases[array_id]
     ticket = take_tickets(h, q, mask, want)
+    # The ticket's staging page is ours only once the entry's previous ticket is done with it
+    # (its page copied out, or its write taken): wait for the entry's turn *before* copying into
+    # it. Copying first overwrote pages still in flight (a read's data landing on the victim's
+    # bytes, or the victim's on the read's), so write-backs stored wrong bytes with shallow
+    # queues. A warp's tickets are consecutive and depth >= warp size: no lane waits on another.
+    ready = False
+    if ticket >= 0:
+        ready = wait_turn(h, q, ticket, deadline)
+        if not ready:
+            record_error_of(h, array_id, L.ERR_TIMEOUT_QUEUE, vpage, ticket)
     # The evicting lanes fenced after winning their victims (claim_slot); the barrier orders
     # that before every lane's share of the copy (shuffles and ballots do not order memory).
     syncwarp(mask)
-    to_copy = ballot_sync(mask, ticket >= 0)
+    to_copy = ballot_sync(mask, ready)
     while to_copy != 0:
         src_lane = lowest_lane(to_copy)
         src_slot = shfl_sync(mask, slot, src_lane)
@@ -146,7 +156,8 @@ def _write_back(h, mask, q, victim, slot, deadline):
     cuda.threadfence_system()
     syncwarp(mask)
     ok = False
-    if ticket >= 0:
+    if ready:
+        # Its turn is already here: submit only checks it again.
         if not submit(h, q, ticket, array_id, vpage, L.OP_WRITE, deadline):
             record_error_of(h, array_id, L.ERR_TIMEOUT_QUEUE, vpage, ticket)
         else:

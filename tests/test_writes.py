@@ -93,6 +93,31 @@ def test_read_your_own_writes_in_one_kernel():
     np.testing.assert_array_equal(data, expected)   # closing flushed into the numpy array
 
 
+def test_write_backs_wait_for_their_staging_page(tmp_path):
+    """64 threads over one queue of 2 entries and a cache of 4 pages: write-backs and reads
+    queue behind each other for the same few staging pages. A write-back must not copy its
+    page into the staging page before the entry's previous request is done with it (that
+    stored other pages' bytes, or fed a read the victim's, in most runs of this test)."""
+    for seed in range(3):
+        path, raw = _file(tmp_path, 24 + 40 * PAGE, seed=seed)
+        model = raw.copy()
+        view = model[24:].view(np.int64)
+        rng = np.random.default_rng(seed + 10)
+        with gids.Runtime(cache_pages=4, page_size=PAGE, queues=1, queue_depth=2) as rt:
+            a = rt.open_array(path, np.int64, shape=view.size, offset=24, mode="r+")
+            for _ in range(2):
+                idx = rng.choice(view.size, 64, replace=False)
+                vals = rng.integers(-(1 << 40), 1 << 40, 64)
+                out = cuda.device_array(64, np.int64)
+                _write_then_read[2, 32](a.handle, cuda.to_device(idx), cuda.to_device(vals),
+                                        out)
+                rt.sync()
+                np.testing.assert_array_equal(out.copy_to_host(), vals)
+                view[idx] = vals
+            assert rt.stats().writebacks > 0
+        assert path.read_bytes() == model.tobytes(), seed
+
+
 @pytest.mark.parametrize("kind", ["zero_copy", "memory", "mmap"])
 def test_other_stores_take_writes(tmp_path, kind):
     path, raw = _file(tmp_path, 6 * PAGE)
