@@ -93,14 +93,15 @@ SQE_CID_SHIFT = 16
 SQE_NSID_SHIFT = 32
 
 NVME_CQE_WORDS = 2          # 16-byte completion queue entry
-CQE_DW0_DW1 = 0             # command specific, reserved (0 for reads)
+CQE_DW0_DW1 = 0             # command specific, reserved (0 for reads and writes)
 CQE_DW2_DW3 = 1             # bits 0-15 SQHD, 16-31 SQID, 32-47 CID, 48 phase tag, 49-63 status
 CQE_SQID_SHIFT = 16
 CQE_CID_SHIFT = 32
 CQE_PHASE_SHIFT = 48
 CQE_STATUS_SHIFT = 49
 
-NVME_OP_READ = 0x02
+NVME_OP_WRITE = 0x01        # NVM command set: Write (host memory at PRP1 -> the LBAs)
+NVME_OP_READ = 0x02         # NVM command set: Read (the LBAs -> host memory at PRP1)
 NVME_LBA_BYTES = 512        # logical block size of every namespace
 NVME_MAX_DEPTH = 1024       # command slots per queue pair (CIDs are 16 bits: slot + generation)
 
@@ -116,8 +117,10 @@ NVME_SC_INVALID_FIELD = 0x002       # generic: invalid field in command (e.g. un
 NVME_SC_DATA_XFER_ERROR = 0x004     # generic: data transfer error (PRP outside the DMA window)
 NVME_SC_INVALID_NS = 0x00B          # generic: invalid namespace or format
 NVME_SC_LBA_RANGE = 0x080           # generic: LBA out of range
+NVME_SC_WRITE_FAULT = 0x280         # media error (SCT 2): write fault (the store's write failed)
 NVME_SC_READ_ERROR = 0x281          # media error (SCT 2): unrecovered read error
 NVME_SC_SHORT_READ = 0x7C0          # vendor specific (SCT 7): the store returned fewer bytes
+NVME_SC_SHORT_WRITE = 0x7C1         # vendor specific (SCT 7): the store took fewer bytes
 
 # Completion word a CQ drainer leaves for a command's waiter (device memory, one per command
 # slot): bits 0-15 CID, 16-30 NVMe status, bit 40 set once written (0 initially).

@@ -68,9 +68,10 @@ class Runtime:
     ----------
     backend : {"host", "nvme"}
         Who serves misses: ``"host"``, CPU daemon threads reading the stores from request
-        queues; ``"nvme"``, the direct NVMe path: kernels write NVMe read commands into
-        submission rings and ring doorbells, an emulated NVMe controller (host threads) serves
-        them and posts completions by phase tag (``docs/architecture.md``).
+        queues; ``"nvme"``, the direct NVMe path: kernels write NVMe Read commands (and Write
+        commands for dirty pages they evict) into submission rings and ring doorbells, an
+        emulated NVMe controller (host threads) serves them and posts completions by phase tag
+        (``docs/architecture.md``).
     cache_bytes : int, optional
         GPU memory for cached pages; rounded down to whole pages. Default
         ``gids.defaults.get("cache_bytes")``. Alternatively give ``cache_pages``.
@@ -110,8 +111,9 @@ class Runtime:
     :meth:`gather` and :meth:`scatter` do this themselves.
 
     Written pages stay in the GPU cache, marked dirty, until they are evicted (the evicting
-    kernel thread writes them back through the daemon), until :meth:`flush`, or until the
-    Runtime closes. Only :meth:`flush` (and closing, which flushes) makes them durable.
+    kernel thread writes them back through the daemon, or with ``backend="nvme"`` as an NVMe
+    Write command), until :meth:`flush`, or until the Runtime closes. Only :meth:`flush` (and
+    closing, which flushes) makes them durable, whichever the back end.
 
     Use as a context manager: leaving the block flushes (unless an exception is leaving it:
     then dirty pages still in the cache are dropped, see :meth:`close`), stops the daemon and
@@ -374,8 +376,7 @@ class Runtime:
         ------
         FileNotFoundError, ConfigError
             Missing file, file shorter than ``offset + shape``, unsupported dtype, a dtype whose
-            size does not divide the page size, too many arrays, an unknown mode, ``mode="r+"``
-            on a Runtime with ``backend="nvme"`` (reads only).
+            size does not divide the page size, too many arrays, an unknown mode.
         ReadOnlyError
             ``mode="r+"`` on a store that cannot be written (a read-only numpy array, a store
             object made without ``writable=True``, ``storage="memory"``).
@@ -384,11 +385,6 @@ class Runtime:
         if mode not in MODES:
             raise ConfigError(f"gids: mode must be one of {MODES}, got {mode!r}")
         writable = mode == "r+"
-        if writable and self.backend == "nvme":
-            # Write-backs go through the host daemon's queues, which the NVMe back end does
-            # not serve (its controller emulates reads only: NVMe write commands are not built).
-            raise ConfigError("gids: backend='nvme' reads only; open arrays for writing "
-                              "(mode='r+') on a Runtime with backend='host'")
         if writable and storage == "memory" and isinstance(source, (str, os.PathLike)):
             raise ReadOnlyError("gids: storage='memory' loads a copy of the file, which writes "
                                 "would never reach; use storage='file' or 'mmap' with mode='r+'")

@@ -9,8 +9,10 @@ for each:
 2. fetches every SQE from its SQ head up to the tail, in ring order, and decodes it: opcode,
    command id, namespace, starting LBA, block count, PRP1;
 3. executes it: namespace ``n`` is the byte range of the Runtime's array ``n - 1`` (its row of
-   the store table), read in 512-byte logical blocks from the array's store; the data is written
-   to the host address in PRP1 (a DMA into host memory);
+   the store table), in 512-byte logical blocks of the array's store. A Read (02h) reads them
+   from the store and writes the data to the host address in PRP1 (a DMA into host memory); a
+   Write (01h) reads the data at PRP1 (a DMA from host memory: the bounce buffer the GPU copied
+   a dirty page into) and stores it with the host daemon's own ``write_page``;
 4. completes it: a 16-byte CQE at the CQ tail carrying the SQ head, SQ id, command id, status
    and the phase tag of the current pass over the CQ ring (1, then 0, ...), published by one
    release store of the word holding the phase. A CQE is never written over one the host has not
@@ -20,7 +22,10 @@ With an SSD model (``model``) a completion is posted no earlier than the model's
 time, from a min-heap by due time, exactly as the host daemon does (:mod:`host_daemon.daemon`):
 commands then complete out of order, as they do on a drive. ``jitter_us`` adds a random delay
 to each command (a test hook: shuffled completions without a model). With a trace writer each
-command is recorded (store offset, size, queue, fetch time, completion time).
+command is recorded (store offset, size, queue, fetch time, completion time, and the op:
+``OP_READ`` or ``OP_WRITE``, as the host daemon records its requests). The SSD model has no
+write path (``docs/ssd_models.md``), so a Write is timed like a Read of the same size, as the
+host daemon times its write requests.
 
 What a real drive does differently: it DMAs the data straight into GPU memory (BaM maps the
 cache into the drive's reach with GPUDirect/peer-to-peer), and fetches SQEs from and writes
@@ -28,8 +33,8 @@ CQEs to wherever the rings live. Without GPUDirect the host cannot write GPU mem
 thread, so here PRP1 is the bus address of a per-command bounce buffer in mapped host memory
 (the command slot's staging page) and the GPU thread copies it into the cache slot.
 
-Limits (checked; a command outside them completes with an error status): opcode 02h (read)
-only; one cache page per command, LBA-aligned to it (the controller's memory page size, CC.MPS,
+Limits (checked; a command outside them completes with an error status): opcodes 02h (Read)
+and 01h (Write) only; one cache page per command, LBA-aligned to it (the controller's memory page size, CC.MPS,
 is taken as the page size, so PRP1 alone always describes the buffer and PRP2 is 0); PRP1 must
 lie in the DMA window (the staging buffer), as an IOMMU would demand.
 """
@@ -51,6 +56,7 @@ from host_daemon.daemon import (
     _usleep,
     park,
     serve_page,
+    write_page,
 )
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_submit_locked
@@ -69,13 +75,21 @@ C_COMMANDS = 0    # commands completed
 C_ERRORS = 1      # of which with a status other than success
 C_REORDERED = 2   # completions posted before those of commands fetched earlier
 C_CQ_FULL = 3     # times a completion had to wait for CQ space
-N_COUNTERS = 4
+C_WRITES = 4      # Write commands completed (with any status)
+N_COUNTERS = 5
 
 
 @njit(nogil=True, cache=True)
 def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes):
-    """Run one decoded command. Returns (NVMe status, store byte offset, bytes)."""
-    if opcode != L.NVME_OP_READ:
+    """Run one decoded command. Returns (NVMe status, store byte offset, bytes).
+
+    A Read fills the page at PRP1 from the store; a Write stores the page at PRP1 (only the
+    array's own bytes: the tail of its last page is not written). A store that refuses a write
+    (EIO) completes it with Write Fault (280h), one that takes fewer bytes with 7C1h (vendor
+    specific, as the short read's 7C0h); ``kernels.nvme.gids_status`` maps them back to the
+    host path's STATUS_IO_ERROR and STATUS_SHORT_WRITE.
+    """
+    if opcode != L.NVME_OP_READ and opcode != L.NVME_OP_WRITE:
         return L.NVME_SC_INVALID_OPCODE, 0, 0
     if nsid < 1 or nsid > table.shape[0] or table[nsid - 1, T_NBYTES] <= 0:
         return L.NVME_SC_INVALID_NS, 0, 0
@@ -89,6 +103,17 @@ def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes
     if prp1 % 4 != 0 or prp1 < dma_base or prp1 + nbytes > dma_base + dma_bytes:
         return L.NVME_SC_DATA_XFER_ERROR, 0, 0
     offset = table[array_id, T_OFFSET] + start
+    if opcode == L.NVME_OP_WRITE:
+        status = write_page(table, array_id, start // page_size, page_size, prp1)
+        if status == _CRASH:
+            return _CRASH, offset, nbytes
+        if status == L.STATUS_OK:
+            return L.NVME_SC_SUCCESS, offset, nbytes
+        if status == L.STATUS_IO_ERROR:
+            return L.NVME_SC_WRITE_FAULT, offset, nbytes
+        if status == L.STATUS_SHORT_WRITE:
+            return L.NVME_SC_SHORT_WRITE, offset, nbytes
+        return L.NVME_SC_LBA_RANGE, offset, nbytes
     status, source = serve_page(table, array_id, start // page_size, page_size, prp1)
     if status == _CRASH:
         return _CRASH, offset, nbytes
@@ -109,8 +134,10 @@ def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes
 
 
 @njit(nogil=True, cache=True)
-def post_cqe(cq, db, ring, q, qs, cid, status, fetch_order, counters):
-    """Write command ``cid``'s CQE to queue ``q``'s CQ; False if the CQ is full (try later)."""
+def post_cqe(cq, db, ring, q, qs, cid, status, fetch_order, op, counters):
+    """Write command ``cid``'s CQE to queue ``q``'s CQ; False if the CQ is full (try later).
+
+    ``op`` (OP_READ or OP_WRITE) is for the counters only: a CQE does not say."""
     tail = qs[Q_CQ_TAIL]
     pos = tail % ring
     if (pos + 1) % ring == load_acquire(db, 2 * q + L.DB_CQ_HEAD):
@@ -120,16 +147,20 @@ def post_cqe(cq, db, ring, q, qs, cid, status, fetch_order, counters):
     word = (qs[Q_SQ_HEAD] | (q << L.CQE_SQID_SHIFT) | (cid << L.CQE_CID_SHIFT)
             | (phase << L.CQE_PHASE_SHIFT) | (status << L.CQE_STATUS_SHIFT))
     rec = (q * ring + pos) * L.NVME_CQE_WORDS
-    cq[rec + L.CQE_DW0_DW1] = 0
-    store_release(cq, rec + L.CQE_DW2_DW3, word)   # phase tag last: the CQE is complete
-    qs[Q_CQ_TAIL] = tail + 1
+    # Counted before the CQE is published (the release store below orders these first): once a
+    # kernel has seen its completions and returned, the host reads counters that include them.
     counters[C_COMMANDS] += 1
+    if op == L.OP_WRITE:
+        counters[C_WRITES] += 1
     if status != L.NVME_SC_SUCCESS:
         counters[C_ERRORS] += 1
     if fetch_order < qs[Q_LAST_DONE]:
         counters[C_REORDERED] += 1
     else:
         qs[Q_LAST_DONE] = fetch_order
+    cq[rec + L.CQE_DW0_DW1] = 0
+    store_release(cq, rec + L.CQE_DW2_DW3, word)   # phase tag last: the CQE is complete
+    qs[Q_CQ_TAIL] = tail + 1
     return True
 
 
@@ -144,11 +175,12 @@ def _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters, now):
         q = slot // depth
         qs = state[q // n_threads]
         if not post_cqe(cq, db, ring, q, qs, emu.source[slot], emu.status[slot], emu.ticket[slot],
-                        counters):
+                        emu.op[slot], counters):
             emu.size[0] = heap_push(emu.due, emu.entry, emu.size[0], now + 1000, slot)
             break
         if trace.on:
-            _record(trace, q, emu.offset[slot], emu.nbytes[slot], emu.seen[slot], now, L.OP_READ)
+            _record(trace, q, emu.offset[slot], emu.nbytes[slot], emu.seen[slot], now,
+                    emu.op[slot])
         n += 1
     return n
 
@@ -187,6 +219,8 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
                 opcode = cdw0 & 0xFF
                 cid = (cdw0 >> L.SQE_CID_SHIFT) & 0xFFFF
                 nsid = (cdw0 >> L.SQE_NSID_SHIFT) & 0xFFFFFFFF
+                # The op a trace record and the counters name (an invalid opcode: a read).
+                op = L.OP_WRITE if opcode == L.NVME_OP_WRITE else L.OP_READ
                 # ... execute ...
                 seen = _now_ns(clock) if timed else 0
                 status, offset, nbytes = execute(table, opcode, nsid, slba, nlb, prp1, page_size,
@@ -196,6 +230,7 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
                 # ... and complete, now or when the model says.
                 due = 0
                 if emu.on and status == L.NVME_SC_SUCCESS:
+                    # Reads and writes alike: the model has no write path (docs/ssd_models.md).
                     due = model_submit_locked(emu.state, emu.params, seen, offset, nbytes)
                 if jitter_ns > 0:
                     x = rng[0]   # xorshift64
@@ -207,14 +242,13 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
                 slot = q * depth + cid % depth
                 posted = False
                 if not hold or due <= _now_ns(clock):
-                    posted = post_cqe(cq, db, ring, q, qs, cid, status, order, counters)
+                    posted = post_cqe(cq, db, ring, q, qs, cid, status, order, op, counters)
                     if posted and trace.on:
-                        _record(trace, q, offset, nbytes, seen, _now_ns(clock), L.OP_READ)
+                        _record(trace, q, offset, nbytes, seen, _now_ns(clock), op)
                 if not posted:
                     # The heap's fields as the controller uses them: source = CID, ticket =
                     # the command's place in SQ order.
-                    park(emu, slot, max(due, now), status, cid, order, seen, offset, nbytes,
-                         L.OP_READ)
+                    park(emu, slot, max(due, now), status, cid, order, seen, offset, nbytes, op)
                 served[0] += 1
                 progressed = True
         if progressed or emu.size[0] > 0:
@@ -283,7 +317,9 @@ class NvmeController(HostDaemon):
     @property
     def counters(self):
         """Since start: ``commands`` completed, ``errors`` among them, ``reordered`` (posted
-        before a command fetched earlier), ``cq_full`` (waits for CQ space)."""
+        before a command fetched earlier), ``cq_full`` (waits for CQ space), ``writes`` (Write
+        commands completed, with any status; the rest were Reads or invalid)."""
         total = np.sum(self._counters, axis=0)
         return {"commands": int(total[C_COMMANDS]), "errors": int(total[C_ERRORS]),
-                "reordered": int(total[C_REORDERED]), "cq_full": int(total[C_CQ_FULL])}
+                "reordered": int(total[C_REORDERED]), "cq_full": int(total[C_CQ_FULL]),
+                "writes": int(total[C_WRITES])}

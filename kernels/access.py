@@ -8,7 +8,8 @@ pinned its page and used it. In each round:
    once (read, or written and marked DIRTY) and unpinned. A leader whose page another thread is
    loading keeps a reference while it waits, so the page stays until it has been used;
 2. leaders that won a miss claim a cache slot. A slot whose page is dirty is first written back:
-   the warp copies it into queue staging pages and sends WRITE requests (:func:`_write_back`);
+   the warp copies it into queue staging pages and sends WRITE requests, to the host daemon or
+   as NVMe Write commands (:func:`_write_back`);
 3. the loaders take queue tickets (one atomic per warp), submit their READ requests, wait for the
    completions (host queues or NVMe rings: :mod:`kernels.backend`), and the whole warp copies
    each page that arrived into its slot, 16 contiguous bytes a lane per load (:func:`_fetch`);
@@ -38,7 +39,7 @@ from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, chec
                            try_pin, unpin, warp_copy_out, warp_copy_page)
 from kernels.backend import io_submit, io_wait
 from kernels.queue import (expired, lowest_lane, queue_of_warp, release_entry, staging_word,
-                           submit, take_tickets, wait_completion)
+                           take_tickets, wait_turn)
 from kernels.sync import atomic_add, atomic_cas, ld_relaxed_gpu, now_ns
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
 
@@ -122,8 +123,11 @@ def _write_back(h, mask, q, victim, slot, deadline):
     back to its store (collective). Returns True once the store has the bytes.
 
     The whole warp copies each victim's slot into the staging page of the lane's ticket; every
-    lane fences (system scope) so that the host sees the bytes before the request. An error (the
-    store refused the page, or a timeout) is recorded against the victim's own array and page.
+    lane fences (system scope) so that the host sees the bytes before the request. The request
+    is the back end's (:mod:`kernels.backend`): an ``OP_WRITE`` record to the host daemon, or an
+    NVMe Write command whose PRP1 is that staging page (the command slot's bounce buffer). An
+    error (the store refused the page, or a timeout) is recorded against the victim's own array
+    and page.
     """
     want = victim >= 0
     array_id = 0
@@ -132,10 +136,20 @@ def _write_back(h, mask, q, victim, slot, deadline):
         array_id = array_of_page(h, victim)
         vpage = victim - h.page_bases[array_id]
     ticket = take_tickets(h, q, mask, want)
+    # The ticket's staging page is ours only once the entry's previous ticket is done with it
+    # (its page copied out, or its write taken): wait for the entry's turn *before* copying into
+    # it. Copying first overwrote pages still in flight (a read's data landing on the victim's
+    # bytes, or the victim's on the read's), so write-backs stored wrong bytes with shallow
+    # queues. A warp's tickets are consecutive and depth >= warp size: no lane waits on another.
+    ready = False
+    if ticket >= 0:
+        ready = wait_turn(h, q, ticket, deadline)
+        if not ready:
+            record_error_of(h, array_id, L.ERR_TIMEOUT_QUEUE, vpage, ticket)
     # The evicting lanes fenced after winning their victims (claim_slot); the barrier orders
     # that before every lane's share of the copy (shuffles and ballots do not order memory).
     syncwarp(mask)
-    to_copy = ballot_sync(mask, ticket >= 0)
+    to_copy = ballot_sync(mask, ready)
     while to_copy != 0:
         src_lane = lowest_lane(to_copy)
         src_slot = shfl_sync(mask, slot, src_lane)
@@ -143,21 +157,28 @@ def _write_back(h, mask, q, victim, slot, deadline):
         warp_copy_out(mask, h.cache_words, src_slot * h.page_words, h.staging, dst_word,
                       h.page_words)
         to_copy &= to_copy - 1
+    # Every lane's share of the copies reaches host memory before any lane publishes a request
+    # (the SQ record's sequence word, or the NVMe SQE's mark that the doorbell then covers):
+    # the fence orders this lane's stores, the barrier orders all lanes' fences before the
+    # submitting lanes' release stores.
     cuda.threadfence_system()
     syncwarp(mask)
-    ok = False
-    if ticket >= 0:
-        if not submit(h, q, ticket, array_id, vpage, L.OP_WRITE, deadline):
+    submitted = False
+    if ready:
+        # Its turn is already here: submit only checks it again (and, for NVMe, SQ space).
+        submitted = io_submit(h, q, ticket, array_id, vpage, L.OP_WRITE, deadline)
+        if not submitted:
             record_error_of(h, array_id, L.ERR_TIMEOUT_QUEUE, vpage, ticket)
+    completed, status, _ = io_wait(h, mask, laneid(), q, ticket, submitted, deadline)
+    ok = False
+    if submitted:
+        if not completed:
+            record_error_of(h, array_id, L.ERR_TIMEOUT_IO, vpage, ticket)
         else:
-            completed, status, _ = wait_completion(h, q, ticket, deadline)
-            if not completed:
-                record_error_of(h, array_id, L.ERR_TIMEOUT_IO, vpage, ticket)
-            else:
-                release_entry(h, q, ticket)
-                ok = status == L.STATUS_OK
-                if not ok:
-                    record_error_of(h, array_id, L.ERR_WRITE_IO, vpage, status)
+            release_entry(h, q, ticket)
+            ok = status == L.STATUS_OK
+            if not ok:
+                record_error_of(h, array_id, L.ERR_WRITE_IO, vpage, status)
     return ok
 
 
@@ -177,7 +198,7 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
     if ticket >= 0:
         # The back end's two steps (host queues or NVMe rings), chosen by the handle's type at
         # compile time: kernels/backend.py.
-        submitted = io_submit(h, q, ticket, page, deadline)
+        submitted = io_submit(h, q, ticket, h.array_id, page, L.OP_READ, deadline)
         if not submitted:
             record_error(h, L.ERR_TIMEOUT_QUEUE, page, ticket)
     completed, status, source = io_wait(h, mask, lane, q, ticket, submitted, deadline)

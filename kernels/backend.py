@@ -1,29 +1,34 @@
-"""The back end's step of ``gids.read``: submit a page request, wait for the warp's completions.
+"""The back end's I/O step of ``gids.read`` and of a dirty page's write-back: submit a page
+request, wait for the warp's completions.
 
-``read`` (kernels/access.py) is the same for every back end: pin, claim a slot, take tickets,
-copy, publish. Only the I/O step differs, and the handle's type says which it is:
+``read`` (kernels/access.py) is the same for every back end: pin, claim a slot (writing back a
+dirty victim), take tickets, copy, publish. Only the I/O step differs, and the handle's type says
+which it is:
 
-- :class:`~kernels.handle.ArrayHandle`: the host daemon's request queues (:mod:`kernels.queue`);
-- :class:`~kernels.handle.NvmeHandle`: NVMe submission/completion rings (:mod:`kernels.nvme`).
+- :class:`~kernels.handle.ArrayHandle`: the host daemon's request queues (:mod:`kernels.queue`),
+  a record with ``OP_READ`` or ``OP_WRITE``;
+- :class:`~kernels.handle.NvmeHandle`: NVMe submission/completion rings (:mod:`kernels.nvme`),
+  a Read (02h) or Write (01h) command.
 
 On the GPU the choice is made at compile time (``numba.cuda.extending.overload`` on the handle's
 type), so a kernel over the host back end contains no NVMe code and pays nothing for it. The
 simulator runs Python, so there it is an ``isinstance``.
 
-``io_submit(h, q, ticket, page, deadline) -> bool`` (per lane; False on timeout) and
+``io_submit(h, q, ticket, array_id, page, op, deadline) -> bool`` (per lane; False on timeout):
+page ``page`` of array ``array_id``, ``op`` = ``OP_READ`` (into the ticket's staging page) or
+``OP_WRITE`` (from it: the caller has copied the page there and fenced at system scope).
 ``io_wait(h, mask, lane, q, ticket, submitted, deadline) -> (completed, status, source)``
 (collective over ``mask``; ``status`` a gids STATUS_* code, ``source`` as in the host CQ record).
 """
-from gids import layout as L
 from kernels import nvme, queue
 from kernels.handle import NvmeHandle
 from kernels.platform import SIMULATOR
 
 if SIMULATOR:
-    def io_submit(h, q, ticket, page, deadline):
+    def io_submit(h, q, ticket, array_id, page, op, deadline):
         if isinstance(h, NvmeHandle):
-            return nvme.submit(h, q, ticket, page, deadline)
-        return queue.submit(h, q, ticket, h.array_id, page, L.OP_READ, deadline)
+            return nvme.submit(h, q, ticket, array_id, page, nvme.opcode_of(op), deadline)
+        return queue.submit(h, q, ticket, array_id, page, op, deadline)
 
     def io_wait(h, mask, lane, q, ticket, submitted, deadline):
         if isinstance(h, NvmeHandle):
@@ -34,7 +39,7 @@ else:
     from numba import cuda
     from numba.cuda.extending import overload
 
-    def io_submit(h, q, ticket, page, deadline):
+    def io_submit(h, q, ticket, array_id, page, op, deadline):
         raise NotImplementedError("device function: call it from a kernel")
 
     def io_wait(h, mask, lane, q, ticket, submitted, deadline):
@@ -44,13 +49,14 @@ else:
         return getattr(h, "instance_class", None) is NvmeHandle
 
     @cuda.jit(device=True)
-    def _host_submit(h, q, ticket, page, deadline):
-        return queue.submit(h, q, ticket, h.array_id, page, L.OP_READ, deadline)
+    def _nvme_submit(h, q, ticket, array_id, page, op, deadline):
+        return nvme.submit(h, q, ticket, array_id, page, nvme.opcode_of(op), deadline)
 
     @overload(io_submit, target="cuda")
-    def _io_submit(h, q, ticket, page, deadline):
-        step = nvme.submit if _is_nvme(h) else _host_submit
-        return lambda h, q, ticket, page, deadline: step(h, q, ticket, page, deadline)
+    def _io_submit(h, q, ticket, array_id, page, op, deadline):
+        step = _nvme_submit if _is_nvme(h) else queue.submit
+        return lambda h, q, ticket, array_id, page, op, deadline: step(
+            h, q, ticket, array_id, page, op, deadline)
 
     @overload(io_wait, target="cuda")
     def _io_wait(h, mask, lane, q, ticket, submitted, deadline):

@@ -1,7 +1,10 @@
 """Device side of the direct NVMe path (``Runtime(backend="nvme")``): the driver a GPU thread runs.
 
-A kernel thread that misses builds a real NVMe read command and talks to the controller the way
-a BaM-style driver talks to a drive: through submission and completion rings and doorbells.
+A kernel thread that misses builds a real NVMe Read command (opcode 02h), and a thread that
+evicts a dirty page a real NVMe Write command (opcode 01h); it talks to the controller the way a
+BaM-style driver talks to a drive: through submission and completion rings and doorbells. Reads
+and writes are the same steps below, with the same rings, slots and command ids; only the
+opcode and the direction of the bounce buffer's data differ.
 
 Queue pair ``q`` has an SQ ring and a CQ ring of ``nv_ring = depth + 1`` entries each (a ring
 holds at most size - 1 entries, so ``depth`` commands fit in flight), and two doorbells. Its
@@ -15,9 +18,11 @@ target) and a completion word. One command, ticket ``t`` of queue ``q``:
    id is never reused while in flight and a stale completion never matches a new command.
 2. **SQE.** SQ entry ``t % nv_ring`` is free once the controller has fetched its previous
    command: the SQ head, learned from the CQEs' SQHD field, says so (the slot's turn implies
-   it; it is checked all the same). The thread writes the 64-byte command (opcode 02h, CID,
-   NSID = array id + 1, SLBA, NLB, PRP1 = its bounce buffer's bus address) and marks the entry
-   filled (``nv_mark = t + 1``, release).
+   it; it is checked all the same). The thread writes the 64-byte command (opcode 02h or 01h,
+   CID, NSID = array id + 1, SLBA, NLB, PRP1 = its bounce buffer's bus address) and marks the
+   entry filled (``nv_mark = t + 1``, release). For a Write the warp has already copied the
+   dirty page into the bounce buffer and fenced at system scope (``kernels.access._write_back``),
+   so the controller, which reads the buffer after the doorbell, sees the page's bytes.
 3. **Doorbell.** The SQ tail doorbell may only move over a contiguous run of filled entries (the
    controller fetches everything below it). Whoever takes the queue's tail try-lock moves the
    tail over the filled run and writes the doorbell; a thread whose entry the tail has not yet
@@ -115,8 +120,22 @@ def drain_cq(h, q):
 
 
 @cuda.jit(device=True)
-def submit(h, q, ticket, page, deadline):
-    """Steps 1 and 2: take the ticket's command slot and write its SQE. False on timeout."""
+def opcode_of(op):
+    """The NVMe opcode of a gids request op: OP_WRITE -> Write (01h), OP_READ -> Read (02h)."""
+    if op == L.OP_WRITE:
+        return L.NVME_OP_WRITE
+    return L.NVME_OP_READ
+
+
+@cuda.jit(device=True)
+def submit(h, q, ticket, array_id, page, opcode, deadline):
+    """Steps 1 and 2: take the ticket's command slot and write its SQE. False on timeout.
+
+    ``opcode`` is ``NVME_OP_READ`` (the controller fills the slot's bounce buffer with page
+    ``page`` of array ``array_id``) or ``NVME_OP_WRITE`` (the caller has put the page in the
+    bounce buffer and made it visible to the host; the controller stores it). The namespace is
+    ``array_id + 1``: a write-back names its victim's array, which need not be the handle's.
+    """
     if not wait_turn(h, q, ticket, deadline):
         return False
     ring = h.nv_ring
@@ -133,8 +152,8 @@ def submit(h, q, ticket, page, deadline):
     page_bytes = h.page_words * 8
     blocks = page_bytes // L.NVME_LBA_BYTES
     sqe = (q * ring + ticket % ring) * L.NVME_SQE_WORDS
-    cdw0 = L.NVME_OP_READ | (command_id(h, ticket) << L.SQE_CID_SHIFT)
-    h.nv_sq[sqe + L.SQE_CDW0_NSID] = cdw0 | ((h.array_id + 1) << L.SQE_NSID_SHIFT)
+    cdw0 = opcode | (command_id(h, ticket) << L.SQE_CID_SHIFT)
+    h.nv_sq[sqe + L.SQE_CDW0_NSID] = cdw0 | ((array_id + 1) << L.SQE_NSID_SHIFT)
     h.nv_sq[sqe + 1] = 0
     h.nv_sq[sqe + L.SQE_MPTR] = 0
     h.nv_sq[sqe + L.SQE_PRP1] = h.nv_prp_base + slot * page_bytes
@@ -180,8 +199,10 @@ def gids_status(nvme_status):
         return L.STATUS_OK
     if nvme_status == L.NVME_SC_SHORT_READ:
         return L.STATUS_SHORT_READ
-    if nvme_status == L.NVME_SC_READ_ERROR:
+    if nvme_status == L.NVME_SC_READ_ERROR or nvme_status == L.NVME_SC_WRITE_FAULT:
         return L.STATUS_IO_ERROR
+    if nvme_status == L.NVME_SC_SHORT_WRITE:
+        return L.STATUS_SHORT_WRITE
     return L.STATUS_BAD_REQUEST
 
 
@@ -189,8 +210,9 @@ def gids_status(nvme_status):
 def wait_warp(h, mask, lane, q, ticket, submitted, deadline):
     """Collective steps 3 and 4 for the lanes of ``mask``: (completed, status, source) each.
 
-    ``status`` is a gids STATUS_* code; the data is always in the slot's bounce buffer
-    (``source`` = SOURCE_STAGING), where the controller's DMA put it.
+    ``status`` is a gids STATUS_* code; for a Read the data is always in the slot's bounce
+    buffer (``source`` = SOURCE_STAGING), where the controller's DMA put it; for a Write the
+    controller has taken the bounce buffer's bytes once the command completed.
     """
     # The warp's tickets of one queue are consecutive and all written: its highest lane moves
     # the tail over them (and over whatever other warps have written below them).

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import gids
+from gids import layout as L
 
 PAGE = 512
 DATA = np.arange(16 * PAGE // 8, dtype=np.int64)      # 16 pages
@@ -98,27 +99,53 @@ def test_abort_stops_waiting_kernels_promptly():
         assert rt.gather(a, [_element_of(3)])[0] == DATA[_element_of(3)]
 
 
-# --- writes -------------------------------------------------------------------------------
+# --- writes (over the host daemon, and over the NVMe path: a Write command per eviction) ---
+
+BACKENDS = ["host", "nvme"]
+#: What a timeout of an eviction's write-back names, per back end.
+WAITED_FOR = {"host": "daemon to complete", "nvme": "NVMe controller to complete"}
 
 
-def _writable(faults, timeout=2.0, cache_pages=2, **kw):
+def _writable(faults, timeout=2.0, cache_pages=2, backend="host", **kw):
     """A Runtime over a FaultyStore on a fresh copy of DATA (writes land in that copy)."""
     data = DATA.copy()
-    rt = gids.Runtime(cache_pages=cache_pages, page_size=PAGE, timeout=timeout, **kw)
+    rt = gids.Runtime(backend, cache_pages=cache_pages, page_size=PAGE, timeout=timeout, **kw)
     store = gids.FaultyStore(data, page_size=PAGE, faults=faults)
     return rt, rt.open_array(store, np.int64, shape=DATA.shape, mode="r+"), data
 
 
-def test_write_back_eio_on_eviction_names_file_and_page():
-    rt, a, data = _writable({5: "write_eio"})
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_write_back_eio_on_eviction_names_file_and_page(backend, monkeypatch):
+    rt, a, data = _writable({5: "write_eio"}, backend=backend)
     with rt:
         rt.scatter(a, [_element_of(5), _element_of(1)], [-5, -1])
+        # What the failed kernel left in the cache, seen by the recovery's host write-back.
+        left = {}
+        host_write_back = rt._write_back_dirty
+
+        def spy(best_effort=False):
+            gpage = a.page_base + 5
+            left["state"] = int(rt._page_state.copy_to_host()[gpage])
+            slot = int(rt._page_slot.copy_to_host()[gpage])
+            left["value"] = int(rt._cache.copy_to_host().view(np.int64)[slot * PAGE // 8 + 3])
+            left["counters"] = getattr(rt.daemon, "counters", None)
+            return host_write_back(best_effort)
+
+        monkeypatch.setattr(rt, "_write_back_dirty", spy)
         start = time.monotonic()
+        # The NVMe path's Write Fault maps back to the host path's status: the same message.
         with pytest.raises(gids.StorageIOError, match="cannot write page 5 .*faulty memory "
-                           "store.*eviction") as info:
+                           r"store.*\(I/O error\), on eviction") as info:
             rt.gather(a, [_element_of(p) for p in (2, 3, 4)])   # evicts 5 (and 1)
         assert info.value.page == 5
         assert time.monotonic() - start < 30
+        # The kernel lost nothing: the victim is back in its slot, VALID and DIRTY, with its
+        # write (not BUSY: nobody is writing it back any more).
+        valid_dirty = int(L.PAGE_VALID) | int(L.PAGE_DIRTY)
+        assert left["state"] & (valid_dirty | int(L.PAGE_BUSY)) == valid_dirty
+        assert left["value"] == -5
+        if backend == "nvme":   # the refusal was a failed Write command (Write Fault)
+            assert left["counters"]["writes"] >= 1 and left["counters"]["errors"] >= 1
         # The store refused page 5 on the host too: dropped, and the exception says so.
         assert "dropped: page 5" in "".join(getattr(info.value, "__notes__", []))
         assert data[_element_of(1)] == -1                   # page 1 was written back
@@ -136,18 +163,20 @@ def test_write_eio_in_flush_names_the_page_and_keeps_it_dirty():
         assert data[_element_of(2)] == 7 and data[_element_of(3)] == DATA[_element_of(3)]
 
 
-def test_slow_write_back_times_out_and_loses_nothing():
-    rt, a, data = _writable({4: ("write_slow", 3.0)}, timeout=0.5)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_slow_write_back_times_out_and_loses_nothing(backend):
+    rt, a, data = _writable({4: ("write_slow", 3.0)}, timeout=0.5, backend=backend)
     with rt:
         rt.scatter(a, [_element_of(4)], [44])
-        with pytest.raises(gids.GidsTimeoutError, match="daemon to complete"):
+        with pytest.raises(gids.GidsTimeoutError, match=WAITED_FOR[backend]):
             rt.gather(a, [_element_of(p) for p in (1, 2, 3)])
         rt.flush()
         assert data[_element_of(4)] == 44                   # recovery wrote it from the host
 
 
-def test_daemon_dying_on_a_write_back_is_reported():
-    rt, a, data = _writable({6: "write_crash"}, timeout=0.5)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_daemon_dying_on_a_write_back_is_reported(backend):
+    rt, a, data = _writable({6: "write_crash"}, timeout=0.5, backend=backend)
     with rt:
         rt.scatter(a, [_element_of(6)], [66])
         with pytest.raises(gids.DaemonError, match="exited"):
@@ -156,9 +185,10 @@ def test_daemon_dying_on_a_write_back_is_reported():
         assert rt.gather(a, [_element_of(6)])[0] == 66
 
 
-def test_abort_during_a_write_back_loses_nothing():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_abort_during_a_write_back_loses_nothing(backend):
     import threading
-    rt, a, data = _writable({2: ("write_slow", 1.5)}, timeout=60.0)
+    rt, a, data = _writable({2: ("write_slow", 1.5)}, timeout=60.0, backend=backend)
     with rt:
         rt.scatter(a, [_element_of(2)], [22])
         timer = threading.Timer(0.3, rt.abort)

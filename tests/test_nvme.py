@@ -1,7 +1,8 @@
 """The direct NVMe path (``Runtime(backend="nvme")``): the emulated controller on its own, driven
 by hand-written commands, then kernels driving it through the rings in the simulator: ring
 wrap-around and phase flips, full queues, more waiting threads than queue entries, completions
-out of order, SSD-model timing and traces, errors. Every value read is checked against numpy.
+out of order, SSD-model timing and traces, errors, and writes (dirty pages evicted as NVMe Write
+commands). Every value read, and every byte written, is checked against numpy.
 
 The simulator is sequentially consistent: these check the protocol's logic; the ``gpu`` tests
 check it under the GPU's memory model.
@@ -29,7 +30,7 @@ BLOCKS = PAGE // L.NVME_LBA_BYTES
 class _Driver:
     """A host-side stand-in for the kernels' driver: writes SQEs, rings doorbells, reads CQEs."""
 
-    def __init__(self, data, n_queues=2, depth=2, jitter_us=0.0, model=None):
+    def __init__(self, data, n_queues=2, depth=2, jitter_us=0.0, model=None, store=None):
         self.ring = depth + 1
         self.depth = depth
         self.sq = np.zeros(n_queues * self.ring * L.NVME_SQE_WORDS, dtype=np.int64)
@@ -37,7 +38,7 @@ class _Driver:
         self.db = np.zeros(2 * n_queues, dtype=np.int64)
         self.bounce = np.zeros(n_queues * depth * PAGE, dtype=np.uint8)
         self.table = np.zeros((L.MAX_ARRAYS, T_COLUMNS), dtype=np.int64)
-        self.store = gids.MemoryStore(data, zero_copy=False)
+        self.store = gids.MemoryStore(data, zero_copy=False) if store is None else store
         self.table[0] = self.store.table_row(0, data.nbytes)
         self.tail = [0] * n_queues
         self.cq_head = [0] * n_queues
@@ -99,7 +100,7 @@ def test_controller_status_codes():
     data = np.arange(4 * PAGE, dtype=np.uint8)
     d = _Driver(data, depth=8)
     cases = [
-        (dict(opcode=0x01), L.NVME_SC_INVALID_OPCODE),                 # a write: not supported
+        (dict(opcode=0x7F), L.NVME_SC_INVALID_OPCODE),                 # not Read or Write
         (dict(nsid=7), L.NVME_SC_INVALID_NS),                          # no such array
         (dict(nsid=0), L.NVME_SC_INVALID_NS),
         (dict(slba=4 * BLOCKS), L.NVME_SC_LBA_RANGE),                  # past the array's end
@@ -116,6 +117,29 @@ def test_controller_status_codes():
             (c,) = d.reap(0, 1)
             assert (c["cid"], c["status"]) == (cid, want), kw
         assert d.ctrl.counters["errors"] == len(cases) - 1
+
+
+def test_controller_writes_the_bounce_buffer_to_the_store():
+    """Write (01h): the page at PRP1 lands in the store, at the LBA's byte offset; a store that
+    refuses the page completes the command with Write Fault and leaves the store as it was."""
+    data = np.random.default_rng(4).integers(0, 255, 6 * PAGE, dtype=np.uint8)
+    before = data.copy()
+    store = gids.FaultyStore(data, page_size=PAGE, faults={4: "write_eio"})
+    d = _Driver(data, n_queues=1, depth=4, store=store)
+    page = np.arange(PAGE, dtype=np.uint8)[::-1].copy()
+    with d.ctrl:
+        d.bounce[PAGE:2 * PAGE] = page
+        d.submit(0, cid=1, slba=2 * BLOCKS, slot=1, opcode=L.NVME_OP_WRITE)
+        d.submit(0, cid=2, slba=4 * BLOCKS, slot=1, opcode=L.NVME_OP_WRITE)   # refused
+        d.submit(0, cid=3, slba=2 * BLOCKS, slot=2)                           # read it back
+        got = d.reap(0, 3)
+        assert [(c["cid"], c["status"]) for c in got] == [
+            (1, L.NVME_SC_SUCCESS), (2, L.NVME_SC_WRITE_FAULT), (3, L.NVME_SC_SUCCESS)]
+        np.testing.assert_array_equal(data[2 * PAGE:3 * PAGE], page)
+        np.testing.assert_array_equal(d.bounce[2 * PAGE:3 * PAGE], page)
+        np.testing.assert_array_equal(data[4 * PAGE:5 * PAGE], before[4 * PAGE:5 * PAGE])
+        c = d.ctrl.counters
+        assert c["writes"] == 2 and c["errors"] == 1 and c["commands"] == 3
 
 
 def _wait_for(pred, timeout=20.0):
@@ -221,6 +245,54 @@ def test_emulated_ssd_array_and_trace(tmp_path):
     assert ((trace["complete_ns"] - trace["issue_ns"]) >= idle).all()
 
 
+@cuda.jit
+def _write_then_read(h, idx, values, out):
+    """Each thread writes its element, then reads it back in the same kernel."""
+    k = cuda.grid(1)
+    if k < idx.size:
+        gids.write(h, idx[k], values[k])
+        out[k] = gids.read(h, idx[k])
+
+
+def test_dirty_evictions_are_nvme_writes_and_flush_matches_numpy(tmp_path):
+    """A cache of 4 pages over 40: most written pages are evicted dirty, each as an NVMe Write
+    command through wrapping rings (2 queue pairs of 3). A kernel reads its own writes (also
+    after their page was written back and read again), later kernels read them, the trace
+    records the write-backs as writes, and after flush the file equals numpy byte for byte."""
+    offset = 24                     # pages are not file-aligned: every LBA is a file offset + 24
+    raw = random_file(tmp_path / "d.bin", offset + 40 * PAGE, seed=7)
+    model = raw.copy()
+    view = model[offset:].view(np.int64)
+    trace_path = tmp_path / "w.trace"
+    rng = np.random.default_rng(8)
+    with gids.Runtime("nvme", cache_pages=4, page_size=PAGE, queues=2, queue_depth=3,
+                      trace=trace_path) as rt:
+        a = rt.open_array(tmp_path / "d.bin", np.int64, shape=view.size, offset=offset,
+                          mode="r+")
+        for round_ in range(3):
+            _gather_check(rt, a, view, 48, seed=round_)   # the earlier kernels' writes
+            idx = rng.choice(view.size, 48, replace=False)
+            vals = rng.integers(-(1 << 40), 1 << 40, 48)
+            out = cuda.to_device(np.zeros(48, np.int64))
+            _write_then_read[2, 32](a.handle, cuda.to_device(idx), cuda.to_device(vals), out)
+            rt.sync()
+            np.testing.assert_array_equal(out.copy_to_host(), vals)
+            view[idx] = vals
+        # Two pages written last, with room for both in the cache: still dirty at the flush.
+        rt.scatter(a, [0, view.size - 1], [7, -7])
+        view[[0, view.size - 1]] = [7, -7]
+        s = rt.stats()
+        c = rt.daemon.counters
+        assert s.writebacks > 8 and c["writes"] == s.writebacks
+        assert c["commands"] == s.ios + s.writebacks and c["errors"] == 0
+        assert rt.flush() >= 2
+        assert (tmp_path / "d.bin").read_bytes() == model.tobytes()
+    trace = gids.read_trace(trace_path)
+    writes = trace[trace["op"] == L.OP_WRITE]
+    assert len(writes) == s.writebacks and len(trace) == s.ios + s.writebacks
+    assert ((writes["offset"] - offset) % PAGE == 0).all() and (writes["nbytes"] == PAGE).all()
+
+
 def test_errors_are_named_and_the_runtime_recovers():
     data = np.arange(16 * 64, dtype=np.int64)
     store = gids.FaultyStore(data, page_size=512, faults={5: "eio", 6: "crash"})
@@ -246,19 +318,44 @@ WARP32 = textwrap.dedent('''
         k = cuda.grid(1)
         out[k] = gids.read(h, idx[k])
 
+    @cuda.jit
+    def write_all(h, idx, values):
+        k = cuda.grid(1)
+        gids.write(h, idx[k], values[k])
+
     gids.Runtime._nvme_jitter_us = 2000.0    # completions out of order within a warp
     data = np.random.default_rng(0).integers(0, 1 << 62, 64 * 64, dtype=np.int64)  # 64 pages
+    model = data.copy()
     with gids.Runtime("nvme", cache_pages=32, page_size=512, queues=2, queue_depth=32,
                       timeout=60) as rt:
-        a = rt.open_array(gids.MemoryStore(data), np.int64, shape=data.shape)
+        a = rt.open_array(gids.MemoryStore(data), np.int64, shape=data.shape, mode="r+")
         for seed in range(2):
             idx = np.random.default_rng(seed).integers(0, data.size, 64)
             out = cuda.to_device(np.full(64, -1, np.int64))
             read_all[1, 64](a.handle, cuda.to_device(idx), out)
             rt.sync()
-            assert (out.copy_to_host() == data[idx]).all(), seed
+            assert (out.copy_to_host() == model[idx]).all(), seed
         c = rt.daemon.counters
         assert c["commands"] == rt.stats().ios and c["errors"] == 0, c
+        # Writes: two warps of 32 lanes write one element of each of the 64 pages into a cache
+        # of 32, so the later loads evict the earlier writes' dirty pages: whole warps send
+        # NVMe Writes, then read them back.
+        rng = np.random.default_rng(2)
+        idx = rng.permutation(64) * 64 + rng.integers(0, 64, 64)
+        vals = rng.integers(0, 1 << 62, 64)
+        write_all[1, 64](a.handle, cuda.to_device(idx), cuda.to_device(vals))
+        rt.sync()
+        model[idx] = vals
+        idx = np.concatenate([idx[:32], rng.integers(0, data.size, 32)])
+        out = cuda.to_device(np.full(64, -1, np.int64))
+        read_all[1, 64](a.handle, cuda.to_device(idx), out)
+        rt.sync()
+        assert (out.copy_to_host() == model[idx]).all()
+        s = rt.stats()
+        c = rt.daemon.counters
+        assert s.writebacks > 0 and c["writes"] == s.writebacks and c["errors"] == 0, (c, s)
+        rt.flush()
+        assert (data == model).all()
     print("NVME_WARP32_OK")
 ''')
 

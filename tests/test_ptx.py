@@ -112,6 +112,20 @@ SCRIPT = textwrap.dedent('''
     assert len(loads) >= 1, "no CQ phase load"
     assert any(dst <= ld < src for ld in loads for src, dst in back_edges), "CQ phase load hoisted"
     print("NVME_OK")
+
+    # gids.write over an NvmeHandle: a dirty victim goes out as an NVMe Write command through
+    # the same rings, after the system-scope fence that orders the warp's copy into the bounce
+    # buffer (host memory) before the SQE's mark and the doorbell.
+    nvme_w, _ = cuda.compile_ptx(scatter_kernel.py_func,
+                                 (typeof(hn), types.int64[::1], typeof(a(np.int64))), cc=(9, 0))
+    host_w, _ = cuda.compile_ptx(scatter_kernel.py_func,
+                                 (typeof(fake_handle(np.int64)), types.int64[::1],
+                                  typeof(a(np.int64))), cc=(9, 0))
+    assert "membar.sys" in nvme_w or "fence.sc.sys" in nvme_w
+    assert "atom.global.or.b32" in nvme_w and "st.global.u64" in nvme_w
+    assert nvme_w.count("atom.global.cas") > host_w.count("atom.global.cas"), "no NVMe step"
+    assert nvme_w.count("st.release.sys") > host_w.count("st.release.sys"), "no doorbells"
+    print("NVME_WRITE_OK")
 ''')
 
 
@@ -126,4 +140,5 @@ def test_poll_load_stays_in_the_loop_and_read_compiles():
     assert "POLL_OK" in proc.stdout and "GATHER_OK" in proc.stdout, proc.stderr[-3000:]
     assert "MASKS_OK" in proc.stdout, proc.stderr[-3000:]
     assert "NVME_OK" in proc.stdout, proc.stderr[-3000:]
+    assert "NVME_WRITE_OK" in proc.stdout, proc.stderr[-3000:]
     assert "WRITE_OK" in proc.stdout, proc.stderr[-3000:]
