@@ -1,7 +1,9 @@
 """Helpers shared by the tests (as numba-cuda's own test helper module)."""
 import numpy as np
 import pytest
+from numba import cuda
 
+import gids
 from kernels.platform import SIMULATOR
 
 skip_on_simulator = pytest.mark.skipif(SIMULATOR, reason="not supported in the CUDA simulator")
@@ -73,3 +75,12 @@ def run_with_warp32(body, marker, timeout=600):
     proc = subprocess.run([sys.executable, "-c", WARP32_PREAMBLE + body], cwd=root, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
     assert marker in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+@cuda.jit
+def write_then_read(h, idx, values, out):
+    """Each thread writes its element through gids, then reads it back in the same kernel."""
+    k = cuda.grid(1)
+    if k < idx.size:
+        gids.write(h, idx[k], values[k])
+        out[k] = gids.read(h, idx[k])

@@ -19,7 +19,7 @@ from gids import layout as L
 from host_daemon.nvme_controller import NvmeController
 from host_daemon.ssd_model import SsdModel
 from host_daemon.stores import T_COLUMNS
-from tests.helpers import random_file, run_with_warp32
+from tests.helpers import random_file, run_with_warp32, write_then_read
 
 PAGE = 512
 BLOCKS = PAGE // L.NVME_LBA_BYTES
@@ -245,15 +245,6 @@ def test_emulated_ssd_array_and_trace(tmp_path):
     assert ((trace["complete_ns"] - trace["issue_ns"]) >= idle).all()
 
 
-@cuda.jit
-def _write_then_read(h, idx, values, out):
-    """Each thread writes its element, then reads it back in the same kernel."""
-    k = cuda.grid(1)
-    if k < idx.size:
-        gids.write(h, idx[k], values[k])
-        out[k] = gids.read(h, idx[k])
-
-
 def test_dirty_evictions_are_nvme_writes_and_flush_matches_numpy(tmp_path):
     """A cache of 4 pages over 40: most written pages are evicted dirty, each as an NVMe Write
     command through wrapping rings (2 queue pairs of 3). A kernel reads its own writes (also
@@ -274,7 +265,7 @@ def test_dirty_evictions_are_nvme_writes_and_flush_matches_numpy(tmp_path):
             idx = rng.choice(view.size, 48, replace=False)
             vals = rng.integers(-(1 << 40), 1 << 40, 48)
             out = cuda.to_device(np.zeros(48, np.int64))
-            _write_then_read[2, 32](a.handle, cuda.to_device(idx), cuda.to_device(vals), out)
+            write_then_read[2, 32](a.handle, cuda.to_device(idx), cuda.to_device(vals), out)
             rt.sync()
             np.testing.assert_array_equal(out.copy_to_host(), vals)
             view[idx] = vals

@@ -13,6 +13,7 @@ import pytest
 from numba import cuda
 
 import gids
+from tests.helpers import write_then_read
 
 PAGE = 512
 BACKENDS = ["host", "nvme"]
@@ -23,15 +24,6 @@ def _check_nvme_writes(rt):
     if rt.backend == "nvme":
         c = rt.daemon.counters
         assert c["writes"] == rt.stats().writebacks and c["errors"] == 0, c
-
-
-@cuda.jit
-def _write_then_read(h, idx, values, out):
-    """Each thread writes its element, then reads it back in the same kernel."""
-    k = cuda.grid(1)
-    if k < idx.size:
-        gids.write(h, idx[k], values[k])
-        out[k] = gids.read(h, idx[k])
 
 
 @cuda.jit
@@ -102,7 +94,7 @@ def test_read_your_own_writes_in_one_kernel(backend):
         idx = np.random.default_rng(2).choice(data.size, 48, replace=False)
         vals = np.arange(48, dtype=np.int32) + 1000
         out = cuda.device_array(48, np.int32)
-        _write_then_read[2, 32](a.handle, cuda.to_device(idx), cuda.to_device(vals), out)
+        write_then_read[2, 32](a.handle, cuda.to_device(idx), cuda.to_device(vals), out)
         rt.sync()
         np.testing.assert_array_equal(out.copy_to_host(), vals)
         _check_nvme_writes(rt)
@@ -129,7 +121,7 @@ def test_write_backs_wait_for_their_staging_page(tmp_path, backend):
                 idx = rng.choice(view.size, 64, replace=False)
                 vals = rng.integers(-(1 << 40), 1 << 40, 64)
                 out = cuda.device_array(64, np.int64)
-                _write_then_read[2, 32](a.handle, cuda.to_device(idx), cuda.to_device(vals),
+                write_then_read[2, 32](a.handle, cuda.to_device(idx), cuda.to_device(vals),
                                         out)
                 rt.sync()
                 np.testing.assert_array_equal(out.copy_to_host(), vals)
