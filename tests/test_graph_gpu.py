@@ -74,6 +74,9 @@ def test_bfs_in_gpu_memory_many_roots_both_directions(graphs):
             result = dg.bfs(root, direction="auto")
             check_search(graph, result)
             assert "B" in result.steps     # the heuristic went bottom-up on this small world
+            # One time and one frontier size per level, the root's level first.
+            assert len(result.level_seconds) == len(result.level_vertices) == len(result.steps)
+            assert result.level_vertices[0] == 1 and sum(result.level_seconds) <= result.seconds
 
 
 def test_bfs_through_gids_whole_graph_cached(graphs):
@@ -330,10 +333,13 @@ def test_cli_bfs_and_cc(tmp_path, capsys):
                                                  ["memory", "-", "-"]]
     assert "emulation" not in captured.out.split("valid")[-1]     # no emulated rows, no note
     assert "root 2/2" in captured.err                              # progress on stderr
+    assert "slowest level" in captured.err
     report = json.loads(out.read_text())
     assert report["simulator"] and len(report["runs"]) == 3
     assert all(s["valid"] for run in report["runs"] for s in run["searches"])
     assert report["runs"][1]["options"]["cache_fraction"] == 0.5
+    search = report["runs"][0]["searches"][0]
+    assert len(search["level_seconds"]) == len(search["level_vertices"]) == len(search["steps"])
 
     graph_path = tmp_path / "g.csr"
     generate_kronecker_csr(graph_path, 5, 4, seed=7)

@@ -245,6 +245,15 @@ def _write_json(path: str, report: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------- bfs
+def _slowest_level(r) -> str:
+    """``", slowest level L: S s, V vertices"`` of a search (its JSON has every level)."""
+    if not r.level_seconds:
+        return ""
+    level = int(np.argmax(r.level_seconds))
+    return (f", slowest level {level}: {r.level_seconds[level]:.4f} s, "
+            f"{r.level_vertices[level]:,} vertices")
+
+
 def _bfs_run(args, graph, roots, name: str, options: dict,
              emulation) -> tuple[dict, list[str], int]:
     """All searches of one data path and cache size: its JSON record, table row, failures."""
@@ -266,10 +275,12 @@ def _bfs_run(args, graph, roots, name: str, options: dict,
                     _say(f"  INVALID: {exc}")
             _say(f"bfs {label}: root {i + 1}/{roots.size} ({root}): {r.seconds:.4f} s, "
                  f"{r.traversed_edges:,} edges, {r.teps:.3g} TEPS, depth {r.depth} [{r.steps}]"
-                 f"{'' if valid is None else ' valid' if valid else ' INVALID'}")
+                 f"{_slowest_level(r)}{'' if valid is None else ' valid' if valid else ' INVALID'}")
             searches.append({"root": root, "seconds": r.seconds,
                              "traversed_edges": r.traversed_edges, "teps": r.teps,
-                             "depth": r.depth, "steps": r.steps, "valid": valid, "stats": r.stats})
+                             "depth": r.depth, "steps": r.steps, "valid": valid, "stats": r.stats,
+                             "level_seconds": r.level_seconds,
+                             "level_vertices": r.level_vertices})
     edges = [s["traversed_edges"] for s in searches]
     times = [s["seconds"] for s in searches]
     teps = (dataclasses.asdict(teps_statistics(edges, times)) if all(e > 0 for e in edges)

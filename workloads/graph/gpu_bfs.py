@@ -225,6 +225,13 @@ class BFSResult:
         The source's label.
     stats : dict or None
         The data path's counters for this search (gids: lookups, hits, I/Os, evictions ...).
+    level_seconds : list of float
+        Time of each level (its launches, the count read back and the error check), in
+        ``steps`` order: where a slow search spends its time (one level of a few hubs, or
+        every level alike).
+    level_vertices : list of int
+        Each level's frontier, the vertices it expanded (top-down) or that were at the level
+        before it (bottom-up).
     """
 
     root: int
@@ -236,6 +243,8 @@ class BFSResult:
     steps: str
     data_path: str
     stats: dict | None = field(default=None)
+    level_seconds: list = field(default_factory=list)
+    level_vertices: list = field(default_factory=list)
 
     @property
     def teps(self) -> float:
@@ -301,7 +310,9 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
     bottom_up = False
     growing = True
     queue_ready = True      # frontier[:n_frontier] is the current level (not after bottom-up)
+    level_seconds, level_vertices = [], []
     while n_frontier > 0:
+        level_start = time.perf_counter()
         if direction == "auto":
             if not bottom_up and frontier_edges > unexplored_edges / alpha:
                 bottom_up = True
@@ -324,6 +335,8 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
         dg.check()
         found, frontier_edges = (int(x) for x in counters.copy_to_host())
         steps.append("B" if bottom_up else "T")
+        level_seconds.append(time.perf_counter() - level_start)
+        level_vertices.append(n_frontier)
         if not bottom_up:
             frontier, next_frontier = next_frontier, frontier
         queue_ready = not bottom_up
@@ -338,7 +351,8 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
     levels_h = levels.copy_to_host()
     return BFSResult(root=root, parents=parents_h, levels=levels_h, seconds=seconds,
                      traversed_edges=traversed_edges(graph, levels_h), depth=depth - 1,
-                     steps="".join(steps), data_path=source.label, stats=stats)
+                     steps="".join(steps), data_path=source.label, stats=stats,
+                     level_seconds=level_seconds, level_vertices=level_vertices)
 
 
 class ReferenceMismatchError(AssertionError):
