@@ -267,7 +267,10 @@ def _access(h, i, is_write, new_value):
     while ballot_sync(mask, not done) != 0:
         # 1. pin and use the hits, or become the loader
         pinned = False
-        if is_leader and not done and not loading:
+        # Not once failed: a leader whose wait expired at the end of the last round gave back
+        # its BUSY or reference there, and its group learns of the failure only at the end of
+        # this round; pinning again here took a new reference (or BUSY) that nobody released.
+        if is_leader and not done and not loading and failed == 0:
             if waiting:
                 outcome, slot = check_wait(h, gpage)
             else:

@@ -3,9 +3,11 @@ import time
 
 import numpy as np
 import pytest
+from numba import cuda
 
 import gids
 from gids import layout as L
+from tests.helpers import skip_unless_simulator
 
 PAGE = 512
 DATA = np.arange(16 * PAGE // 8, dtype=np.int64)      # 16 pages
@@ -97,6 +99,36 @@ def test_abort_stops_waiting_kernels_promptly():
             rt.gather(a, [_element_of(2)])
         assert time.monotonic() - start < 15        # not the 60 s timeout
         assert rt.gather(a, [_element_of(3)])[0] == DATA[_element_of(3)]
+
+
+@cuda.jit
+def _both_read_page_0(h, out):
+    out[cuda.threadIdx.x] = gids.read(h, 3)
+
+
+@skip_unless_simulator   # replaces a device function, reads the page states before sync()
+def test_a_waiter_that_gives_up_leaves_no_reference(monkeypatch):
+    """Thread 1 waits for page 0 (thread 0 loads it, slowly) and its wait expires at once: it
+    must give its reference back and take no other. It used to pin the page again in the next
+    round, before its group saw the failure, and left with that reference (the page could
+    then never be evicted in that kernel)."""
+    import kernels.access as access
+    expired = access.expired
+
+    def thread_1_expires(h, deadline, polls):
+        return cuda.threadIdx.x == 1 or expired(h, deadline, polls)
+
+    monkeypatch.setattr(access, "expired", thread_1_expires)
+    rt, a = _runtime({0: ("slow", 0.5)}, timeout=10.0)
+    with rt:
+        out = cuda.device_array(2, np.int64)
+        _both_read_page_0[1, 2](a.handle, out)   # the simulator: done when the launch returns
+        state = int(rt._page_state.copy_to_host()[a.page_base])
+        assert state & L.PAGE_VALID and not state & L.PAGE_BUSY
+        assert state & L.PAGE_REF_MASK == 0, state
+        with pytest.raises(gids.GidsTimeoutError):
+            rt.sync()
+        assert out.copy_to_host()[0] == DATA[3]
 
 
 # --- writes (over the host daemon, and over the NVMe path: a Write command per eviction) ---
