@@ -275,6 +275,23 @@ class Runtime:
                                   model=self._model, trace_writer=self._trace_writer)
         self._daemon.start()
 
+    def _stop_daemon(self):
+        """Stop the daemon and wait until none of its threads runs any more.
+
+        A thread still inside a store call (a stalled pread or pwrite) goes on when the call
+        returns: it fills its entry's staging page (a read) or stores that page (a write), and
+        posts a completion. Whoever stops the daemon then reuses the queues and staging pages
+        (recovery, set_daemon_threads) or closes the stores and frees the buffers (close), so
+        the thread is waited for however long it takes (the wait can be interrupted). Going on
+        after the daemon's own 5 s bound let a stalled write-back store, when it woke up, the
+        bytes a later read had put in its staging page as its own page (and, after close,
+        crash the process).
+        """
+        try:
+            self._daemon.stop()
+        except DaemonError:
+            self._daemon.stop(timeout=None)
+
     def set_daemon_threads(self, n):
         """Restart the daemon with ``n`` threads (between kernels)."""
         self._check_open()
@@ -282,7 +299,7 @@ class Runtime:
         if n < 1:
             raise ConfigError(f"gids: daemon_threads must be >= 1, got {n}")
         cuda.synchronize()
-        self._daemon.stop()
+        self._stop_daemon()
         self.daemon_threads = n
         self._reset_queues()
         self._start_daemon()
@@ -313,7 +330,7 @@ class Runtime:
         self._closed = True
         try:
             if self._daemon is not None:
-                self._daemon.stop()
+                self._stop_daemon()
         finally:
             if self._trace_writer is not None:
                 self._trace_writer.close()
@@ -823,10 +840,7 @@ class Runtime:
         """After a failed kernel: dirty pages written back where possible, fresh queues, an
         empty cache, no error, a new daemon. Pages that could not be written back are dropped
         and named in a note on ``exc``."""
-        try:
-            self._daemon.stop()
-        except DaemonError:
-            pass
+        self._stop_daemon()
         self._reset_queues()
         self._write_back_dirty(best_effort=True)
         if self._lost and exc is not None:

@@ -459,10 +459,12 @@ class HostDaemon:
             raise DaemonError("gids: a daemon thread exited unexpectedly")
 
     def stop(self, timeout=5.0):
-        """Ask every thread to stop and join them; raises if one does not stop in time.
+        """Ask every thread to stop and join them; raises if one does not stop in time
+        (``timeout=None``: wait for as long as they take).
 
         Completions still pending under emulation are not posted (no kernel waits for them once
-        the Runtime stops); the trace is drained to its file.
+        the Runtime stops); the trace is drained to its file. Threads that did not stop stay in
+        the list, so that a later ``stop`` waits for them again.
         """
         from gids.errors import DaemonError
         self._stop[0] = 1
@@ -470,8 +472,8 @@ class HostDaemon:
         for t in self._threads:
             t.join(timeout)
             if t.is_alive():
-                stuck.append(t.name)
-        self._threads = []
+                stuck.append(t)
+        self._threads = stuck
         if self._drainer is not None:
             self._drain_stop.set()
             self._drainer.join(timeout)
@@ -480,7 +482,8 @@ class HostDaemon:
         for emu in self._emu:
             emu.size[0] = 0
         if stuck:
-            raise DaemonError(f"gids: daemon threads did not stop within {timeout} s: {stuck}")
+            raise DaemonError(f"gids: daemon threads did not stop within {timeout} s: "
+                              f"{[t.name for t in stuck]}")
 
     def __enter__(self):
         return self.start()

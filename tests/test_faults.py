@@ -131,6 +131,34 @@ def test_a_waiter_that_gives_up_leaves_no_reference(monkeypatch):
         assert out.copy_to_host()[0] == DATA[3]
 
 
+def test_recovery_waits_for_a_daemon_thread_stuck_in_a_store_call(monkeypatch):
+    """A write-back stalls in the store past the kernel's timeout and past the daemon's stop:
+    recovery must wait for that thread before the queues are used again. It used to go on, and
+    the thread, waking up, stored its staging page, by then holding another page's bytes from
+    a later read, as page 0 (the store silently held the wrong page; after close, the process
+    could crash)."""
+    from host_daemon.daemon import HostDaemon
+    stop = HostDaemon.stop
+    monkeypatch.setattr(HostDaemon, "stop", lambda self, timeout=0.3: stop(self, timeout))
+    data = DATA.copy()
+    store = gids.FaultyStore(data, page_size=PAGE, faults={0: ("write_slow", 3.0)})
+    with gids.Runtime(cache_pages=1, page_size=PAGE, queues=1, queue_depth=1,
+                      timeout=0.3) as rt:
+        a = rt.open_array(store, np.int64, shape=DATA.shape, mode="r+")
+        rt.scatter(a, [3], [-3])                        # page 0 dirty in the one slot
+        stalled = list(rt.daemon._threads)
+        with pytest.raises(gids.GidsTimeoutError):
+            rt.gather(a, [_element_of(1)])              # evicts page 0: its write stalls
+        assert not any(t.is_alive() for t in stalled)  # recovery waited for it
+        assert rt.gather(a, [_element_of(2)])[0] == DATA[_element_of(2)]  # the same entry
+        rt.invalidate()
+        expected = DATA[:PAGE // 8].copy()
+        expected[3] = -3
+        np.testing.assert_array_equal(rt.gather(a, np.arange(PAGE // 8)).copy_to_host(),
+                                      expected)
+    np.testing.assert_array_equal(data[:PAGE // 8], expected)
+
+
 # --- writes (over the host daemon, and over the NVMe path: a Write command per eviction) ---
 
 BACKENDS = ["host", "nvme"]
