@@ -103,6 +103,9 @@ def test_abort_stops_waiting_kernels_promptly():
 
 @cuda.jit
 def _both_read_page_0(h, out):
+    if cuda.threadIdx.x == 1:   # a waiter: thread 0 is the loader
+        while h.page_state[0] & L.PAGE_BUSY == 0:
+            pass
     out[cuda.threadIdx.x] = gids.read(h, 3)
 
 
@@ -119,7 +122,7 @@ def test_a_waiter_that_gives_up_leaves_no_reference(monkeypatch):
         return cuda.threadIdx.x == 1 or expired(h, deadline, polls)
 
     monkeypatch.setattr(access, "expired", thread_1_expires)
-    rt, a = _runtime({0: ("slow", 0.5)}, timeout=10.0)
+    rt, a = _runtime({0: ("slow", 1.0)}, timeout=10.0)
     with rt:
         out = cuda.device_array(2, np.int64)
         _both_read_page_0[1, 2](a.handle, out)   # the simulator: done when the launch returns
