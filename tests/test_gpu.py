@@ -122,15 +122,23 @@ def _write_read_back(h, idx, vals, out):
         out[k] = gids.read(h, idx[k])
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.float32, np.int64])
-def test_writes_under_eviction_then_flush_match_numpy(tmp_path, dtype):
+@pytest.mark.parametrize("dtype, backend, queues", [
+    (np.int8, "host", None), (np.int16, "host", None), (np.float32, "host", None),
+    (np.int64, "host", None),
+    # Four queues for 64 k threads: most write-backs wait for their entry's turn, the case
+    # where copying into the staging page before the turn overwrote pages in flight.
+    (np.int64, "host", 4),
+    # Dirty evictions as NVMe Write commands through the rings.
+    (np.int64, "nvme", None)])
+def test_writes_under_eviction_then_flush_match_numpy(tmp_path, dtype, backend, queues):
     """64 slots over 2048 pages: nearly every written page is evicted dirty and written back
     by a kernel thread while other warps load; then flush; the file equals the model."""
     raw = random_file(tmp_path / "w.bin", 8 << 20, seed=7)
     dtype = np.dtype(dtype)
     model = raw.copy().view(dtype)
     rng = np.random.default_rng(3)
-    with gids.Runtime(cache_pages=64, page_size=4096, daemon_threads=4, timeout=30) as rt:
+    with gids.Runtime(backend, cache_pages=64, page_size=4096, daemon_threads=4, queues=queues,
+                      timeout=30) as rt:
         a = rt.open_array(tmp_path / "w.bin", dtype, mode="r+")
         for _ in range(3):
             idx = rng.choice(a.size, 1 << 16, replace=False)
@@ -146,6 +154,9 @@ def test_writes_under_eviction_then_flush_match_numpy(tmp_path, dtype):
             np.testing.assert_array_equal(got.view(np.uint8), model[probe].view(np.uint8))
         rt.flush()
         assert rt.stats().writebacks > 0
+        if backend == "nvme":
+            c = rt.daemon.counters
+            assert c["writes"] == rt.stats().writebacks and c["errors"] == 0, c
     assert (tmp_path / "w.bin").read_bytes() == model.tobytes()
 
 
