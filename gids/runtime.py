@@ -23,6 +23,15 @@ MIN_PAGE_SIZE = 512
 MAX_PAGE_SIZE = 64 << 10
 BACKENDS = ("host", "nvme")
 MODES = ("r", "r+")
+
+#: How long stopping the daemon waits at most for a thread still inside a store call (a stalled
+#: ``pread``/``pwrite``), or twice the Runtime's timeout if longer: then the Runtime gives up.
+STUCK_STORE_CALL_S = 60.0
+
+#: What Runtimes that gave up on a stuck daemon thread leave allocated for it: the daemon, its
+#: queues and staging pages, the stores (their files open), the zero-copy buffers. The thread
+#: may still read or write them when its call returns; freeing them would crash the process.
+_STRANDED = []
 #: Host-side write-backs copy the whole cache from the GPU once when more pages than this are
 #: dirty (one large copy), else each dirty slot on its own.
 _WHOLE_CACHE_COPY_PAGES = 64
@@ -181,6 +190,7 @@ class Runtime:
         self.timeout = timeout
         self.simulator = SIMULATOR
         self._closed = False
+        self._stranded = None      # the DaemonError of a daemon thread stuck in a store call
         self._arrays = []
         self._stores = []          # stores the Runtime opened itself (closed with it)
         self._zero_copy = {}       # id(MemoryStore) -> its pinned, mapped buffer
@@ -282,15 +292,39 @@ class Runtime:
         returns: it fills its entry's staging page (a read) or stores that page (a write), and
         posts a completion. Whoever stops the daemon then reuses the queues and staging pages
         (recovery, set_daemon_threads) or closes the stores and frees the buffers (close), so
-        the thread is waited for however long it takes (the wait can be interrupted). Going on
-        after the daemon's own 5 s bound let a stalled write-back store, when it woke up, the
-        bytes a later read had put in its staging page as its own page (and, after close,
-        crash the process).
+        the thread is waited for: going on after the daemon's own 5 s bound let a stalled
+        write-back store, when it woke up, the bytes a later read had put in its staging page
+        as its own page (and, after close, crash the process).
+
+        The wait is bounded all the same (:data:`STUCK_STORE_CALL_S`, or twice the timeout):
+        past it, this Runtime gives up for good. Its daemon, queues, staging pages and stores
+        are kept allocated and open (in :data:`_STRANDED`), so the thread can still finish its
+        call harmlessly, and every later use of the Runtime raises this DaemonError.
+
+        Raises
+        ------
+        DaemonError
+            A daemon thread is still inside a store call after the bound.
         """
         try:
             self._daemon.stop()
+            return
         except DaemonError:
-            self._daemon.stop(timeout=None)
+            pass
+        bound = max(STUCK_STORE_CALL_S, 2 * self.timeout)
+        try:
+            self._daemon.stop(timeout=bound)
+        except DaemonError as exc:
+            _STRANDED.append((self._daemon, self._sq, self._cq, self._staging,
+                              list(self._arrays), list(self._stores), dict(self._zero_copy)))
+            self._closed = True
+            names = ", ".join(dict.fromkeys(a.store.name for a in self._arrays)) or "a store"
+            self._stranded = DaemonError(
+                f"gids: a daemon thread is still inside a store call (a read or write of "
+                f"{names} that has not returned) after {bound:.0f} s; this Runtime cannot be "
+                f"used again (its queues, staging pages and files stay allocated and open until "
+                f"the call returns)")
+            raise self._stranded from exc
 
     def set_daemon_threads(self, n):
         """Restart the daemon with ``n`` threads (between kernels)."""
@@ -331,11 +365,16 @@ class Runtime:
         try:
             if self._daemon is not None:
                 self._stop_daemon()
+        except DaemonError as exc:
+            # Stranded: a thread may still use the stores' files, so they stay open.
+            if error is None:
+                error = exc
+        else:
+            for store in self._stores:
+                store.close()
         finally:
             if self._trace_writer is not None:
                 self._trace_writer.close()
-            for store in self._stores:
-                store.close()
             self._arrays.clear()
             self._zero_copy.clear()
             self._written.clear()
@@ -351,6 +390,8 @@ class Runtime:
         self.close(flush=exc_type is None)
 
     def _check_open(self):
+        if self._stranded is not None:
+            raise self._stranded
         if self._closed:
             raise ConfigError("gids: this Runtime is closed")
 
@@ -840,7 +881,12 @@ class Runtime:
         """After a failed kernel: dirty pages written back where possible, fresh queues, an
         empty cache, no error, a new daemon. Pages that could not be written back are dropped
         and named in a note on ``exc``."""
-        self._stop_daemon()
+        try:
+            self._stop_daemon()
+        except DaemonError as stuck:
+            if exc is not None:
+                stuck.add_note(f"gids: the kernels had failed with: {exc}")
+            raise
         self._reset_queues()
         self._write_back_dirty(best_effort=True)
         if self._lost and exc is not None:

@@ -162,6 +162,35 @@ def test_recovery_waits_for_a_daemon_thread_stuck_in_a_store_call(monkeypatch):
     np.testing.assert_array_equal(data[:PAGE // 8], expected)
 
 
+def test_a_store_call_past_the_bound_strands_the_runtime_not_the_caller(monkeypatch):
+    """Recovery waits for a stuck daemon thread only so long (STUCK_STORE_CALL_S, here cut to
+    0.5 s): then it raises a named error instead of hanging, keeps the thread's buffers and
+    files, so that its call returning later harms nothing, and refuses any further use."""
+    import gids.runtime as runtime_module
+    from host_daemon.daemon import HostDaemon
+    stop = HostDaemon.stop
+    monkeypatch.setattr(HostDaemon, "stop", lambda self, timeout=0.3: stop(self, timeout))
+    monkeypatch.setattr(runtime_module, "STUCK_STORE_CALL_S", 0.5)
+    data = DATA.copy()
+    store = gids.FaultyStore(data, page_size=PAGE, faults={0: ("write_slow", 3.0)})
+    rt = gids.Runtime(cache_pages=1, page_size=PAGE, queues=1, queue_depth=1, timeout=0.3)
+    a = rt.open_array(store, np.int64, shape=DATA.shape, mode="r+")
+    rt.scatter(a, [3], [-3])                            # page 0 dirty in the one slot
+    stalled = list(rt.daemon._threads)
+    start = time.monotonic()
+    with pytest.raises(gids.DaemonError, match="still inside a store call") as raised:
+        rt.gather(a, [_element_of(1)])                  # evicts page 0: its write stalls
+    assert time.monotonic() - start < 2.5               # did not wait for the 3 s call
+    assert any("kernels had failed" in note for note in raised.value.__notes__)
+    with pytest.raises(gids.DaemonError, match="still inside a store call"):
+        rt.gather(a, [0])
+    rt.close()                                          # stranded: nothing left to close
+    for t in stalled:
+        t.join(10)
+    assert not any(t.is_alive() for t in stalled)
+    assert data[3] == -3 and data[4] == DATA[4]        # the late write stored page 0's bytes
+
+
 # --- writes (over the host daemon, and over the NVMe path: a Write command per eviction) ---
 
 BACKENDS = ["host", "nvme"]
