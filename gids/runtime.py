@@ -346,7 +346,9 @@ class Runtime:
         flush : bool
             Write back every dirty page and make the written stores durable first, as
             :meth:`flush`. With ``False``, dirty pages still in the cache are dropped: what an
-            earlier :meth:`flush` or an eviction wrote back is in the store, the rest is not.
+            earlier :meth:`flush` or an eviction wrote back is in the store, the rest is not
+            (for a zero-copy memory store, evictions write to its pinned copy: only what a
+            :meth:`flush` copied reaches the user's numpy array).
 
         Raises
         ------
