@@ -5,7 +5,7 @@ import pytest
 from numba import cuda
 
 import gids
-from tests.helpers import random_file
+from tests.helpers import random_file, write_then_read
 
 pytestmark = pytest.mark.gpu
 
@@ -114,14 +114,6 @@ def test_random_gather_under_eviction(zero_copy):
 # --- writes -------------------------------------------------------------------------------
 
 
-@cuda.jit
-def _write_read_back(h, idx, vals, out):
-    k = cuda.grid(1)
-    if k < idx.size:
-        gids.write(h, idx[k], vals[k])
-        out[k] = gids.read(h, idx[k])
-
-
 @pytest.mark.parametrize("dtype, backend, queues", [
     (np.int8, "host", None), (np.int16, "host", None), (np.float32, "host", None),
     (np.int64, "host", None),
@@ -144,7 +136,7 @@ def test_writes_under_eviction_then_flush_match_numpy(tmp_path, dtype, backend, 
             idx = rng.choice(a.size, 1 << 16, replace=False)
             vals = rng.integers(-100, 100, idx.size).astype(dtype)
             out = cuda.device_array(idx.size, dtype)
-            _write_read_back[(idx.size + 255) // 256, 256](a.handle, cuda.to_device(idx),
+            write_then_read[(idx.size + 255) // 256, 256](a.handle, cuda.to_device(idx),
                                                           cuda.to_device(vals), out)
             rt.sync()
             model[idx] = vals
