@@ -137,7 +137,7 @@ def test_writes_under_eviction_then_flush_match_numpy(tmp_path, dtype, backend, 
             vals = rng.integers(-100, 100, idx.size).astype(dtype)
             out = cuda.device_array(idx.size, dtype)
             write_then_read[(idx.size + 255) // 256, 256](a.handle, cuda.to_device(idx),
-                                                          cuda.to_device(vals), out)
+                                                         cuda.to_device(vals), out)
             rt.sync()
             model[idx] = vals
             np.testing.assert_array_equal(out.copy_to_host(), vals)   # read-your-own-writes
