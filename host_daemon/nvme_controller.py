@@ -105,18 +105,8 @@ def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes
     offset = table[array_id, T_OFFSET] + start
     if opcode == L.NVME_OP_WRITE:
         status = write_page(table, array_id, start // page_size, page_size, prp1)
-        if status == _CRASH:
-            return _CRASH, offset, nbytes
-        if status == L.STATUS_OK:
-            return L.NVME_SC_SUCCESS, offset, nbytes
-        if status == L.STATUS_IO_ERROR:
-            return L.NVME_SC_WRITE_FAULT, offset, nbytes
-        if status == L.STATUS_SHORT_WRITE:
-            return L.NVME_SC_SHORT_WRITE, offset, nbytes
-        return L.NVME_SC_LBA_RANGE, offset, nbytes
+        return _nvme_status(status, opcode), offset, nbytes
     status, source = serve_page(table, array_id, start // page_size, page_size, prp1)
-    if status == _CRASH:
-        return _CRASH, offset, nbytes
     if status == L.STATUS_OK and source != L.SOURCE_STAGING:
         # A zero-copy store: the host daemon would only say where the page is; a drive always
         # transfers the data, so copy it from the store's buffer.
@@ -124,13 +114,24 @@ def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes
         _memcpy(prp1, table[array_id, T_ADDRESS] + source * 8, n)
         if n < page_size:
             _memset(prp1 + n, 0, page_size - n)
+    return _nvme_status(status, opcode), offset, nbytes
+
+
+@njit(nogil=True, cache=True)
+def _nvme_status(status, opcode):
+    """The NVMe completion status of a store's STATUS_* answer to a Read or Write (the inverse
+    of ``kernels.nvme.gids_status``); ``_CRASH`` passes through."""
+    if status == _CRASH:
+        return _CRASH
     if status == L.STATUS_OK:
-        return L.NVME_SC_SUCCESS, offset, nbytes
-    if status == L.STATUS_SHORT_READ:
-        return L.NVME_SC_SHORT_READ, offset, nbytes
+        return L.NVME_SC_SUCCESS
     if status == L.STATUS_IO_ERROR:
-        return L.NVME_SC_READ_ERROR, offset, nbytes
-    return L.NVME_SC_LBA_RANGE, offset, nbytes
+        return L.NVME_SC_WRITE_FAULT if opcode == L.NVME_OP_WRITE else L.NVME_SC_READ_ERROR
+    if status == L.STATUS_SHORT_WRITE:
+        return L.NVME_SC_SHORT_WRITE
+    if status == L.STATUS_SHORT_READ:
+        return L.NVME_SC_SHORT_READ
+    return L.NVME_SC_LBA_RANGE
 
 
 @njit(nogil=True, cache=True)
