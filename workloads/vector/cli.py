@@ -145,8 +145,13 @@ def _progress(stage: str, done: int, total: int) -> None:
     sys.stderr.flush()
 
 
+_START = time.perf_counter()
+
+
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    """A progress message on stderr, stamped with the seconds since the command started (a run
+    cut short by a time limit still tells where its time went)."""
+    print(f"[{time.perf_counter() - _START:7.1f} s] {text}", file=sys.stderr, flush=True)
 
 
 def sample_queries(index, n_queries: int, seed: int = 0, *, skewed: bool = False, noise: float = 0.5,
@@ -264,6 +269,8 @@ def _faiss_rows(index, queries, truth, k, k_recall, nprobes):
         seconds = time.perf_counter() - start
         rows[nprobe] = {"recall": recall_at_k(ids[:len(truth)], truth, k_recall),
                         "qps": len(queries) / seconds if seconds > 0 else math.inf}
+        _say(f"faiss-cpu, nprobe {nprobe}: {len(queries):,} queries in {seconds:.2f} s "
+             f"({rows[nprobe]['qps']:,.0f} QPS), recall {rows[nprobe]['recall']:.4f}")
     return rows
 
 
@@ -394,7 +401,11 @@ def cmd_search(args) -> int:
                             row["recall"] = recall_at_k(result.ids[:n_recall], truth, k_recall)
                             row["emulation"] = emulation_record(emulation)
                             rows.append(row)
-                            _progress(f"{name} search", done, len(nprobes))
+                            hits = _cell(row["hit_rate"], ".1%")
+                            _say(f"{name}, nprobe {nprobe}: {len(queries):,} queries in "
+                                 f"{result.seconds:.2f} s ({row['qps']:,.0f} QPS), recall "
+                                 f"{row['recall']:.4f}, {row['pages_per_query']:.1f} pages read "
+                                 f"per query, hit rate {hits} ({done}/{len(nprobes)})")
                 finally:
                     if runtime is not None:
                         runtime.close()
