@@ -262,7 +262,9 @@ def _access(h, i, is_write, new_value):
     (the unpin), then the hit count: a warp whose lanes all want one page knows it without a
     ballot (its one leader hit), any other warp takes one ballot to see that all its leaders
     hit and one to count them; one lane adds the count to the block's counter (a reduction).
-    No fence, and no wait on an atomic's result but the pin's.
+    No fence of its own and no wait on an atomic's result but the pin's. (The pin's acquire and
+    the unpin's release are what order the slot's reads; for sm_90 ptxas makes them an L1
+    invalidation after the pin and a ``MEMBAR.ALL.GPU`` before the unpin.)
 
     ``is_write`` is a constant at each call site (read and write are two short wrappers), so
     LLVM can fold the other branch away once it inlines this; if it does not, it is one
