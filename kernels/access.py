@@ -6,7 +6,9 @@ pinned its page and used it. In each round:
 
 1. one leader per distinct page (``match_any_sync``) tries to pin its page. Hits are used at
    once (read, or written and marked DIRTY) and unpinned. A leader whose page another thread is
-   loading keeps a reference while it waits, so the page stays until it has been used;
+   loading keeps a reference while it waits, so the page stays until it has been used. If
+   every lane's leader pinned in round 1 (all hits), the call ends there: that is the hit
+   path, and it does no more than that (see :func:`_access`);
 2. leaders that won a miss claim a cache slot. A slot whose page is dirty is first written back:
    the warp copies it into queue staging pages and sends WRITE requests, to the host daemon or
    as NVMe Write commands (:func:`_write_back`);
@@ -31,16 +33,17 @@ Every wait is bounded by ``h.timeout_ns``. An out-of-range index, an I/O error, 
 read-only array or a timeout is recorded in ``h.err`` (the Runtime raises it after the kernel)
 and the lane returns 0 (or writes nothing); an out-of-range index never touches memory.
 """
+import numpy as np
 from numba import cuda
 
 from gids import layout as L
-from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait, claim_slot,
-                           finish_write_back, give_up_load, keep_dirty_victim, mark_dirty, publish,
-                           try_pin, unpin, warp_copy_out, warp_copy_page)
+from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait,
+                           claim_slot, finish_write_back, give_up_load, keep_dirty_victim,
+                           mark_dirty, publish, try_pin, unpin, warp_copy_out, warp_copy_page)
 from kernels.backend import io_submit, io_wait
 from kernels.queue import (expired, lowest_lane, queue_of_warp, release_entry, staging_word,
                            take_tickets, wait_turn)
-from kernels.sync import atomic_add, atomic_cas, ld_relaxed_gpu, now_ns
+from kernels.sync import atomic_cas, ld_relaxed_gpu, now_ns, red_add, zero_of
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
 
 #: Sleep between rounds for a lane waiting on another warp's load (doubles up to the max).
@@ -66,12 +69,20 @@ def record_error(h, code, page, detail):
 
 
 @cuda.jit(device=True)
+def _add_stat(h, stat, n):
+    """Add ``n`` to counter ``stat`` of this block's shard: a reduction (``red``), so the
+    thread does not wait for the counter's old value (no one reads it before the kernel ends)."""
+    shard = cuda.blockIdx.x % L.N_STAT_SHARDS
+    red_add(h.stats, shard * L.N_STATS + stat, n)
+
+
+@cuda.jit(device=True)
 def _count(h, mask, stat, predicate):
-    """Add the number of lanes of ``mask`` where ``predicate`` holds to one counter (one atomic)."""
+    """Add the number of lanes of ``mask`` where ``predicate`` holds to one counter (one
+    ballot, and one reduction if the number is not 0)."""
     n = popc(ballot_sync(mask, predicate))
     if n != 0 and laneid() == lowest_lane(mask):
-        shard = cuda.blockIdx.x % L.N_STAT_SHARDS
-        atomic_add(h.stats, shard * L.N_STATS + stat, n)
+        _add_stat(h, stat, n)
 
 
 @cuda.jit(device=True)
@@ -89,12 +100,26 @@ def array_of_page(h, gpage):
     return lo
 
 
+#: What a leader broadcasts in :func:`_use_pinned` when it holds no pin (a slot is >= 0).
+NOT_PINNED = -1     # its group goes on to the next round
+FAILED = -2         # its page cannot be had (the error is recorded): its group is done
+
+
 @cuda.jit(device=True)
-def _use_pinned(h, mask, leader, pinned, slot, i, value, done, is_write, new_value):
-    """Lanes whose leader holds a pin read (or write) their element in the slot (collective)."""
-    leader_slot = shfl_sync(mask, slot if pinned else -1, leader)
-    if not done and leader_slot >= 0:
-        k = (leader_slot << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))
+def _use_pinned(h, mask, leader, pinned, failed, slot, i, value, done, is_write, new_value):
+    """Lanes whose leader holds a pin read (or write) their element in the slot; lanes whose
+    leader ``failed`` are done (collective). Returns ``(value, done, code)``, ``code`` the
+    leader's slot, :data:`NOT_PINNED` or :data:`FAILED`.
+
+    One 32-bit shuffle carries both the slot and the failure (slots fit in 31 bits: 2**31
+    pages of 512 bytes are a TiB of GPU memory).
+    """
+    code = shfl_sync(mask, np.int32(slot if pinned else (FAILED if failed != 0 else NOT_PINNED)),
+                     leader)
+    if not done and code == FAILED:
+        done = True
+    if not done and code >= 0:
+        k = (np.int64(code) << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))
         if is_write:
             # One typed store of this lane's own element: never a read-modify-write of a
             # word that another lane's element shares.
@@ -106,7 +131,7 @@ def _use_pinned(h, mask, leader, pinned, slot, i, value, done, is_write, new_val
             value = ld_relaxed_gpu(h.cache, k)
         done = True
     syncwarp(mask)   # every lane has used the slot before the leader unpins
-    return value, done
+    return value, done, code
 
 
 @cuda.jit(device=True)
@@ -231,10 +256,20 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
 def _access(h, i, is_write, new_value):
     """The loop behind :func:`read` and :func:`write` (see the module's docstring).
 
+    Round 1 is the hit path. On a hit, per warp: one ``match_any_sync``, per leader one
+    acquire atomic (the pin) and one load of the page's slot, one shuffle of the slot, each
+    lane's load (or store) of its element, one ``syncwarp``, per leader one release reduction
+    (the unpin), then the hit count: a warp whose lanes all want one page knows it without a
+    ballot (its one leader hit), any other warp takes one ballot to see that all its leaders
+    hit and one to count them; one lane adds the count to the block's counter (a reduction).
+    No fence of its own and no wait on an atomic's result but the pin's. (The pin's acquire and
+    the unpin's release are what order the slot's reads; for sm_90 ptxas makes them an L1
+    invalidation after the pin and a ``MEMBAR.ALL.GPU`` before the unpin.)
+
     ``is_write`` is a constant at each call site (read and write are two short wrappers), so
     LLVM can fold the other branch away once it inlines this; if it does not, it is one
     predicate per use of a slot.
-    Returns the element's value for a read (``h.zero[0]`` for a write or on an error).
+    Returns the element's value for a read (0 for a write or on an error).
     """
     mask = activemask()
     lane = laneid()
@@ -248,7 +283,7 @@ def _access(h, i, is_write, new_value):
     leader = lowest_lane(peers)
     is_leader = lane == leader and in_range
 
-    value = h.zero[0]
+    value = zero_of(h.cache)
     done = not in_range
     failed = 0              # leader only: 1 once the page cannot be had (the error is recorded)
     loading = False         # leader only: owns BUSY on the page
@@ -259,17 +294,17 @@ def _access(h, i, is_write, new_value):
     loaded = False
     evicted = False
     wrote_back = False
-    deadline = now_ns() + h.timeout_ns
+    deadline = 0            # set after round 1: a hit never waits
     wait_code = L.ERR_TIMEOUT_LOADER
     pause = WAIT_MIN_NS
     rounds = 0
 
-    while ballot_sync(mask, not done) != 0:
+    while True:
         # 1. pin and use the hits, or become the loader
         pinned = False
         # Not once failed: a leader whose wait expired at the end of the last round gave back
-        # its BUSY or reference there, and its group learns of the failure only at the end of
-        # this round; pinning again here took a new reference (or BUSY) that nobody released.
+        # its BUSY or reference there (its group learns of it in this round's shuffle);
+        # pinning again here took a new reference (or BUSY) that nobody released.
         if is_leader and not done and not loading and failed == 0:
             if waiting:
                 outcome, slot = check_wait(h, gpage)
@@ -284,12 +319,24 @@ def _access(h, i, is_write, new_value):
             elif outcome == PIN_ERROR:
                 record_error(h, L.ERR_IO, page, 0)
                 failed = 1
-        first_round = False
-        value, done = _use_pinned(h, mask, leader, pinned, slot, i, value, done, is_write,
-                                  new_value)
+        value, done, code = _use_pinned(h, mask, leader, pinned, failed, slot, i, value, done,
+                                        is_write, new_value)
         if pinned:
             _release_pin(h, gpage, is_write)
-            pinned = False
+        if first_round:
+            # The hit path ends here if every lane in range had its leader's pin. When the
+            # whole warp wants one page (``peers == mask``: the common sequential case), every
+            # lane got the same ``code``, so the answer and the count (one hit) need no ballot.
+            if peers == mask:
+                if code >= 0 or not in_range:
+                    if is_leader:
+                        _add_stat(h, L.STAT_HITS, 1)
+                    return value
+            elif ballot_sync(mask, in_range and code < 0) == 0:
+                _count(h, mask, L.STAT_HITS, is_leader)
+                return value
+            first_round = False
+            deadline = now_ns() + h.timeout_ns
 
         if ballot_sync(mask, loading) != 0:
             # 2. loaders: a slot, and the write-back of a dirty page that held it
@@ -321,7 +368,9 @@ def _access(h, i, is_write, new_value):
                 abandon(h, gpage, slot)
                 loading = False
                 failed = 1
-            # 4. publish (keeping a pin), use, unpin
+            # 4. publish (keeping a pin), use, unpin. A failure of this round reaches the
+            # group in the same shuffle as the slot.
+            pinned = False
             if completed:
                 loading = False
                 if status == L.STATUS_OK:
@@ -332,14 +381,14 @@ def _access(h, i, is_write, new_value):
                     record_error(h, L.ERR_IO, page, status)
                     abandon(h, gpage, slot)
                     failed = 1
-            value, done = _use_pinned(h, mask, leader, pinned, slot, i, value, done, is_write,
-                                      new_value)
+            value, done, code = _use_pinned(h, mask, leader, pinned, failed, slot, i, value,
+                                            done, is_write, new_value)
             if pinned:
                 _release_pin(h, gpage, is_write)
 
-        # 5. lanes still waiting back off within their deadline, or give up
-        if shfl_sync(mask, failed, leader) != 0:
-            done = True
+        # 5. lanes still waiting back off within their deadline, or give up. A leader that
+        # failed in this round has told its group in the shuffle above (they are done), so
+        # only a leader still waiting gets here.
         rounds += 1
         if not done and is_leader:
             if expired(h, deadline, rounds):
@@ -354,6 +403,8 @@ def _access(h, i, is_write, new_value):
             else:
                 nanosleep(pause)
                 pause = min(pause * 2, WAIT_MAX_NS)
+        if ballot_sync(mask, not done) == 0:
+            break
 
     _count(h, mask, L.STAT_HITS, is_leader and hit)
     _count(h, mask, L.STAT_MISSES, is_leader and not hit)
@@ -371,7 +422,7 @@ def read(h, i):
     Threads of a warp that want the same page share one lookup and one I/O. A kernel reads its
     own writes, and those of earlier kernels, whether or not they were written back yet.
     """
-    return _access(h, i, False, h.zero[0])
+    return _access(h, i, False, zero_of(h.cache))
 
 
 @cuda.jit(device=True)

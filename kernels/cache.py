@@ -32,7 +32,7 @@ from numba import cuda
 from gids import layout as L
 from kernels.sync import (atomic_add, atomic_add_acquire_gpu, atomic_add_release_gpu, atomic_and,
                           atomic_cas, atomic_exch, atomic_or, ld_acquire_gpu, ld_pair,
-                          ld_relaxed_gpu)
+                          ld_relaxed_gpu, red_add_release_gpu)
 from kernels.platform import device_helper
 from kernels.warp import lanemask_lt, popc
 
@@ -106,7 +106,11 @@ def check_wait(h, page):
 
 @device_helper
 def unpin(h, page):
-    atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
+    """Drop a reference. Release: the caller's (and, after a ``syncwarp``, its warp's) reads
+    and writes of the slot happen before it, so an evictor that sees the count reach zero
+    cannot overwrite bytes still being read. A reduction: the old count is not needed, so the
+    thread does not wait for it."""
+    red_add_release_gpu(h.page_state, page, _MINUS_ONE)
 
 
 @cuda.jit(device=True)

@@ -20,18 +20,26 @@ if WARP_SIZE not in (1, 32):
 #: two blocks fit, the hit path ran 20 % faster and misses lost nothing measurable (random hits
 #: 0.29 -> 0.35 of a plain gather, all-miss 11.8 -> 10.7 M pages/s within run-to-run spread;
 #: H200, 2026-11-29). A lower cap spills the miss path (64: all-miss fell to 0.2 M pages/s).
-MAX_REGISTERS = 128
+#: 256-thread blocks per SM (65536 registers) by cap: 128 -> 2, 80 -> 3, 64 -> 4 (96 is still
+#: 2). ``GIDS_MAX_REGISTERS=N`` in the environment, read once at import, sets another default
+#: (0: no cap), for measuring; ``gids.jit(max_registers=N)`` sets it for one kernel, and
+#: ``python -m workloads.microbench hits --caps 128,80,64`` compares caps in one run.
+MAX_REGISTERS = int(os.environ.get("GIDS_MAX_REGISTERS", "128")) or None
 
 
 def jit(func=None, **options):
     """``numba.cuda.jit`` for kernels that call ``gids.read``: registers capped at
-    :data:`MAX_REGISTERS` unless ``max_registers`` is given (the simulator has no cap).
+    :data:`MAX_REGISTERS` unless ``max_registers`` is given (``None`` or 0: no cap; the
+    simulator has no cap).
 
-    Use it like ``cuda.jit``: ``@gids.jit`` or ``@gids.jit(fastmath=True)``.
+    Use it like ``cuda.jit``: ``@gids.jit``, ``@gids.jit(fastmath=True)`` or
+    ``@gids.jit(max_registers=64)``.
     """
     from numba import cuda
     if not SIMULATOR:
         options.setdefault("max_registers", MAX_REGISTERS)
+        if not options["max_registers"]:
+            del options["max_registers"]
     else:
         options.pop("max_registers", None)
     if func is None:

@@ -58,6 +58,11 @@ if SIMULATOR:
         return _rmw(arr, i, lambda old: int(value) if old == int(expected) else old)
 
     atomic_add_acquire_gpu = atomic_add
+    red_add_release_gpu = atomic_add
+    red_add = atomic_add
+
+    def zero_of(arr):
+        return arr.dtype.type(0)
     atomic_add_release_gpu = atomic_add
 
     def ld_acquire_sys(arr, i):
@@ -144,40 +149,63 @@ else:
             return sig, codegen
         return load
 
-    def _make_store(scope):
+    def _make_word_op(asm_fmt, returns):
+        """One PTX instruction on a 32- or 64-bit word ``arr[idx]`` with operand ``value``, as
+        side-effecting asm with a memory clobber. ``asm_fmt`` names the width as ``{bits}``;
+        with ``returns`` its first operand is the old value (an ``atom``), else it has only the
+        address and the value (a store or a ``red``) and returns nothing."""
         @intrinsic
-        def store(typingctx, arr, idx, value):
+        def word_op(typingctx, arr, idx, value):
             bits = _check_word(arr)
-            sig = types.void(arr, types.intp, arr.dtype)
+            sig = (arr.dtype if returns else types.void)(arr, types.intp, arr.dtype)
 
             def codegen(context, builder, sig, args):
                 ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1])
                 val = context.cast(builder, args[2], sig.args[2], sig.args[0].dtype)
-                fnty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(bits)])
                 reg = "l" if bits == 64 else "r"
-                asm = ir.InlineAsm(fnty, f"st.release.{scope}.b{bits} [$0], $1;",
-                                   f"l,{reg},~{{memory}}", side_effect=True)
+                text = asm_fmt.format(bits=bits)
+                if returns:
+                    fnty = ir.FunctionType(ir.IntType(bits), [ptr.type, ir.IntType(bits)])
+                    asm = ir.InlineAsm(fnty, text, f"={reg},l,{reg},~{{memory}}", side_effect=True)
+                    return builder.call(asm, [ptr, val])
+                fnty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(bits)])
+                asm = ir.InlineAsm(fnty, text, f"l,{reg},~{{memory}}", side_effect=True)
                 builder.call(asm, [ptr, val])
                 return context.get_dummy_value()
             return sig, codegen
-        return store
+        return word_op
+
+    def _make_store(scope):
+        return _make_word_op(f"st.release.{scope}.b{{bits}} [$0], $1;", False)
 
     def _make_atomic_add(sem):
-        @intrinsic
-        def atomic_add(typingctx, arr, idx, value):
-            bits = _check_word(arr)
-            sig = arr.dtype(arr, types.intp, arr.dtype)
+        return _make_word_op(f"atom.{sem}.gpu.add.u{{bits}} $0, [$1], $2;", True)
 
-            def codegen(context, builder, sig, args):
-                ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1])
-                val = context.cast(builder, args[2], sig.args[2], sig.args[0].dtype)
-                fnty = ir.FunctionType(ir.IntType(bits), [ptr.type, ir.IntType(bits)])
-                reg = "l" if bits == 64 else "r"
-                asm = ir.InlineAsm(fnty, f"atom.{sem}.gpu.add.u{bits} $0, [$1], $2;",
-                                   f"={reg},l,{reg},~{{memory}}", side_effect=True)
-                return builder.call(asm, [ptr, val])
-            return sig, codegen
-        return atomic_add
+    def _make_red_add(sem):
+        """``red{sem}.gpu.global.add``: an atomic add whose old value nobody waits for.
+
+        The same read-modify-write as an ``atom`` (no update is lost), but fire-and-forget: the
+        thread goes on at once. For a reference drop or a statistics counter, whose old value is
+        never used.
+        """
+        return _make_word_op(f"red{sem}.gpu.global.add.u{{bits}} [$0], $1;", False)
+
+    #: Drop a page reference (release, as :func:`atomic_add_release_gpu`) without waiting for
+    #: the old value: the unpin after a hit.
+    red_add_release_gpu = _make_red_add(".release")
+    #: A relaxed GPU-scope add whose old value is not returned (statistics counters).
+    red_add = _make_red_add("")
+
+    @intrinsic
+    def zero_of(typingctx, arr):
+        """0 of ``arr``'s dtype, a constant (a read of ``h.zero[0]`` costs a global load)."""
+        if not isinstance(arr, types.Array):
+            raise TypeError("zero_of takes an array")
+        sig = arr.dtype(arr)
+
+        def codegen(context, builder, sig, args):
+            return context.get_constant(sig.return_type, 0)
+        return sig, codegen
 
     #: ``ld.acquire.sys``: poll a word the host writes (completion sequence numbers).
     ld_acquire_sys = _make_load("acquire", "sys")

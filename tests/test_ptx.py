@@ -50,6 +50,11 @@ SCRIPT = textwrap.dedent('''
         ptx, _ = cuda.compile_ptx(gather_kernel.py_func, (typeof(h), types.int64[::1], typeof(a(dt))),
                                   cc=(9, 0))
         assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "match.any.sync" in ptx
+    # The hit path's unpin and the statistics counters are reductions (red): no thread waits
+    # for an old value it never uses. The unpin keeps release semantics (the warp's reads of
+    # the slot happen before an evictor can see the reference count reach zero).
+    assert "red.release.gpu.global.add.u32" in ptx, "unpin is not a release reduction"
+    assert "red.gpu.global.add.u64" in ptx, "statistics are not counted with reductions"
     print("GATHER_OK")
 
     # gids.write: the same loop plus DIRTY (an atomic OR on the page state), the write-back

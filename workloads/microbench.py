@@ -10,6 +10,11 @@ DIR/gpu_suite.json):
 - all-hit random 8-byte reads through ``gids.read`` against a plain gather from a device array;
 - coalesced sequential reads, the same two ways;
 - one thread, one miss at a time: latency percentiles.
+
+The hit rows are measured with the default register cap (``gids.jit``) and again with each cap
+of :data:`HIT_CAPS`, one labelled row per cap. ``python -m workloads.microbench hits [--caps
+128,80,64] [--out DIR]`` runs those alone (a short GPU call; in the simulator, a check at tiny
+sizes that the code runs).
 """
 import argparse
 import json
@@ -52,10 +57,10 @@ def _plain_read(a, i):
     return a[i]
 
 
-def _random_reads(read):
+def _random_reads(read, max_registers=gids.MAX_REGISTERS):
     """A kernel doing ``reads`` random reads per thread with ``read(src, i)``: the same stream
     of indices whichever reader, so gids and a plain device array are compared like for like."""
-    @gids.jit
+    @gids.jit(max_registers=max_registers)
     def kernel(src, mask, reads, seed, out):
         t = cuda.grid(1)
         x = np.uint64(t * 2654435761 + seed + 1)
@@ -67,9 +72,9 @@ def _random_reads(read):
     return kernel
 
 
-def _sequential_reads(read):
+def _sequential_reads(read, max_registers=gids.MAX_REGISTERS):
     """A kernel reading elements 0..n-1 grid-stride (coalesced) with ``read(src, i)``."""
-    @gids.jit
+    @gids.jit(max_registers=max_registers)
     def kernel(src, n, out):
         t = cuda.grid(1)
         stride = cuda.gridsize(1)
@@ -85,6 +90,21 @@ random_reads_plain = _random_reads(_plain_read)
 sequential_reads_gids = _sequential_reads(gids.read)
 sequential_reads_plain = _sequential_reads(_plain_read)
 
+#: Register caps the hit benchmarks compare by default: each changes how many 256-thread blocks
+#: fit on an SM (65536 registers: 128 -> 2, 80 -> 3, 64 -> 4; 96 would still be 2).
+HIT_CAPS = (128, 80, 64)
+_hit_kernels = {}
+
+
+def hit_kernels(cap):
+    """The random and sequential gids.read kernels compiled with registers capped at ``cap``
+    (the default cap's are the module's own)."""
+    if cap == gids.MAX_REGISTERS:
+        return random_reads_gids, sequential_reads_gids
+    if cap not in _hit_kernels:
+        _hit_kernels[cap] = (_random_reads(gids.read, cap), _sequential_reads(gids.read, cap))
+    return _hit_kernels[cap]
+
 
 @gids.jit
 def one_miss_at_a_time(h, pages, elems_per_page, times, out):
@@ -99,9 +119,15 @@ def one_miss_at_a_time(h, pages, elems_per_page, times, out):
 # ------------------------------------------------------------------ timing helpers
 
 def _time_kernel(launch, repeat=3):
-    """Median seconds of ``launch()`` over ``repeat`` runs, timed with CUDA events."""
+    """Median seconds of ``launch()`` over ``repeat`` runs, timed with CUDA events (in the
+    simulator, which times no event, by the wall clock)."""
     times = []
     for _ in range(repeat):
+        if gids.SIMULATOR:
+            start = time.perf_counter()
+            launch()
+            times.append(time.perf_counter() - start)
+            continue
         start, stop = cuda.event(), cuda.event()
         start.record()
         launch()
@@ -166,13 +192,36 @@ def bench_all_miss(data, page_size, thread_counts, zero_copy, cache_bytes, log, 
     return rows
 
 
-def bench_hits(n_elems, cache_bytes, reads_per_thread, log):
-    """All-hit random and sequential 8-byte reads: gids.read vs plain device-array reads."""
+def _kernel_resources(kernel, threads):
+    """Registers and local memory (spills) per thread of a compiled kernel, and the blocks of
+    ``threads`` threads its registers let an SM hold (65536 registers, allocated per warp in
+    units of 256; at most 2048 threads). ``None`` in the simulator."""
+    if gids.SIMULATOR:
+        return {"registers": None, "local_bytes": None, "blocks_per_sm": None}
+    regs = kernel.get_regs_per_thread()
+    regs = max(regs.values()) if isinstance(regs, dict) else regs
+    local = kernel.get_local_mem_per_thread()
+    local = max(local.values()) if isinstance(local, dict) else local
+    warp_regs = -(-regs * 32 // 256) * 256
+    warps = -(-threads // 32)
+    blocks = min(65536 // (warp_regs * warps), 2048 // threads)
+    return {"registers": int(regs), "local_bytes": int(local), "blocks_per_sm": int(blocks)}
+
+
+def bench_hits(n_elems, cache_bytes, reads_per_thread, log, caps=(), threads=256, blocks=132 * 16,
+               repeat=3):
+    """All-hit random and sequential 8-byte reads: gids.read vs plain device-array reads.
+
+    ``res["random"]`` and ``res["sequential"]`` are the default cap's kernels. ``caps``: the
+    same two kernels compiled with each register cap in turn, each timed beside a new run of
+    the plain kernel (so drift over the run does not pass for a difference between caps), in
+    ``res["caps"]``, one labelled row per cap with the kernels' registers, local memory and
+    blocks per SM.
+    """
     rng = np.random.default_rng(2)
     data = rng.integers(0, 1 << 40, n_elems, dtype=np.int64)
     d_data = cuda.to_device(data)
     mask = n_elems - 1
-    threads, blocks = 256, 132 * 16
     n_threads = threads * blocks
     out_g = cuda.device_array(n_threads, dtype=np.int64)
     out_p = cuda.device_array(n_threads, dtype=np.int64)
@@ -182,26 +231,104 @@ def bench_hits(n_elems, cache_bytes, reads_per_thread, log):
         # warm: load every page once
         sequential_reads_gids[blocks, threads](arr.handle, n_elems, out_g)
         rt.sync()
-        rt.reset_stats()
         h = arr.handle
-        t_g = _time_kernel(lambda: random_reads_gids[blocks, threads](h, mask, reads_per_thread, 7, out_g))
-        t_p = _time_kernel(lambda: random_reads_plain[blocks, threads](d_data, mask, reads_per_thread, 7, out_p))
-        rt.sync()
-        st = rt.stats()
-        same = bool(np.array_equal(out_g.copy_to_host(), out_p.copy_to_host()))
-        n_reads = n_threads * reads_per_thread
-        res["random"] = {"gids_Greads_per_s": n_reads / t_g / 1e9, "plain_Greads_per_s": n_reads / t_p / 1e9,
-                         "ratio": t_p / t_g, "misses_during_timing": st.misses, "same_result": same}
+
+        def measure(random_k, sequential_k):
+            rt.reset_stats()
+            t_g = _time_kernel(lambda: random_k[blocks, threads](h, mask, reads_per_thread, 7, out_g),
+                               repeat)
+            t_p = _time_kernel(lambda: random_reads_plain[blocks, threads](d_data, mask, reads_per_thread,
+                                                                         7, out_p), repeat)
+            rt.sync()
+            st = rt.stats()
+            same = bool(np.array_equal(out_g.copy_to_host(), out_p.copy_to_host()))
+            n_reads = n_threads * reads_per_thread
+            rnd = {"gids_Greads_per_s": n_reads / t_g / 1e9, "plain_Greads_per_s": n_reads / t_p / 1e9,
+                   "ratio": t_p / t_g, "misses_during_timing": st.misses, "hits_during_timing": st.hits,
+                   "same_result": same}
+            t_g = _time_kernel(lambda: sequential_k[blocks, threads](h, n_elems, out_g), repeat)
+            t_p = _time_kernel(lambda: sequential_reads_plain[blocks, threads](d_data, n_elems, out_p),
+                               repeat)
+            rt.sync()
+            same = bool(np.array_equal(out_g.copy_to_host(), out_p.copy_to_host()))
+            seq = {"gids_GBps": n_elems * 8 / t_g / 1e9, "plain_GBps": n_elems * 8 / t_p / 1e9,
+                   "ratio": t_p / t_g, "same_result": same}
+            return rnd, seq
+
+        res["random"], res["sequential"] = measure(random_reads_gids, sequential_reads_gids)
         log(f"all-hit random 8 B: gids {res['random']['gids_Greads_per_s']:.2f} G/s, plain "
-            f"{res['random']['plain_Greads_per_s']:.2f} G/s, ratio {res['random']['ratio']:.2f}, same={same}")
-        t_g = _time_kernel(lambda: sequential_reads_gids[blocks, threads](h, n_elems, out_g))
-        t_p = _time_kernel(lambda: sequential_reads_plain[blocks, threads](d_data, n_elems, out_p))
-        rt.sync()
-        same = bool(np.array_equal(out_g.copy_to_host(), out_p.copy_to_host()))
-        res["sequential"] = {"gids_GBps": n_elems * 8 / t_g / 1e9, "plain_GBps": n_elems * 8 / t_p / 1e9,
-                             "ratio": t_p / t_g, "same_result": same}
+            f"{res['random']['plain_Greads_per_s']:.2f} G/s, ratio {res['random']['ratio']:.2f}, "
+            f"same={res['random']['same_result']}")
         log(f"all-hit sequential: gids {res['sequential']['gids_GBps']:.0f} GB/s, plain "
-            f"{res['sequential']['plain_GBps']:.0f} GB/s, ratio {res['sequential']['ratio']:.2f}, same={same}")
+            f"{res['sequential']['plain_GBps']:.0f} GB/s, ratio {res['sequential']['ratio']:.2f}, "
+            f"same={res['sequential']['same_result']}")
+        rows = []
+        for cap in caps:
+            random_k, sequential_k = hit_kernels(cap)
+            rnd, seq = measure(random_k, sequential_k)
+            row = {"max_registers": cap, "label": f"registers capped at {cap}",
+                   "random": rnd, "sequential": seq,
+                   "random_kernel": _kernel_resources(random_k, threads),
+                   "sequential_kernel": _kernel_resources(sequential_k, threads)}
+            rows.append(row)
+            rk = row["random_kernel"]
+            log(f"cap {cap}: random ratio {rnd['ratio']:.2f} ({rnd['gids_Greads_per_s']:.2f} G/s), "
+                f"sequential ratio {seq['ratio']:.2f} ({seq['gids_GBps']:.0f} GB/s); random kernel "
+                f"{rk['registers']} registers, {rk['local_bytes']} B local, {rk['blocks_per_sm']} "
+                f"blocks/SM; same={rnd['same_result'] and seq['same_result']}")
+        res["caps"] = rows
+    return res
+
+
+def format_cap_rows(hits):
+    """Markdown rows of the register-cap comparison (``bench_hits(..., caps=...)``)."""
+    lines = []
+    for row in hits.get("caps", []):
+        rk, sk = row["random_kernel"], row["sequential_kernel"]
+        lines.append(
+            f"| all-hit reads, {row['label']} (random kernel {rk['registers']} registers, "
+            f"{rk['local_bytes']} B local, {rk['blocks_per_sm']} blocks/SM; sequential "
+            f"{sk['registers']} / {sk['local_bytes']} B / {sk['blocks_per_sm']}) | random "
+            f"{row['random']['gids_Greads_per_s']:.2f} G reads/s, sequential "
+            f"{row['sequential']['gids_GBps']:.0f} GB/s | plain {row['random']['plain_Greads_per_s']:.2f} "
+            f"G reads/s, {row['sequential']['plain_GBps']:.0f} GB/s | {row['random']['ratio']:.2f} / "
+            f"{row['sequential']['ratio']:.2f} | >= 0.30 / >= 0.60 |")
+    return lines
+
+
+def hits_suite(out_dir, caps=HIT_CAPS, quick=False):
+    """The hit benchmarks alone, at each register cap (``python -m workloads.microbench hits``):
+    one Markdown table (printed, and in OUT/hits_suite.md) and OUT/hits_suite.json.
+
+    In the simulator it runs the same code at tiny sizes (a check that it runs; its times mean
+    nothing)."""
+    os.makedirs(out_dir, exist_ok=True)
+    if gids.SIMULATOR:
+        res = bench_hits(1 << 10, 1 << 16, 2, print, caps=caps, threads=4, blocks=2, repeat=1)
+        gpu = "CUDA simulator (times mean nothing)"
+    else:
+        res = bench_hits((1 << 24) if quick else (1 << 26), 1 << 30, 16, print, caps=caps)
+        dev = cuda.get_current_device()
+        gpu = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+    command = ("python -m workloads.microbench hits --caps " + ",".join(map(str, caps))
+               + (" --quick" if quick else ""))
+    res["meta"] = {"date": time.strftime("%Y-%m-%d"), "gpu": gpu, "command": command,
+                   "default_max_registers": gids.MAX_REGISTERS}
+    lines = [f"Measured {res['meta']['date']} on {gpu} with `{command}` (default cap "
+             f"{gids.MAX_REGISTERS}).", "",
+             "| figure | measured | plain reads in the same run | ratio random / sequential | target |",
+             "|---|---|---|---|---|",
+             f"| all-hit reads, default cap | random {res['random']['gids_Greads_per_s']:.2f} G reads/s, "
+             f"sequential {res['sequential']['gids_GBps']:.0f} GB/s | plain "
+             f"{res['random']['plain_Greads_per_s']:.2f} G reads/s, {res['sequential']['plain_GBps']:.0f} "
+             f"GB/s | {res['random']['ratio']:.2f} / {res['sequential']['ratio']:.2f} | >= 0.30 / >= 0.60 |"]
+    lines += format_cap_rows(res) + [""]
+    table = "\n".join(lines)
+    with open(os.path.join(out_dir, "hits_suite.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(out_dir, "hits_suite.md"), "w") as f:
+        f.write(table)
+    print(table, flush=True)
     return res
 
 
@@ -333,7 +460,9 @@ def gpu_suite(out_dir, quick=False):
     results["all_miss_zero_copy"] = bench_all_miss(data, 4096, counts, True, 1 << 30, log)
     results["all_miss_copy"] = bench_all_miss(data, 4096, counts, False, 1 << 30, log)
     results["all_miss_nvme"] = bench_all_miss_nvme(data, cores, log)
-    results["hits"] = bench_hits(1 << 26, 1 << 30, 16, log)
+    # The default cap's row is the main one; the other caps follow, one labelled row each.
+    results["hits"] = bench_hits(1 << 26, 1 << 30, 16, log,
+                                 caps=[c for c in HIT_CAPS if c != gids.MAX_REGISTERS])
     results["latency"] = bench_latency(data, 4096, 2000, log)
     results["registers_per_thread"] = _registers(
         {"all-miss kernel": first_element_of_pages, "random-hit kernel": random_reads_gids,
@@ -376,6 +505,7 @@ def format_table(r):
         f"| all-hit coalesced sequential reads | {r['hits']['sequential']['gids_GBps']:.0f} GB/s | plain "
         f"{r['hits']['sequential']['plain_GBps']:.0f} GB/s (D2D copy {c['d2d_GBps_read_plus_write']:.0f} GB/s) | "
         f"{r['hits']['sequential']['ratio']:.2f} | >= 0.60 |",
+        *format_cap_rows(r["hits"]),
         f"| one thread, one miss at a time (zero-copy) | p50 {r['latency']['zero_copy']['p50_us']:.1f} us, "
         f"p99 {r['latency']['zero_copy']['p99_us']:.1f} us | | | p50 <= 10 us |",
         f"| one thread, one miss at a time (copy) | p50 {r['latency']['copy']['p50_us']:.1f} us, "
@@ -403,10 +533,19 @@ def main(argv=None):
     p.add_argument("--out", default="out", help="folder for gpu_suite.md/.json (default: out)")
     p.add_argument("--quick", action="store_true", help="smaller sizes")
     p.add_argument("--no-tests", action="store_true", help="skip the GPU pytest run")
+    p = sub.add_parser("hits", help="the all-hit benchmarks only, at several register caps")
+    p.add_argument("--out", default="out", help="folder for hits_suite.md/.json (default: out)")
+    p.add_argument("--caps", default=",".join(map(str, HIT_CAPS)),
+                   help="register caps to compare, comma-separated (default: %(default)s)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes")
     p = sub.add_parser("nvme", help="the direct NVMe path's all-miss commands/s only")
     p.add_argument("--out", default="out", help="folder for nvme_suite.json (default: out)")
     p.add_argument("--quick", action="store_true", help="smaller sizes")
     args = parser.parse_args(argv)
+    if args.cmd == "hits":
+        hits_suite(args.out, caps=tuple(int(c) for c in args.caps.split(",") if c),
+                   quick=args.quick)
+        return 0
     if args.cmd == "nvme":
         nvme_suite(args.out, quick=args.quick)
         return 0
