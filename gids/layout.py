@@ -68,7 +68,14 @@ STAT_MISSES = 1      # page lookups that did not (they loaded it, or waited for 
 STAT_IOS = 2         # pages read from the store
 STAT_EVICTIONS = 3   # resident pages dropped to make room
 STAT_WRITEBACKS = 4  # dirty pages written back to the store on eviction (flush counts on the host)
-N_STATS = 5
+# Where a miss's time goes (nanoseconds summed over lookups; added on the miss path only, so a
+# hit costs nothing more): the loader's request from submission to completion, and the whole
+# miss path of a lookup (a slot, the write-back, the request, the copy, or the wait for another
+# warp's load). And the rounds a loader found no evictable slot.
+STAT_IO_NS = 5
+STAT_MISS_NS = 6
+STAT_SLOT_RETRIES = 7
+N_STATS = 8
 N_STAT_SHARDS = 64
 
 # --- Store table (one row per open array; read by the daemon) --------------------------------

@@ -935,7 +935,9 @@ class Runtime:
         return Stats(hits=int(counts[L.STAT_HITS]), misses=int(counts[L.STAT_MISSES]), ios=ios,
                      bytes_read=ios * self.page_size, evictions=int(counts[L.STAT_EVICTIONS]),
                      writebacks=writebacks, flushed=self._flushed_pages,
-                     bytes_written=(writebacks + self._flushed_pages) * self.page_size)
+                     bytes_written=(writebacks + self._flushed_pages) * self.page_size,
+                     io_ns=int(counts[L.STAT_IO_NS]), miss_ns=int(counts[L.STAT_MISS_NS]),
+                     slot_retries=int(counts[L.STAT_SLOT_RETRIES]))
 
     def reset_stats(self):
         self._check_open()

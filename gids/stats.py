@@ -12,6 +12,13 @@ class Stats:
     them (among ``evictions``); ``flushed`` counts dirty pages written back from the host
     (``Runtime.flush``, ``invalidate``, recovery after an error, closing); ``bytes_written``
     is both, in whole pages.
+
+    Where the misses' time went (summed over lookups, in nanoseconds, measured on the GPU):
+    ``io_ns`` from each request's submission to its completion (so ``io_ns / ios`` is the
+    I/O latency the kernels saw, queueing included), ``miss_ns`` over each miss's whole slow
+    path (a slot, a write-back, the request and the page copy, or the wait for another warp's
+    load: ``miss_ns / misses``). ``slot_retries`` counts the rounds in which a loader found no
+    evictable slot (too many pages in use or in flight for the cache).
     """
 
     hits: int = 0
@@ -22,6 +29,9 @@ class Stats:
     writebacks: int = 0
     flushed: int = 0
     bytes_written: int = 0
+    io_ns: int = 0
+    miss_ns: int = 0
+    slot_retries: int = 0
 
     @property
     def lookups(self):
@@ -31,6 +41,16 @@ class Stats:
     def hit_rate(self):
         return self.hits / self.lookups if self.lookups else 0.0
 
+    @property
+    def io_latency_us(self):
+        """Mean microseconds from a request's submission to its completion, as kernels saw it."""
+        return self.io_ns / self.ios / 1e3 if self.ios else 0.0
+
+    @property
+    def miss_latency_us(self):
+        """Mean microseconds a miss spent on the slow path (including waits for other loads)."""
+        return self.miss_ns / self.misses / 1e3 if self.misses else 0.0
+
     def __sub__(self, other):
         return Stats(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
 
@@ -39,4 +59,5 @@ class Stats:
                 f"hit rate {self.hit_rate:.1%}), I/Os {self.ios:,}, "
                 f"bytes read {self.bytes_read:,}, evictions {self.evictions:,} "
                 f"(write-backs {self.writebacks:,}), flushed {self.flushed:,}, "
-                f"bytes written {self.bytes_written:,}")
+                f"bytes written {self.bytes_written:,}, mean I/O {self.io_latency_us:.1f} us, "
+                f"mean miss {self.miss_latency_us:.1f} us, slot retries {self.slot_retries:,}")

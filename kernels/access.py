@@ -220,7 +220,9 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
     source = 0
     ticket = take_tickets(h, q, mask, want)
     submitted = False
+    asked_at = 0
     if ticket >= 0:
+        asked_at = now_ns()
         # The back end's two steps (host queues or NVMe rings), chosen by the handle's type at
         # compile time: kernels/backend.py.
         submitted = io_submit(h, q, ticket, h.array_id, page, L.OP_READ, deadline)
@@ -229,6 +231,8 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
     completed, status, source = io_wait(h, mask, lane, q, ticket, submitted, deadline)
     if submitted and not completed:
         record_error(h, L.ERR_TIMEOUT_IO, page, ticket)
+    if completed:
+        _add_stat(h, L.STAT_IO_NS, now_ns() - asked_at)
     # The warp copies every page that arrived into its slot.
     to_copy = ballot_sync(mask, completed and status == L.STATUS_OK)
     while to_copy != 0:
@@ -347,6 +351,7 @@ def _access(h, i, is_write, new_value):
                 evicted = evicted or ev
                 if slot < 0:
                     wait_code = L.ERR_TIMEOUT_SLOT
+                    _add_stat(h, L.STAT_SLOT_RETRIES, 1)
             if ballot_sync(mask, victim >= 0) != 0:
                 ok = _write_back(h, mask, q, victim, slot, deadline)
                 if victim >= 0:
@@ -411,6 +416,9 @@ def _access(h, i, is_write, new_value):
     _count(h, mask, L.STAT_IOS, loaded)
     _count(h, mask, L.STAT_EVICTIONS, evicted)
     _count(h, mask, L.STAT_WRITEBACKS, wrote_back)
+    if is_leader and not hit:
+        # The slow path started when round 1 ended (``deadline`` was set then).
+        _add_stat(h, L.STAT_MISS_NS, now_ns() - (deadline - h.timeout_ns))
     return value
 
 

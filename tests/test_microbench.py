@@ -26,3 +26,34 @@ def test_hit_benchmarks_compare_register_caps(tmp_path):
     table = open(os.path.join(tmp_path, "hits_suite.md")).read()
     for cap in (128, 80, 64):
         assert f"registers capped at {cap}" in table
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="tiny sizes: a check that the comparison runs")
+def test_miss_benchmark_compares_pages_per_warp_and_times_the_misses(tmp_path):
+    rows = microbench.misses_suite(str(tmp_path))
+    assert [row["per_warp"] for row in rows] == [False, True]
+    for row in rows:
+        assert row["correct"]
+        # One I/O per page. In the simulator a warp is one thread, so the 32 readers of a page
+        # are 32 lookups (one loads, the others wait for it): misses >= I/Os.
+        assert row["ios"] == row["pages"] <= row["misses"]
+        # The kernels' own account of the misses: every I/O took some time, and a miss's slow
+        # path includes its I/O.
+        assert 0 < row["io_latency_us"] <= row["miss_latency_us"]
+    with open(os.path.join(tmp_path, "misses_suite.json")) as f:
+        assert len(json.load(f)["rows"]) == 2
+
+
+def test_stats_time_the_misses_and_not_the_hits():
+    """io_ns and miss_ns are added on the slow path only: a kernel of hits adds nothing."""
+    import numpy as np
+    data = np.arange(4096, dtype=np.int64)
+    with gids.Runtime(cache_pages=8, page_size=4096) as rt:
+        arr = rt.open_array(gids.MemoryStore(data), np.int64, shape=data.shape)
+        assert (rt.gather(arr, np.array([5, 7])).copy_to_host() == [5, 7]).all()
+        first = rt.stats()
+        assert first.ios == 1 and first.io_ns > 0 and first.miss_ns >= first.io_ns
+        assert (rt.gather(arr, np.array([9])).copy_to_host() == [9]).all()
+        delta = rt.stats() - first
+        assert delta.hits == 1 and delta.misses == 0
+        assert delta.io_ns == 0 and delta.miss_ns == 0 and delta.slot_retries == 0

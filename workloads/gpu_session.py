@@ -4,6 +4,11 @@
 
 Stages, in order of priority (default: all, in this order):
 
+- ``diagnose``: why the BFS and search kernels run far below the microbenchmarks over gids
+  (2026-11-29: a search read 22 k pages/s where the all-miss benchmark serves 11 M): all-miss
+  pages one per thread against one per warp (``python -m workloads.microbench misses``), then a
+  small search and a small BFS, each over gids beside all-in-GPU-memory, every gids row with the
+  kernels' own mean I/O latency and mean miss time (``gids.Stats``);
 - ``tests``: the GPU tests (``pytest -m gpu``), first, since every figure after them assumes
   the runtime reads the right values;
 - ``core``: the core's GPU suite (``python -m workloads.microbench gpu-suite``): all-miss pages
@@ -39,6 +44,14 @@ GIDS = [sys.executable, "-m", "gids.cli"]
 #: ``(argv, cap)`` where it may take at most ``cap`` of those seconds; each command gets what the
 #: commands before it left of the stage's limit. ``{dir}`` is the stage's output folder.
 STAGES = {
+    # About 4 minutes, most of it compiling (an estimate: not yet run on a GPU).
+    "diagnose": ([([sys.executable, "-m", "workloads.microbench", "misses", "--out", "{dir}"], 120),
+                  ([*GIDS, "search", "--n", "100000", "--dim", "128", "--lists", "256",
+                    "--queries", "1000", "--nprobe", "16", "--data-path", "gids,memory",
+                    "--storage", "memory", "--no-faiss", "--json", "{dir}/search_small.json"], 150),
+                  [*GIDS, "bfs", "--scale", "18", "--roots", "2", "--storage", "memory",
+                   "--data-path", "gids,memory", "--cache-fractions", "0.25,1.0",
+                   "--json", "{dir}/bfs_small.json"]], 420),
     # 420 s: the write tests (four dtypes, 64 k writers, the stress run at 1/64) add about
     # two minutes, mostly compiling (an estimate: not yet run on a GPU).
     "tests": ([[sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",

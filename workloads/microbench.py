@@ -43,6 +43,17 @@ def first_element_of_pages(h, pages, elems_per_page, out):
         out[k] = gids.read(h, pages[k] * elems_per_page)
 
 
+@gids.jit
+def page_per_warp(h, pages, elems_per_page, out):
+    """Warp w reads the first 32 elements of page pages[w], one per lane (coalesced): every
+    lookup misses, and each warp has one page in flight, as in the BFS and search kernels,
+    where a warp reads one list or one vector at a time (``first_element_of_pages`` has 32)."""
+    k = cuda.grid(1)
+    w = k // 32
+    if w < pages.size:
+        out[k] = gids.read(h, pages[w] * elems_per_page + k % 32)
+
+
 @cuda.jit(device=True)
 def _next_random(x):
     # xorshift64: cheap, and the same stream for the gids and the plain kernel.
@@ -151,10 +162,17 @@ def measure_ceilings(nbytes=2 << 30):
 # ------------------------------------------------------------------ benchmarks
 
 def bench_all_miss(data, page_size, thread_counts, zero_copy, cache_bytes, log, backend="host",
-                   ssd=None):
+                   ssd=None, per_warp=False):
     """Random distinct pages, each read once: every lookup misses. Pages/s by daemon threads
-    (for ``backend="nvme"``: NVMe commands/s by controller threads, timed by ``ssd``)."""
+    (for ``backend="nvme"``: NVMe commands/s by controller threads, timed by ``ssd``).
+
+    ``per_warp``: one page per warp (:func:`page_per_warp`) instead of one per thread. Each row
+    also has the kernels' own account of the misses' time (``gids.Stats``): the mean I/O
+    latency (submission to completion) and the mean time of a miss's slow path.
+    """
     epp = page_size // data.dtype.itemsize
+    if per_warp and epp < 32:
+        raise ValueError("per_warp needs pages of at least 32 elements")
     n_pages = data.nbytes // page_size
     rng = np.random.default_rng(1)
     rows = []
@@ -166,28 +184,36 @@ def bench_all_miss(data, page_size, thread_counts, zero_copy, cache_bytes, log, 
             rt.set_daemon_threads(threads)
             pages = rng.permutation(n_pages).astype(np.int64)
             d_pages = cuda.to_device(pages)
-            out = cuda.device_array(n_pages, dtype=data.dtype)
-            blocks = math.ceil(n_pages / 256)
+            lanes = 32 if per_warp else 1
+            out = cuda.device_array(n_pages * lanes, dtype=data.dtype)
+            blocks = math.ceil(n_pages * lanes / 256)
+            kernel = page_per_warp if per_warp else first_element_of_pages
             best = None
             for rep in range(2):
                 rt.invalidate()
                 rt.reset_stats()
                 start = time.perf_counter()
-                first_element_of_pages[blocks, 256](arr.handle, d_pages, epp, out)
+                kernel[blocks, 256](arr.handle, d_pages, epp, out)
                 rt.sync()
                 secs = time.perf_counter() - start
                 stats = rt.stats()
                 best = secs if best is None else min(best, secs)
-            ok = bool(np.array_equal(out.copy_to_host(), data.reshape(-1)[pages * epp]))
+            wanted = (pages[:, None] * epp + np.arange(lanes)).reshape(-1)
+            ok = bool(np.array_equal(out.copy_to_host(), data.reshape(-1)[wanted]))
             row = {"backend": backend, "ssd": ssd, "daemon_threads": threads,
-                   "zero_copy": zero_copy, "pages": n_pages,
+                   "zero_copy": zero_copy, "pages": n_pages, "per_warp": per_warp,
                    "seconds": best, "Mpages_per_s": n_pages / best / 1e6,
                    "GBps": n_pages * page_size / best / 1e9, "ios": stats.ios,
-                   "misses": stats.misses, "correct": ok}
+                   "misses": stats.misses, "io_latency_us": stats.io_latency_us,
+                   "miss_latency_us": stats.miss_latency_us, "slot_retries": stats.slot_retries,
+                   "correct": ok}
             if backend == "nvme":
                 row["controller"] = rt.daemon.counters
-            log(f"all-miss {backend} zero_copy={zero_copy} ssd={ssd} threads={threads}: "
-                f"{row['Mpages_per_s']:.2f} M pages/s ({row['GBps']:.1f} GB/s), ios {stats.ios}, ok={ok}")
+            log(f"all-miss {backend} zero_copy={zero_copy} ssd={ssd} threads={threads}"
+                f"{' one page per warp' if per_warp else ''}: "
+                f"{row['Mpages_per_s']:.2f} M pages/s ({row['GBps']:.1f} GB/s), ios {stats.ios}, "
+                f"mean I/O {stats.io_latency_us:.1f} us, mean miss {stats.miss_latency_us:.1f} us, "
+                f"ok={ok}")
             rows.append(row)
     return rows
 
@@ -332,6 +358,35 @@ def hits_suite(out_dir, caps=HIT_CAPS, quick=False):
     return res
 
 
+def misses_suite(out_dir, quick=False):
+    """All-miss pages one per thread against one per warp, by daemon threads
+    (``python -m workloads.microbench misses``): does a miss cost more when each warp has one
+    page in flight, the BFS and search kernels' pattern, than when it has 32? Each row has the
+    kernels' mean I/O latency and mean miss time. OUT/misses_suite.json, and a table printed.
+
+    In the simulator it runs the same code at tiny sizes (a check that it runs)."""
+    os.makedirs(out_dir, exist_ok=True)
+    if gids.SIMULATOR:
+        n_pages, page_size, counts, cache = 16, 512, (1,), 1 << 14
+    else:
+        n_pages, page_size = (1 << 16) if quick else (1 << 18), 4096
+        counts, cache = (4, 8), 1 << 30
+    data = np.random.default_rng(0).integers(0, 1 << 62, n_pages * page_size // 8, dtype=np.int64)
+    rows = []
+    for per_warp in (False, True):
+        rows += bench_all_miss(data, page_size, counts, True, cache, print, per_warp=per_warp)
+    lines = ["| pages in flight per warp | daemon threads | M pages/s | mean I/O us | mean miss us "
+             "| slot retries | values |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {1 if r['per_warp'] else 32} | {r['daemon_threads']} | {r['Mpages_per_s']:.3f} | "
+              f"{r['io_latency_us']:.1f} | {r['miss_latency_us']:.1f} | {r['slot_retries']:,} | "
+              f"{'equal' if r['correct'] else 'WRONG'} |" for r in rows]
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, "misses_suite.json"), "w") as f:
+        json.dump({"date": time.strftime("%Y-%m-%d"), "rows": rows}, f, indent=1)
+    print(table, flush=True)
+    return rows
+
+
 def bench_latency(data, page_size, n_misses, log):
     epp = page_size // data.dtype.itemsize
     n_pages = data.nbytes // page_size
@@ -460,6 +515,9 @@ def gpu_suite(out_dir, quick=False):
     results["all_miss_zero_copy"] = bench_all_miss(data, 4096, counts, True, 1 << 30, log)
     results["all_miss_copy"] = bench_all_miss(data, 4096, counts, False, 1 << 30, log)
     results["all_miss_nvme"] = bench_all_miss_nvme(data, cores, log)
+    # One page in flight per warp (the BFS and search kernels' pattern), at 8 daemon threads.
+    results["all_miss_per_warp"] = bench_all_miss(data[:data.size // 4], 4096, (8,), True,
+                                                  1 << 30, log, per_warp=True)
     # The default cap's row is the main one; the other caps follow, one labelled row each.
     results["hits"] = bench_hits(1 << 26, 1 << 30, 16, log,
                                  caps=[c for c in HIT_CAPS if c != gids.MAX_REGISTERS])
@@ -500,6 +558,10 @@ def format_table(r):
         f"| all-miss NVMe commands/s, ideal profile (4 KiB reads, direct NVMe path, emulated "
         f"controller) | {best_nv['Mpages_per_s']:.2f} M commands/s ({best_nv['daemon_threads']} "
         f"controller threads) | same | {best_nv['Mpages_per_s'] / pcie_pages:.2f} | >= 5 M commands/s |",
+        *(f"| all-miss, one page per warp (the BFS and search kernels' pattern) | "
+          f"{x['Mpages_per_s']:.2f} M pages/s ({x['daemon_threads']} daemon threads; mean I/O "
+          f"{x['io_latency_us']:.1f} us, mean miss {x['miss_latency_us']:.1f} us) | same | "
+          f"{x['Mpages_per_s'] / pcie_pages:.2f} | (info) |" for x in r.get("all_miss_per_warp", [])),
         f"| all-hit random 8-byte reads | {r['hits']['random']['gids_Greads_per_s']:.2f} G reads/s | plain gather "
         f"{r['hits']['random']['plain_Greads_per_s']:.2f} G reads/s | {r['hits']['random']['ratio']:.2f} | >= 0.30 |",
         f"| all-hit coalesced sequential reads | {r['hits']['sequential']['gids_GBps']:.0f} GB/s | plain "
@@ -538,6 +600,10 @@ def main(argv=None):
     p.add_argument("--caps", default=",".join(map(str, HIT_CAPS)),
                    help="register caps to compare, comma-separated (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="smaller sizes")
+    p = sub.add_parser("misses", help="all-miss pages one per thread vs one per warp, with the "
+                                      "kernels' own I/O and miss latencies")
+    p.add_argument("--out", default="out", help="folder for misses_suite.json (default: out)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes")
     p = sub.add_parser("nvme", help="the direct NVMe path's all-miss commands/s only")
     p.add_argument("--out", default="out", help="folder for nvme_suite.json (default: out)")
     p.add_argument("--quick", action="store_true", help="smaller sizes")
@@ -549,6 +615,9 @@ def main(argv=None):
     if args.cmd == "nvme":
         nvme_suite(args.out, quick=args.quick)
         return 0
+    if args.cmd == "misses":
+        rows = misses_suite(args.out, quick=args.quick)
+        return 0 if all(r["correct"] for r in rows) else 1
     if args.cmd == "gpu-suite":
         rc = 0
         if not args.no_tests:

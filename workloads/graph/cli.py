@@ -275,7 +275,8 @@ def _bfs_run(args, graph, roots, name: str, options: dict,
                     _say(f"  INVALID: {exc}")
             _say(f"bfs {label}: root {i + 1}/{roots.size} ({root}): {r.seconds:.4f} s, "
                  f"{r.traversed_edges:,} edges, {r.teps:.3g} TEPS, depth {r.depth} [{r.steps}]"
-                 f"{_slowest_level(r)}{'' if valid is None else ' valid' if valid else ' INVALID'}")
+                 f"{_slowest_level(r)}{_miss_path(r.stats)}"
+                 f"{'' if valid is None else ' valid' if valid else ' INVALID'}")
             searches.append({"root": root, "seconds": r.seconds,
                              "traversed_edges": r.traversed_edges, "teps": r.teps,
                              "depth": r.depth, "steps": r.steps, "valid": valid, "stats": r.stats,
@@ -381,6 +382,16 @@ def _cc_run(args, graph, expected, name: str, options: dict,
            f"{s['hit_rate']:.1%}" if "hit_rate" in s else "-",
            "-" if valid is None else "yes" if valid else "NO"]
     return record, row, valid
+
+
+def _miss_path(stats) -> str:
+    """``; misses: mean I/O .. us, mean miss .. us`` from a Runtime's stats, else ``""``: where a
+    search through gids spent its misses' time (see gids.Stats)."""
+    if not stats or "io_latency_us" not in stats or not stats.get("misses"):
+        return ""
+    return (f"; {stats['misses']:,} misses, {stats['ios']:,} I/Os: mean I/O "
+            f"{stats['io_latency_us']:.1f} us, mean miss {stats['miss_latency_us']:.1f} us, "
+            f"{stats['slot_retries']:,} slot retries")
 
 
 def cmd_cc(args) -> int:

@@ -95,6 +95,22 @@ def make_bfs_kernels(read_neighbour) -> BFSKernels:
         n_warps = cuda.gridsize(1) // WARP_SIZE
         n = parents.size
         for f in range(warp, n_frontier, n_warps):
+            if (f - warp) // n_warps % WARP_SIZE == 0:
+                # Every WARP_SIZE vertices, each lane touches the first entry of one of the
+                # warp's next WARP_SIZE vertices' lists: the misses on their first pages are in
+                # flight together, where the scan below alone has one page in flight per warp.
+                # A lane without such a list re-reads another lane's entry (only pages the
+                # level reads anyway, which the batch path stages); none at all: no touch.
+                g = f + lane * n_warps
+                first = np.int64(-1)
+                if g < n_frontier:
+                    w = frontier[g]
+                    if offsets[w + 1] > offsets[w]:
+                        first = offsets[w]
+                have = ballot_sync(FULL_MASK, first >= 0) & LANE_BITS
+                if have != 0:
+                    donor = shfl_sync(FULL_MASK, first, lowest_lane(have))
+                    read_neighbour(arg, first if first >= 0 else donor)
             v = frontier[f]
             start = offsets[v]
             end = offsets[v + 1]

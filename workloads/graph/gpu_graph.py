@@ -312,7 +312,9 @@ class GidsSource(NeighbourSource):
     def end_search(self) -> dict:
         s = self.runtime.stats()
         return {"lookups": s.lookups, "hits": s.hits, "misses": s.misses, "ios": s.ios,
-                "bytes_read": s.bytes_read, "evictions": s.evictions, "hit_rate": s.hit_rate}
+                "bytes_read": s.bytes_read, "evictions": s.evictions, "hit_rate": s.hit_rate,
+                "io_latency_us": s.io_latency_us, "miss_latency_us": s.miss_latency_us,
+                "slot_retries": s.slot_retries}
 
     def close(self) -> None:
         if self._own_runtime and getattr(self, "runtime", None) is not None:

@@ -274,6 +274,14 @@ def _faiss_rows(index, queries, truth, k, k_recall, nprobes):
     return rows
 
 
+def _miss_path_note(miss_path) -> str:
+    """``, mean I/O .. us, mean miss .. us, .. slot retries`` for a Runtime's rows, else ``""``."""
+    if not miss_path:
+        return ""
+    return (f", mean I/O {miss_path['io_latency_us']:.1f} us, mean miss "
+            f"{miss_path['miss_latency_us']:.1f} us, {miss_path['slot_retries']:,} slot retries")
+
+
 def _cell(value, fmt):
     return "-" if value is None else format(value, fmt)
 
@@ -405,7 +413,8 @@ def cmd_search(args) -> int:
                             _say(f"{name}, nprobe {nprobe}: {len(queries):,} queries in "
                                  f"{result.seconds:.2f} s ({row['qps']:,.0f} QPS), recall "
                                  f"{row['recall']:.4f}, {row['pages_per_query']:.1f} pages read "
-                                 f"per query, hit rate {hits} ({done}/{len(nprobes)})")
+                                 f"per query, hit rate {hits}{_miss_path_note(result.miss_path)} "
+                                 f"({done}/{len(nprobes)})")
                 finally:
                     if runtime is not None:
                         runtime.close()

@@ -340,6 +340,12 @@ def _search_kernel(reader, dim: int, metric: str, k_cap: int, threads: int):
                 for j0 in range(0, length, T):
                     nv = min(T, length - j0)
                     base = start + j0 * DIM
+                    # Touch each vector of the tile first, one per thread: the misses on the
+                    # tile's pages are then in flight together (a warp's 32 vectors span several
+                    # pages) instead of met one page at a time, a page per warp, by the chunk
+                    # loop below. Threads past the tile re-read its last vector (whole warps
+                    # reach the reader). For an in-memory reader it is a dead load.
+                    reader(h, base + min(tid, nv - 1) * DIM)
                     state[0] = 0
                     state[1] = 0
                     state[2] = 0
@@ -557,7 +563,9 @@ class _GidsSource(VectorSource):
 
     def io(self):
         delta = self.runtime.stats() - self._before
-        return {"ios": delta.ios, "hit_rate": delta.hit_rate, "evictions": delta.evictions}
+        return {"ios": delta.ios, "hit_rate": delta.hit_rate, "evictions": delta.evictions,
+                "io_latency_us": delta.io_latency_us, "miss_latency_us": delta.miss_latency_us,
+                "slot_retries": delta.slot_retries}
 
     def close(self):
         if self._own:
@@ -709,6 +717,12 @@ class SearchResult:
     evictions : int
     data_path : str
     nprobe, k : int
+    miss_path : dict or None
+        For the paths that read through a Runtime: where the misses' time went, as the kernels
+        measured it (``io_latency_us``: mean submission-to-completion time of a request;
+        ``miss_latency_us``: mean time of a miss's whole slow path, waits for other warps'
+        loads included; ``slot_retries``: rounds a loader found no evictable slot). See
+        :class:`gids.Stats`.
     simulator : bool
         True when the kernels ran in Numba's CUDA simulator: times are not GPU figures.
     """
@@ -725,6 +739,7 @@ class SearchResult:
     data_path: str
     nprobe: int
     k: int
+    miss_path: Optional[dict] = None
     simulator: bool = field(default_factory=lambda: bool(gids.SIMULATOR))
 
     @property
@@ -927,6 +942,8 @@ class GPUSearcher:
             data_path=self.path.name,
             nprobe=nprobe,
             k=k,
+            miss_path=({key: io[key] for key in ("io_latency_us", "miss_latency_us", "slot_retries")}
+                       if io and "io_latency_us" in io else None),
         )
 
 
