@@ -298,7 +298,11 @@ def _access(h, i, is_write, new_value):
     loaded = False
     evicted = False
     wrote_back = False
-    deadline = 0            # set after round 1: a hit never waits
+    # Every wait of this call ends by the deadline. Counted from the call's start, not from the
+    # end of round 1 (which a hit never passes): warps' deadlines then keep their start order,
+    # so the first to time out is the first to have asked (tests name that error), and the
+    # timer read is one CS2R, off the critical path.
+    deadline = now_ns() + h.timeout_ns
     wait_code = L.ERR_TIMEOUT_LOADER
     pause = WAIT_MIN_NS
     rounds = 0
@@ -340,7 +344,6 @@ def _access(h, i, is_write, new_value):
                 _count(h, mask, L.STAT_HITS, is_leader)
                 return value
             first_round = False
-            deadline = now_ns() + h.timeout_ns
 
         if ballot_sync(mask, loading) != 0:
             # 2. loaders: a slot, and the write-back of a dirty page that held it
