@@ -420,7 +420,7 @@ def _access(h, i, is_write, new_value):
     _count(h, mask, L.STAT_EVICTIONS, evicted)
     _count(h, mask, L.STAT_WRITEBACKS, wrote_back)
     if is_leader and not hit:
-        # The slow path started when round 1 ended (``deadline`` was set then).
+        # From the call's start (``deadline`` was set then): round 1 and the slow path.
         _add_stat(h, L.STAT_MISS_NS, now_ns() - (deadline - h.timeout_ns))
     return value
 
