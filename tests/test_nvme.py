@@ -466,6 +466,8 @@ def test_errors_are_named_and_the_runtime_recovers():
 
 
 WARP32 = textwrap.dedent('''
+    from tests.test_nvme import check_rings_at_rest
+
     @cuda.jit
     def read_all(h, idx, out):
         k = cuda.grid(1)
@@ -490,6 +492,7 @@ WARP32 = textwrap.dedent('''
             assert (out.copy_to_host() == model[idx]).all(), seed
         c = rt.daemon.counters
         assert c["commands"] == rt.stats().ios and c["errors"] == 0, c
+        check_rings_at_rest(rt)
         # Writes: two warps of 32 lanes write one element of each of the 64 pages into a cache
         # of 32, so the later loads evict the earlier writes' dirty pages: whole warps send
         # NVMe Writes, then read them back.
@@ -507,6 +510,7 @@ WARP32 = textwrap.dedent('''
         s = rt.stats()
         c = rt.daemon.counters
         assert s.writebacks > 0 and c["writes"] == s.writebacks and c["errors"] == 0, (c, s)
+        check_rings_at_rest(rt)
         rt.flush()
         assert (data == model).all()
     print("NVME_WARP32_OK")
@@ -573,3 +577,4 @@ def test_gpu_nvme_path_values(queues, depth):
         c = rt.daemon.counters
         assert c["errors"] == 0 and c["commands"] == rt.stats().ios
         assert c["commands"] > pages // 2
+        check_rings_at_rest(rt)   # every handoff reached the last ticket of every queue
