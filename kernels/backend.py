@@ -25,14 +25,11 @@ fenced at system scope). Collective so that the NVMe path can write a warp's SQE
 from kernels import nvme, queue
 from kernels.handle import NvmeHandle
 from kernels.platform import SIMULATOR
-from kernels.warp import laneid
 
 if SIMULATOR:
     def io_submit(h, mask, q, ticket, want, array_id, page, op, deadline):
-        if isinstance(h, NvmeHandle):
-            return nvme.submit_warp(h, mask, laneid(), q, ticket, want, array_id, page,
-                                    nvme.opcode_of(op), deadline)
-        return queue.submit_lane(h, q, ticket, want, array_id, page, op, deadline)
+        step = nvme.submit_warp if isinstance(h, NvmeHandle) else queue.submit_lane
+        return step(h, mask, q, ticket, want, array_id, page, op, deadline)
 
     def io_wait(h, mask, lane, q, ticket, submitted, deadline):
         if isinstance(h, NvmeHandle):
@@ -40,7 +37,6 @@ if SIMULATOR:
         return queue.wait_warp(h, mask, lane, q, ticket, submitted, deadline)
 
 else:
-    from numba import cuda
     from numba.cuda.extending import overload
 
     def io_submit(h, mask, q, ticket, want, array_id, page, op, deadline):
@@ -52,18 +48,9 @@ else:
     def _is_nvme(h):
         return getattr(h, "instance_class", None) is NvmeHandle
 
-    @cuda.jit(device=True)
-    def _nvme_submit(h, mask, q, ticket, want, array_id, page, op, deadline):
-        return nvme.submit_warp(h, mask, laneid(), q, ticket, want, array_id, page,
-                                nvme.opcode_of(op), deadline)
-
-    @cuda.jit(device=True)
-    def _host_submit(h, mask, q, ticket, want, array_id, page, op, deadline):
-        return queue.submit_lane(h, q, ticket, want, array_id, page, op, deadline)
-
     @overload(io_submit, target="cuda")
     def _io_submit(h, mask, q, ticket, want, array_id, page, op, deadline):
-        step = _nvme_submit if _is_nvme(h) else _host_submit
+        step = nvme.submit_warp if _is_nvme(h) else queue.submit_lane
         return lambda h, mask, q, ticket, want, array_id, page, op, deadline: step(
             h, mask, q, ticket, want, array_id, page, op, deadline)
 

@@ -69,7 +69,7 @@ from kernels.sync import (
     st_relaxed_sys,
     st_release_gpu,
 )
-from kernels.warp import ballot_sync, nanosleep, popc, shfl_sync, syncwarp
+from kernels.warp import ballot_sync, laneid, nanosleep, popc, shfl_sync, syncwarp
 
 _CID_MASK = 0xFFFF
 _STATUS_MASK = 0x7FFF
@@ -160,16 +160,19 @@ def sq_has_room(h, q, ticket, deadline):
 
 
 @device_helper
-def submit_warp(h, mask, lane, q, ticket, want, array_id, page, opcode, deadline):
+def submit_warp(h, mask, q, ticket, want, array_id, page, op, deadline):
     """Steps 1 and 2 (collective over ``mask``): lanes with a ticket and ``want`` wait for their
     command slot and SQ entry, and the warp writes their SQEs. Per lane: True once its SQE is
-    written, False if it has none (or its wait timed out).
+    written, False if it has none (or its wait timed out). The signature of
+    ``kernels.backend.io_submit``.
 
-    ``opcode`` is ``NVME_OP_READ`` (the controller fills the slot's bounce buffer with page
-    ``page`` of array ``array_id``) or ``NVME_OP_WRITE`` (the caller has put the page in the
-    bounce buffer; the controller stores it). The namespace is ``array_id + 1``: a write-back
-    names its victim's array, which need not be the handle's.
+    ``op`` is ``OP_READ``, a Read command (the controller fills the slot's bounce buffer with
+    page ``page`` of array ``array_id``), or ``OP_WRITE``, a Write (the caller has put the page
+    in the bounce buffer; the controller stores it). The namespace is ``array_id + 1``: a
+    write-back names its victim's array, which need not be the handle's.
     """
+    lane = laneid()
+    opcode = opcode_of(op)
     ok = False
     if ticket >= 0 and want:
         ok = wait_turn(h, q, ticket, deadline)

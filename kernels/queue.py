@@ -125,8 +125,10 @@ def submit(h, q, ticket, array_id, page, op, deadline):
 
 
 @cuda.jit(device=True)
-def submit_lane(h, q, ticket, want, array_id, page, op, deadline):
-    """:func:`submit` for a lane that has a ticket and wants to submit; False for the others."""
+def submit_lane(h, mask, q, ticket, want, array_id, page, op, deadline):
+    """``kernels.backend.io_submit`` for the host queues: :func:`submit` for a lane that has a
+    ticket and wants to submit (each lane on its own; ``mask`` is unused), False for the
+    others."""
     if ticket < 0 or not want:
         return False
     return submit(h, q, ticket, array_id, page, op, deadline)
