@@ -98,22 +98,28 @@ def opcode_of(op):
 
 
 @device_helper
-def sqe_pair(h, q, ticket, k, nsid_op, page):
-    """Words ``2k`` and ``2k + 1`` of the ticket's 64-byte SQE (``nsid_op``: opcode | NSID << 8).
+def sqe_fields(h, q, ticket, nsid_op, page):
+    """The ticket's SQE: (word offset of its SQ entry, word 0, PRP1, SLBA). Word 0: opcode,
+    CID, NSID (``nsid_op``: opcode | NSID << 8); PRP1: the slot's bounce buffer; the other
+    words are 0 but word 6 (NLB - 1, the same for every command: :func:`sqe_pair`)."""
+    slot = q * h.depth + ticket % h.depth
+    page_bytes = h.page_words * 8
+    word0 = ((nsid_op & 0xFF) | (command_id(h, ticket) << L.SQE_CID_SHIFT)
+             | ((nsid_op >> 8) << L.SQE_NSID_SHIFT))
+    return ((q * h.nv_ring + ticket % h.nv_ring) * L.NVME_SQE_WORDS, word0,
+            h.nv_prp_base + slot * page_bytes, page * (page_bytes // L.NVME_LBA_BYTES))
 
-    Word 0: opcode, CID, NSID; 3: PRP1 (the slot's bounce buffer); 5: SLBA; 6: NLB - 1; the
-    others (CDW2-3, MPTR, PRP2, CDW13-15) are 0.
-    """
-    blocks = h.page_words * 8 // L.NVME_LBA_BYTES
+
+@device_helper
+def sqe_pair(h, k, word0, prp1, slba):
+    """Words ``2k`` and ``2k + 1`` of an SQE of these fields."""
     if k == 0:
-        cdw0 = (nsid_op & 0xFF) | (command_id(h, ticket) << L.SQE_CID_SHIFT)
-        return cdw0 | ((nsid_op >> 8) << L.SQE_NSID_SHIFT), 0
+        return word0, 0                      # CDW0 | NSID, CDW2-3
     if k == 1:
-        slot = q * h.depth + ticket % h.depth
-        return 0, h.nv_prp_base + slot * h.page_words * 8
+        return 0, prp1                       # MPTR, PRP1
     if k == 2:
-        return 0, page * blocks
-    return blocks - 1, 0
+        return 0, slba                       # PRP2, CDW10-11
+    return h.page_words * 8 // L.NVME_LBA_BYTES - 1, 0   # CDW12 (NLB - 1), CDW13-15
 
 
 @device_helper
@@ -126,22 +132,26 @@ def write_sqes(h, mask, lane, q, ticket, nsid_op, page):
     consecutive, so each of the four stores covers 512 contiguous bytes (whole lines over PCIe,
     not 32 scattered pieces). A partial warp writes each lane's entry itself.
     """
-    ring = h.nv_ring
+    entry = -1
+    word0 = prp1 = slba = 0
+    if ticket >= 0:
+        entry, word0, prp1, slba = sqe_fields(h, q, ticket, nsid_op, page)
     if mask == _FULL_WARP:
         for k in range(_SQE_PAIRS):
             p = k * WARP_SIZE + lane
             src = p // _SQE_PAIRS
-            t = shfl_sync(mask, ticket, src)
-            no = shfl_sync(mask, nsid_op, src)
-            pg = shfl_sync(mask, page, src)
-            if t >= 0:
+            e = shfl_sync(mask, entry, src)
+            w0 = shfl_sync(mask, word0, src)
+            p1 = shfl_sync(mask, prp1, src)
+            lba = shfl_sync(mask, slba, src)
+            if e >= 0:
                 f = p % _SQE_PAIRS
-                w0, w1 = sqe_pair(h, q, t, f, no, pg)
-                st_pair(h.nv_sq, (q * ring + t % ring) * L.NVME_SQE_WORDS + 2 * f, w0, w1)
-    elif ticket >= 0:
+                lo, hi = sqe_pair(h, f, w0, p1, lba)
+                st_pair(h.nv_sq, e + 2 * f, lo, hi)
+    elif entry >= 0:
         for f in range(_SQE_PAIRS):
-            w0, w1 = sqe_pair(h, q, ticket, f, nsid_op, page)
-            st_pair(h.nv_sq, (q * ring + ticket % ring) * L.NVME_SQE_WORDS + 2 * f, w0, w1)
+            lo, hi = sqe_pair(h, f, word0, prp1, slba)
+            st_pair(h.nv_sq, entry + 2 * f, lo, hi)
 
 
 @device_helper
