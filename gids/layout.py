@@ -129,7 +129,8 @@ NVME_SC_READ_ERROR = 0x281          # media error (SCT 2): unrecovered read erro
 NVME_SC_SHORT_READ = 0x7C0          # vendor specific (SCT 7): the store returned fewer bytes
 NVME_SC_SHORT_WRITE = 0x7C1         # vendor specific (SCT 7): the store took fewer bytes
 
-# Completion word a CQ drainer leaves for a command's waiter (device memory, one per command
-# slot): bits 0-15 CID, 16-30 NVMe status, bit 40 set once written (0 initially).
+# Completion word the lane that read a command's CQE leaves for the command's own lane, when
+# they differ (device memory, one per command slot): bits 0-15 CID, 16-30 NVMe status, bit 40
+# set once written (0 initially).
 CPL_STATUS_SHIFT = 16
 CPL_VALID = 1 << 40

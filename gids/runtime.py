@@ -242,27 +242,24 @@ class Runtime:
         self._nv_cq = cuda.mapped_array(queues * ring * L.NVME_CQE_WORDS, dtype=np.int64)
         self._nv_db = cuda.mapped_array(queues * 2, dtype=np.int64)
         zeros = lambda n: self._to_device(np.zeros(n, dtype=np.int64))   # noqa: E731
-        self._nv_mark = zeros(queues * ring)
         self._nv_sq_tail = zeros(queues)
         self._nv_sq_head = zeros(queues)
         self._nv_cq_head = zeros(queues)
-        self._nv_lock = zeros(2 * queues)
         self._nv_cpl = zeros(queues * depth)
         self._reset_nvme()
 
     def _reset_nvme(self):
         for mapped in (self._nv_sq, self._nv_cq, self._nv_db):
             host_view(mapped)[:] = 0
-        for dev in (self._nv_mark, self._nv_sq_tail, self._nv_sq_head, self._nv_cq_head,
-                    self._nv_lock, self._nv_cpl):
+        for dev in (self._nv_sq_tail, self._nv_sq_head, self._nv_cq_head, self._nv_cpl):
             dev.copy_to_device(np.zeros(dev.size, dtype=np.int64))
 
     def nvme_handle_fields(self):
         """The NvmeHandle fields after ArrayHandle's (see kernels/handle.py)."""
         return dict(nv_sq=self._nv_sq, nv_cq=self._nv_cq, nv_db=self._nv_db,
-                    nv_ring=self.queue_depth + 1, nv_mark=self._nv_mark,
-                    nv_sq_tail=self._nv_sq_tail, nv_sq_head=self._nv_sq_head,
-                    nv_cq_head=self._nv_cq_head, nv_lock=self._nv_lock, nv_cpl=self._nv_cpl,
+                    nv_ring=self.queue_depth + 1, nv_sq_tail=self._nv_sq_tail,
+                    nv_sq_head=self._nv_sq_head, nv_cq_head=self._nv_cq_head,
+                    nv_cpl=self._nv_cpl,
                     nv_prp_base=int(host_view(self._staging).ctypes.data))
 
     # ----------------------------------------------------------------- life cycle

@@ -188,12 +188,10 @@ def _write_back(h, mask, q, victim, slot, deadline):
     # submitting lanes' release stores.
     cuda.threadfence_system()
     syncwarp(mask)
-    submitted = False
-    if ready:
-        # Its turn is already here: submit only checks it again (and, for NVMe, SQ space).
-        submitted = io_submit(h, q, ticket, array_id, vpage, L.OP_WRITE, deadline)
-        if not submitted:
-            record_error_of(h, array_id, L.ERR_TIMEOUT_QUEUE, vpage, ticket)
+    # Its turn is already here: submit only checks it again (and, for NVMe, SQ space).
+    submitted = io_submit(h, mask, q, ticket, ready, array_id, vpage, L.OP_WRITE, deadline)
+    if ready and not submitted:
+        record_error_of(h, array_id, L.ERR_TIMEOUT_QUEUE, vpage, ticket)
     completed, status, _ = io_wait(h, mask, laneid(), q, ticket, submitted, deadline)
     ok = False
     if submitted:
@@ -219,15 +217,12 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
     status = 0
     source = 0
     ticket = take_tickets(h, q, mask, want)
-    submitted = False
-    asked_at = 0
-    if ticket >= 0:
-        asked_at = now_ns()
-        # The back end's two steps (host queues or NVMe rings), chosen by the handle's type at
-        # compile time: kernels/backend.py.
-        submitted = io_submit(h, q, ticket, h.array_id, page, L.OP_READ, deadline)
-        if not submitted:
-            record_error(h, L.ERR_TIMEOUT_QUEUE, page, ticket)
+    asked_at = now_ns()
+    # The back end's two steps (host queues or NVMe rings), chosen by the handle's type at
+    # compile time: kernels/backend.py.
+    submitted = io_submit(h, mask, q, ticket, True, h.array_id, page, L.OP_READ, deadline)
+    if ticket >= 0 and not submitted:
+        record_error(h, L.ERR_TIMEOUT_QUEUE, page, ticket)
     completed, status, source = io_wait(h, mask, lane, q, ticket, submitted, deadline)
     if submitted and not completed:
         record_error(h, L.ERR_TIMEOUT_IO, page, ticket)

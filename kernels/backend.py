@@ -14,9 +14,11 @@ On the GPU the choice is made at compile time (``numba.cuda.extending.overload``
 type), so a kernel over the host back end contains no NVMe code and pays nothing for it. The
 simulator runs Python, so there it is an ``isinstance``.
 
-``io_submit(h, q, ticket, array_id, page, op, deadline) -> bool`` (per lane; False on timeout):
-page ``page`` of array ``array_id``, ``op`` = ``OP_READ`` (into the ticket's staging page) or
-``OP_WRITE`` (from it: the caller has copied the page there and fenced at system scope).
+``io_submit(h, mask, q, ticket, want, array_id, page, op, deadline) -> bool`` (collective over
+``mask``; per lane, True once its request is written, False if it has no ticket, does not
+``want`` to submit, or timed out): page ``page`` of array ``array_id``, ``op`` = ``OP_READ`` (into
+the ticket's staging page) or ``OP_WRITE`` (from it: the caller has copied the page there and
+fenced at system scope). Collective so that the NVMe path can write a warp's SQEs together.
 ``io_wait(h, mask, lane, q, ticket, submitted, deadline) -> (completed, status, source)``
 (collective over ``mask``; ``status`` a gids STATUS_* code, ``source`` as in the host CQ record).
 """
@@ -25,10 +27,9 @@ from kernels.handle import NvmeHandle
 from kernels.platform import SIMULATOR
 
 if SIMULATOR:
-    def io_submit(h, q, ticket, array_id, page, op, deadline):
-        if isinstance(h, NvmeHandle):
-            return nvme.submit(h, q, ticket, array_id, page, nvme.opcode_of(op), deadline)
-        return queue.submit(h, q, ticket, array_id, page, op, deadline)
+    def io_submit(h, mask, q, ticket, want, array_id, page, op, deadline):
+        step = nvme.submit_warp if isinstance(h, NvmeHandle) else queue.submit_lane
+        return step(h, mask, q, ticket, want, array_id, page, op, deadline)
 
     def io_wait(h, mask, lane, q, ticket, submitted, deadline):
         if isinstance(h, NvmeHandle):
@@ -36,10 +37,9 @@ if SIMULATOR:
         return queue.wait_warp(h, mask, lane, q, ticket, submitted, deadline)
 
 else:
-    from numba import cuda
     from numba.cuda.extending import overload
 
-    def io_submit(h, q, ticket, array_id, page, op, deadline):
+    def io_submit(h, mask, q, ticket, want, array_id, page, op, deadline):
         raise NotImplementedError("device function: call it from a kernel")
 
     def io_wait(h, mask, lane, q, ticket, submitted, deadline):
@@ -48,15 +48,11 @@ else:
     def _is_nvme(h):
         return getattr(h, "instance_class", None) is NvmeHandle
 
-    @cuda.jit(device=True)
-    def _nvme_submit(h, q, ticket, array_id, page, op, deadline):
-        return nvme.submit(h, q, ticket, array_id, page, nvme.opcode_of(op), deadline)
-
     @overload(io_submit, target="cuda")
-    def _io_submit(h, q, ticket, array_id, page, op, deadline):
-        step = _nvme_submit if _is_nvme(h) else queue.submit
-        return lambda h, q, ticket, array_id, page, op, deadline: step(
-            h, q, ticket, array_id, page, op, deadline)
+    def _io_submit(h, mask, q, ticket, want, array_id, page, op, deadline):
+        step = nvme.submit_warp if _is_nvme(h) else queue.submit_lane
+        return lambda h, mask, q, ticket, want, array_id, page, op, deadline: step(
+            h, mask, q, ticket, want, array_id, page, op, deadline)
 
     @overload(io_wait, target="cuda")
     def _io_wait(h, mask, lane, q, ticket, submitted, deadline):

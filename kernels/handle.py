@@ -51,12 +51,13 @@ NVME_FIELDS = [
     "nv_cq",        # int64 CQEs, mapped host memory, [n_queues * nv_ring * NVME_CQE_WORDS]
     "nv_db",        # int64 doorbells, mapped host memory, [n_queues * 2]: SQ tail, CQ head
     "nv_ring",      # entries per SQ and CQ ring: depth + 1 (a ring holds at most size - 1)
-    "nv_mark",      # int64 per SQ ring entry (device): ticket + 1 once its SQE is written
-    "nv_sq_tail",   # int64 per queue (device): SQEs covered by the SQ tail doorbell (a count)
+    "nv_sq_tail",   # int64 per queue (device): tickets the SQ tail doorbell covers (a count;
+                    # the SQ doorbell handoff: the warp whose first ticket it equals rings next)
     "nv_sq_head",   # int64 per queue (device): SQEs the controller has fetched, from CQE.SQHD
-    "nv_cq_head",   # int64 per queue (device): CQEs consumed (a count; the doorbell is mod ring)
-    "nv_lock",      # int64 per queue x 2 (device): SQ tail mover, CQ drainer (try-locks)
-    "nv_cpl",       # int64 per command slot (device): CID | status << 16 | CPL_VALID
+    "nv_cq_head",   # int64 per queue (device): CQEs consumed and doorbelled (a count; the CQ
+                    # doorbell handoff, as nv_sq_tail)
+    "nv_cpl",       # int64 per command slot (device): CID | status << 16 | CPL_VALID, left by
+                    # the lane that read the command's CQE, when it was not the command's own
     "nv_prp_base",  # bus address of staging page 0: PRP1 of slot e is nv_prp_base + e * page
 ]
 NvmeHandle = namedtuple("NvmeHandle", list(ArrayHandle._fields) + NVME_FIELDS)

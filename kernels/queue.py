@@ -125,6 +125,16 @@ def submit(h, q, ticket, array_id, page, op, deadline):
 
 
 @cuda.jit(device=True)
+def submit_lane(h, mask, q, ticket, want, array_id, page, op, deadline):
+    """``kernels.backend.io_submit`` for the host queues: :func:`submit` for a lane that has a
+    ticket and wants to submit (each lane on its own; ``mask`` is unused), False for the
+    others."""
+    if ticket < 0 or not want:
+        return False
+    return submit(h, q, ticket, array_id, page, op, deadline)
+
+
+@cuda.jit(device=True)
 def wait_completion(h, q, ticket, deadline):
     """Poll the ticket's completion. Returns (done, status, source); done is False on timeout."""
     entry = q * h.depth + ticket % h.depth

@@ -74,6 +74,14 @@ if SIMULATOR:
         arr[i] = value
 
     st_release_gpu = st_release_sys
+    st_relaxed_sys = st_release_sys
+
+    def st_pair(arr, i, a, b):
+        arr[i] = a
+        arr[i + 1] = b
+
+    def fence_acq_rel_sys():
+        pass
 
     def now_ns():
         return time.monotonic_ns()
@@ -175,8 +183,9 @@ else:
             return sig, codegen
         return word_op
 
-    def _make_store(scope):
-        return _make_word_op(f"st.release.{scope}.b{{bits}} [$0], $1;", False)
+    def _make_store(sem, scope):
+        """``st.{sem}.{scope}`` of a 4- or 8-byte element, as side-effecting asm."""
+        return _make_word_op(f"st.{sem}.{scope}.b{{bits}} [$0], $1;", False)
 
     def _make_atomic_add(sem):
         return _make_word_op(f"atom.{sem}.gpu.add.u{{bits}} $0, [$1], $2;", True)
@@ -212,9 +221,13 @@ else:
     #: ``ld.acquire.gpu``: poll a word other blocks write (page states, entry turns).
     ld_acquire_gpu = _make_load("acquire", "gpu")
     #: ``st.release.sys``: publish a record to the host after writing its body.
-    st_release_sys = _make_store("sys")
+    st_release_sys = _make_store("release", "sys")
     #: ``st.release.gpu``: hand a queue entry on to the next ticket holder.
-    st_release_gpu = _make_store("gpu")
+    st_release_gpu = _make_store("release", "gpu")
+    #: ``st.relaxed.sys``: a strong store the host sees, with no fence of its own. A doorbell
+    #: after an explicit ``fence.sc.sys`` (the fence and the store form a release pattern,
+    #: with other work between them), or after acquire loads whose values decided it.
+    st_relaxed_sys = _make_store("relaxed", "sys")
     #: Take a page reference; later reads of the slot cannot move before it.
     atomic_add_acquire_gpu = _make_atomic_add("acquire")
     #: Drop a page reference; earlier reads of the slot cannot move after it.
@@ -264,6 +277,43 @@ else:
     #: host's writes happen before it, and for the warp's other lanes the ``syncwarp`` after
     #: the acquire carries that order on (causality order is transitive in the PTX model).
     ld_pair = _make_pair_load("ld.global")
+
+    @intrinsic
+    def st_pair(typingctx, arr, idx, a, b):
+        """``st.global.v2.b64`` of words ``i`` and ``i + 1`` (16-byte aligned) of a 64-bit array:
+        a weak 16-byte store. SQEs go to mapped host memory this way, a warp's lanes writing
+        one contiguous run (whole lines across PCIe); a fence orders them before the doorbell.
+        Side-effecting, with a memory clobber, so it stays on its side of that fence."""
+        if not isinstance(arr, types.Array) or arr.dtype.bitwidth != 64:
+            raise TypeError("pair stores take arrays of 8-byte elements")
+        sig = types.void(arr, types.intp, arr.dtype, arr.dtype)
+
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+            i64 = ir.IntType(64)
+            lo = context.cast(builder, args[2], sig.args[2], sig.args[0].dtype)
+            hi = context.cast(builder, args[3], sig.args[3], sig.args[0].dtype)
+            fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i64, i64])
+            asm = ir.InlineAsm(fnty, "st.global.v2.b64 [$0], {$1, $2};", "l,l,l,~{memory}",
+                               side_effect=True)
+            builder.call(asm, [ptr, builder.bitcast(lo, i64), builder.bitcast(hi, i64)])
+            return context.get_dummy_value()
+        return sig, codegen
+
+    @intrinsic
+    def fence_acq_rel_sys(typingctx):
+        """``fence.acq_rel.sys``: with a later strong store, a release pattern at system scope
+        (enough to publish to the host; lighter than ``fence.sc.sys``, which
+        ``cuda.threadfence_system`` emits). Cumulative: it also orders the writes of other
+        lanes that a ``syncwarp`` ordered before it."""
+        sig = types.void()
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.VoidType(), [])
+            asm = ir.InlineAsm(fnty, "fence.acq_rel.sys;", "~{memory}", side_effect=True)
+            builder.call(asm, [])
+            return context.get_dummy_value()
+        return sig, codegen
 
     @intrinsic
     def now_ns(typingctx):

@@ -46,6 +46,11 @@ elif SIMULATOR:
     _warps = {}
     _warps_lock = threading.Lock()
     _RENDEZVOUS_TIMEOUT = 120.0   # a lane that never arrives fails the kernel, not hangs it
+    # A polling lane sleeps at least this long: 32 lanes of a warp waiting (say, for another
+    # warp's queue entries) and waking every few microseconds took the GIL from the warp they
+    # waited for so often that each of its rendezvous took up to a second (two warps on one
+    # queue of 32 entries: 40 to 90 s per kernel; 9 s with this floor).
+    _MIN_SLEEP_S = 1e-2
 
     class _Warp:
         def __init__(self, n_lanes):
@@ -57,7 +62,9 @@ elif SIMULATOR:
         block_threads = t._manager._block_dim
         n_block = block_threads[0] * block_threads[1] * block_threads[2]
         warp = t.thread_id // 32
-        key = (id(t._manager), tuple(t.blockIdx), warp)
+        # The block's size is part of the key: a later launch's manager can get the id of a
+        # freed one, and a stale warp of another size then raised IndexError in _exchange.
+        key = (id(t._manager), tuple(t.blockIdx), warp, n_block)
         with _warps_lock:
             w = _warps.get(key)
             if w is None:
@@ -97,7 +104,7 @@ elif SIMULATOR:
         _exchange(None)
 
     def nanosleep(ns):
-        time.sleep(ns * 1e-9)
+        time.sleep(max(ns * 1e-9, _MIN_SLEEP_S))
 
     def popc(x):
         return bin(x).count("1")

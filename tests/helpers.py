@@ -44,9 +44,9 @@ def fake_nvme_handle(dtype):
     from kernels.handle import NvmeHandle
     a = lambda dt: np.zeros(4, dt)   # noqa: E731
     return NvmeHandle(*fake_handle(dtype), nv_sq=a(np.int64), nv_cq=a(np.int64),
-                      nv_db=a(np.int64), nv_ring=2, nv_mark=a(np.int64), nv_sq_tail=a(np.int64),
-                      nv_sq_head=a(np.int64), nv_cq_head=a(np.int64), nv_lock=a(np.int64),
-                      nv_cpl=a(np.int64), nv_prp_base=0)
+                      nv_db=a(np.int64), nv_ring=2, nv_sq_tail=a(np.int64),
+                      nv_sq_head=a(np.int64), nv_cq_head=a(np.int64), nv_cpl=a(np.int64),
+                      nv_prp_base=0)
 
 
 #: What every emulated-warp script starts with: a short GIL switch interval (the 32 Python

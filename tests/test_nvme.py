@@ -8,6 +8,7 @@ The simulator is sequentially consistent: these check the protocol's logic; the 
 check it under the GPU's memory model.
 """
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -16,6 +17,7 @@ from numba import cuda
 
 import gids
 from gids import layout as L
+from gids._platform import host_view
 from host_daemon.nvme_controller import NvmeController
 from host_daemon.ssd_model import SsdModel
 from host_daemon.stores import T_COLUMNS
@@ -187,12 +189,27 @@ def _read_at(h, idx, out):
         out[k] = gids.read(h, idx[k])
 
 
+def check_rings_at_rest(rt):
+    """Between kernels every queue pair is at rest, and the driver's counts agree with each
+    other and with the doorbells: each ticket taken was rung (SQ tail), fetched (SQ head, from
+    the last CQE's SQHD) and its CQE consumed (CQ head)."""
+    tickets = rt._sq_ticket.copy_to_host()
+    ring = rt.queue_depth + 1
+    db = host_view(rt._nv_db)
+    for name, counts in (("SQ tail", rt._nv_sq_tail), ("SQ head", rt._nv_sq_head),
+                         ("CQ head", rt._nv_cq_head)):
+        np.testing.assert_array_equal(counts.copy_to_host(), tickets, err_msg=name)
+    np.testing.assert_array_equal(db[L.DB_SQ_TAIL::2], tickets % ring)
+    np.testing.assert_array_equal(db[L.DB_CQ_HEAD::2], tickets % ring)
+
+
 def _gather_check(rt, a, ref, n, seed, blocks=2, threads=32):
     idx = np.random.default_rng(seed).integers(0, ref.size, n)
     out = cuda.to_device(np.zeros(n, dtype=ref.dtype))
     _read_at[blocks, threads](a.handle, cuda.to_device(idx), out)
     rt.sync()
     np.testing.assert_array_equal(out.copy_to_host(), ref[idx])
+    check_rings_at_rest(rt)
 
 
 @pytest.mark.parametrize("dtype, page_size, offset", [(np.int64, 512, 0), (np.float32, 1024, 12)])
@@ -228,6 +245,151 @@ def test_out_of_order_completions(monkeypatch):
         a = rt.open_array(data)
         _gather_check(rt, a, data, 64, seed=3)
         assert rt.daemon.counters["reordered"] > 0
+
+
+class StrictController(threading.Thread):
+    """A controller in Python that checks the driver's side of the protocol while it serves
+    Reads from ``data`` (array 0 of ``rt``, a read-only store), in place of ``rt``'s own.
+
+    Checked at every step: the SQ tail doorbell moves forward by at most the ring's free
+    entries; every SQE it covers is the whole command of the ticket with that count (opcode 02h,
+    CID = slot + generation, NSID 1, PRP1 = the slot's bounce buffer, one page at an aligned
+    SLBA, reserved words 0), so a doorbell over an entry not yet written is caught; the CQ head
+    doorbell never passes a CQE not posted. It completes adversarially: it holds fetched
+    commands until ``hold`` are pending (or none arrived for a while) and posts the newest
+    first, so CQEs come in reverse SQ order and many lanes read another lane's CQE.
+    """
+
+    def __init__(self, rt, data, hold):
+        super().__init__(daemon=True)
+        self.sq, self.cq = host_view(rt._nv_sq), host_view(rt._nv_cq)
+        self.db = host_view(rt._nv_db)
+        self.staging = host_view(rt._staging).view(np.uint8)
+        self.data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        self.ring, self.depth, self.page = rt.queue_depth + 1, rt.queue_depth, rt.page_size
+        n = rt.queues
+        self.tail, self.fetched, self.posted, self.cq_head = [0] * n, [0] * n, [0] * n, [0] * n
+        self.pending = [[] for _ in range(n)]
+        self.quiet = [0] * n
+        self.hold = hold
+        self.rt = rt
+        self.commands = self.reordered = 0
+        self.errors = []
+        self.halt = threading.Event()
+
+    def cid(self, t):
+        return t % self.depth + self.depth * ((t // self.depth) % (65536 // self.depth))
+
+    def run(self):
+        try:
+            while not self.halt.is_set():
+                busy = False
+                for q in range(len(self.tail)):
+                    busy |= self.fetch(q)
+                    busy |= self.complete(q)
+                if not busy:
+                    time.sleep(1e-4)
+        except Exception as exc:   # noqa: BLE001  (reported by check())
+            self.errors.append(exc)
+            self.rt.abort()          # the kernels stop waiting at once
+
+    def fetch(self, q):
+        pos = int(self.db[2 * q + L.DB_SQ_TAIL])
+        tail = self.tail[q] + (pos - self.tail[q]) % self.ring
+        assert tail - self.fetched[q] <= self.ring - 1, (q, tail, self.fetched[q])
+        self.tail[q] = tail
+        blocks = self.page // L.NVME_LBA_BYTES
+        got = False
+        while self.fetched[q] < tail:
+            t = self.fetched[q]
+            e = (q * self.ring + t % self.ring) * L.NVME_SQE_WORDS
+            w = [int(x) for x in self.sq[e:e + L.NVME_SQE_WORDS]]
+            slot = q * self.depth + t % self.depth
+            want = (L.NVME_OP_READ | (self.cid(t) << L.SQE_CID_SHIFT) | (1 << L.SQE_NSID_SHIFT))
+            assert w[L.SQE_CDW0_NSID] == want, (q, t, hex(w[0]), hex(want))
+            assert w[L.SQE_PRP1] == self.staging.ctypes.data + slot * self.page, (q, t)
+            assert w[L.SQE_SLBA] % blocks == 0 and w[L.SQE_CDW12_13] == blocks - 1, (q, t, w)
+            assert w[1] == w[L.SQE_MPTR] == w[L.SQE_PRP2] == w[7] == 0, (q, t, w)
+            start = w[L.SQE_SLBA] * L.NVME_LBA_BYTES
+            chunk = self.data[start:start + self.page]
+            buf = self.staging[slot * self.page:(slot + 1) * self.page]
+            buf[:] = 0
+            buf[:chunk.size] = chunk
+            self.pending[q].append(t)
+            self.fetched[q] = t + 1
+            got = True
+        return got
+
+    def complete(self, q):
+        pending = self.pending[q]
+        if not pending:
+            return False
+        self.quiet[q] += 1
+        if len(pending) < self.hold and self.quiet[q] < 20:
+            return False
+        pos = int(self.db[2 * q + L.DB_CQ_HEAD])
+        head = self.cq_head[q] + (pos - self.cq_head[q]) % self.ring
+        assert head <= self.posted[q], (q, head, self.posted[q])   # consumed only what is posted
+        self.cq_head[q] = head
+        posted = False
+        while pending and self.posted[q] - self.cq_head[q] < self.ring - 1:
+            t = pending.pop()                       # newest first
+            self.reordered += any(u < t for u in pending)
+            c = self.posted[q]
+            phase = 1 - (c // self.ring) % 2
+            r = (q * self.ring + c % self.ring) * L.NVME_CQE_WORDS
+            self.cq[r + L.CQE_DW0_DW1] = 0
+            self.cq[r + L.CQE_DW2_DW3] = ((self.fetched[q] % self.ring) | (q << L.CQE_SQID_SHIFT)
+                                         | (self.cid(t) << L.CQE_CID_SHIFT)
+                                         | (phase << L.CQE_PHASE_SHIFT))
+            self.posted[q] = c + 1
+            self.commands += 1
+            posted = True
+        if posted:
+            self.quiet[q] = 0
+        return posted
+
+    def check(self):
+        if self.errors:
+            raise self.errors[0]
+        assert self.tail == self.fetched == self.posted, (self.tail, self.fetched, self.posted)
+
+    def run_kernel(self, launch):
+        """``launch()`` then ``rt.sync()``; a finding of this controller (which aborts the
+        kernels) is raised in place of the AbortedError. Another error is raised as it is:
+        the Runtime's recovery then resets the rings under this controller, which stops it."""
+        try:
+            launch()
+            self.rt.sync()
+        except gids.AbortedError:
+            self.check()
+            raise
+        except BaseException:
+            self.halt.set()
+            raise
+        self.check()
+
+
+@pytest.mark.parametrize("queues, depth, hold", [(1, 2, 2), (2, 4, 4), (1, 32, 8)])
+def test_driver_under_a_strict_controller(queues, depth, hold):
+    """The kernels' driver against :class:`StrictController`: wrap-arounds (rings of 3 to 33),
+    more waiting threads than entries (64 threads on 1 queue of 2), completions in reverse SQ
+    order; every value checked, and the rings at rest after each kernel."""
+    data = np.random.default_rng(9).integers(0, 1 << 62, 64 * 64, dtype=np.int64)
+    with gids.Runtime("nvme", cache_pages=8, page_size=512, queues=queues, queue_depth=depth,
+                      timeout=60) as rt:
+        a = rt.open_array(gids.MemoryStore(data, zero_copy=False), np.int64, shape=data.shape)
+        rt.daemon.stop()
+        ctrl = StrictController(rt, data, hold)
+        ctrl.start()
+        try:
+            for seed in range(2):
+                ctrl.run_kernel(lambda: _gather_check(rt, a, data, 64, seed=seed))
+        finally:
+            ctrl.halt.set()
+            ctrl.join(10)
+        ctrl.check()
+        assert ctrl.commands == rt.stats().ios > 2 * (depth + 1) and ctrl.reordered > 0
 
 
 def test_emulated_ssd_array_and_trace(tmp_path):
@@ -304,6 +466,8 @@ def test_errors_are_named_and_the_runtime_recovers():
 
 
 WARP32 = textwrap.dedent('''
+    from tests.test_nvme import check_rings_at_rest
+
     @cuda.jit
     def read_all(h, idx, out):
         k = cuda.grid(1)
@@ -328,6 +492,7 @@ WARP32 = textwrap.dedent('''
             assert (out.copy_to_host() == model[idx]).all(), seed
         c = rt.daemon.counters
         assert c["commands"] == rt.stats().ios and c["errors"] == 0, c
+        check_rings_at_rest(rt)
         # Writes: two warps of 32 lanes write one element of each of the 64 pages into a cache
         # of 32, so the later loads evict the earlier writes' dirty pages: whole warps send
         # NVMe Writes, then read them back.
@@ -345,6 +510,7 @@ WARP32 = textwrap.dedent('''
         s = rt.stats()
         c = rt.daemon.counters
         assert s.writebacks > 0 and c["writes"] == s.writebacks and c["errors"] == 0, (c, s)
+        check_rings_at_rest(rt)
         rt.flush()
         assert (data == model).all()
     print("NVME_WARP32_OK")
@@ -353,6 +519,45 @@ WARP32 = textwrap.dedent('''
 
 def test_emulated_warps_through_the_rings():
     run_with_warp32(WARP32, "NVME_WARP32_OK")
+
+
+STRICT32 = textwrap.dedent('''
+    from tests.test_nvme import StrictController, check_rings_at_rest
+
+    @cuda.jit
+    def read_some(h, idx, out):
+        k = cuda.grid(1)
+        if k < idx.size:
+            out[k] = gids.read(h, idx[k])
+
+    data = np.random.default_rng(4).integers(0, 1 << 62, 96 * 64, dtype=np.int64)   # 96 pages
+    # One queue pair of 32 commands: a full warp takes every slot, and the other warp waits.
+    with gids.Runtime("nvme", cache_pages=64, page_size=512, queues=1, queue_depth=32,
+                      timeout=60) as rt:
+        a = rt.open_array(gids.MemoryStore(data, zero_copy=False), np.int64, shape=data.shape)
+        rt.daemon.stop()
+        ctrl = StrictController(rt, data, hold=24)
+        ctrl.start()
+        rng = np.random.default_rng(5)
+        for n in (64, 48, 64):    # 48: the second warp has 16 lanes (its lanes write own SQEs)
+            rt.invalidate()
+            idx = rng.permutation(96)[:n] * 64 + rng.integers(0, 64, n)    # n distinct pages
+            out = cuda.to_device(np.full(n, -1, np.int64))
+            ctrl.run_kernel(lambda: read_some[1, n](a.handle, cuda.to_device(idx), out))
+            assert (out.copy_to_host() == data[idx]).all(), n
+            check_rings_at_rest(rt)
+        ctrl.halt.set()
+        ctrl.join(10)
+        assert ctrl.commands == rt.stats().ios == 176 and ctrl.reordered > 0, ctrl.commands
+    print("NVME_STRICT32_OK")
+''')
+
+
+def test_emulated_warps_under_a_strict_controller():
+    """Whole warps of 32 lanes (and one of 16) through one queue pair of 32 commands, served by
+    :class:`StrictController` in reverse order: most lanes read another lane's CQE, and the
+    CQ head may move only once all of a warp's CQEs are read."""
+    run_with_warp32(STRICT32, "NVME_STRICT32_OK")
 
 
 # ------------------------------------------------------------------ on a GPU
@@ -372,3 +577,4 @@ def test_gpu_nvme_path_values(queues, depth):
         c = rt.daemon.counters
         assert c["errors"] == 0 and c["commands"] == rt.stats().ios
         assert c["commands"] > pages // 2
+        check_rings_at_rest(rt)   # every handoff reached the last ticket of every queue

@@ -91,7 +91,8 @@ SCRIPT = textwrap.dedent('''
     print("MASKS_OK")
 
     # The direct NVMe path: the handle's type picks the I/O step at compile time.
-    from kernels.nvme import drain_cq
+    from kernels.nvme import publish_sq, wait_warp, write_sqes
+    from kernels.warp import activemask, laneid
     from tests.helpers import fake_nvme_handle
     hn = fake_nvme_handle(np.int64)
     nvme_ptx, _ = cuda.compile_ptx(gather_kernel.py_func,
@@ -99,28 +100,54 @@ SCRIPT = textwrap.dedent('''
     host_ptx, _ = cuda.compile_ptx(gather_kernel.py_func,
                                    (typeof(fake_handle(np.int64)), types.int64[::1],
                                     typeof(a(np.int64))), cc=(9, 0))
-    # NVMe: try-locks (CAS), marks, doorbells and the CQ poll; the host kernel has none of it.
-    assert nvme_ptx.count("atom.global.cas") > host_ptx.count("atom.global.cas"), "no NVMe step"
-    assert nvme_ptx.count("st.release.sys") > host_ptx.count("st.release.sys"), "no doorbells"
+    # NVMe: 16-byte SQE stores, doorbells and one system-scope fence; the host kernel has none.
+    assert "st.global.v2.b64" in nvme_ptx and "st.global.v2.b64" not in host_ptx, "no SQE stores"
+    assert "st.relaxed.sys" in nvme_ptx and "st.relaxed.sys" not in host_ptx, "no doorbells"
+    assert "fence.acq_rel.sys" in nvme_ptx and "fence.acq_rel.sys" not in host_ptx, "no fence"
+    # No lock: the driver adds no compare-and-swap to what the cache itself uses.
+    assert nvme_ptx.count("atom.global.cas") == host_ptx.count("atom.global.cas"), "a lock?"
 
-    # The CQ drain: its phase-tag load (the only ld.acquire.sys there) is re-read each time
-    # round the loop over CQ entries, not hoisted out of it.
-    def drain(h, out):
-        drain_cq(h, 0)
-        out[0] = 1
-    ptx, _ = cuda.compile_ptx(drain, (typeof(hn), types.int64[::1]), cc=(9, 0))
-    lines = [l.strip() for l in ptx.splitlines()]
-    loads = [i for i, l in enumerate(lines) if "ld.acquire.sys" in l]
-    labels = {l[:-1]: i for i, l in enumerate(lines) if re.match(r"^\\$L__\\w+:$", l)}
-    back_edges = [(i, labels[m.group(1)]) for i, l in enumerate(lines)
-                  for m in [re.search(r"bra(?:\\.uni)?\\s+(\\$L__\\w+);", l)] if m and m.group(1) in labels]
-    assert len(loads) >= 1, "no CQ phase load"
-    assert any(dst <= ld < src for ld in loads for src, dst in back_edges), "CQ phase load hoisted"
+    def loops(ptx):
+        lines = [l.strip() for l in ptx.splitlines()]
+        labels = {l[:-1]: i for i, l in enumerate(lines) if re.match(r"^\\$L__\\w+:$", l)}
+        back = [(labels[m.group(1)], i) for i, l in enumerate(lines)
+                for m in [re.search(r"bra(?:\\.uni)?\\s+(\\$L__\\w+);", l)]
+                if m and m.group(1) in labels and labels[m.group(1)] <= i]
+        return lines, back
+
+    # The SQ doorbell (publish_sq), the ordering it relies on: the SQE stores, then one
+    # fence.acq_rel.sys, then the handoff's poll of nv_sq_tail (a loop), then the doorbell's
+    # st.relaxed.sys (fence + later strong store = a release pattern at system scope).
+    def ring(h, out):
+        write_sqes(h, activemask(), laneid(), 0, out[1], 2, out[2])
+        out[0] = 1 if publish_sq(h, 0, out[1], out[1] + 1, out[3]) else 0
+    ptx, _ = cuda.compile_ptx(ring, (typeof(hn), types.int64[::1]), cc=(9, 0))
+    lines, back = loops(ptx)
+    sqe = [i for i, l in enumerate(lines) if l.startswith("st.global.v2.b64")]
+    fence = [i for i, l in enumerate(lines) if l.startswith("fence.acq_rel.sys")]
+    poll = [i for i, l in enumerate(lines) if l.startswith("ld.acquire.gpu")]
+    bell = [i for i, l in enumerate(lines) if l.startswith("st.relaxed.sys")]
+    assert sqe and len(fence) == 1 and poll and len(bell) == 1, (sqe, fence, poll, bell)
+    assert max(sqe) < fence[0] < min(poll) and max(poll) < bell[0], "SQ doorbell order"
+    assert any(a <= p < b for p in poll for a, b in back), "handoff poll hoisted"
+
+    # The completion wait: its CQE poll (ld.acquire.sys) is re-read each time round the poll
+    # loop, not hoisted out of it; the CQ head doorbell is a relaxed store after those acquire
+    # loads (no fence needed: acquire orders the later store).
+    def wait(h, out):
+        done, status, _ = wait_warp(h, activemask(), laneid(), 0, out[1], True, out[2])
+        out[0] = status if done else -1
+    ptx, _ = cuda.compile_ptx(wait, (typeof(hn), types.int64[::1]), cc=(9, 0))
+    lines, back = loops(ptx)
+    loads = [i for i, l in enumerate(lines) if l.startswith("ld.acquire.sys")]
+    assert loads, "no CQ phase load"
+    assert all(any(a <= ld < b for a, b in back) for ld in loads), "CQ phase load hoisted"
+    assert "st.relaxed.sys" in ptx
     print("NVME_OK")
 
     # gids.write over an NvmeHandle: a dirty victim goes out as an NVMe Write command through
     # the same rings, after the system-scope fence that orders the warp's copy into the bounce
-    # buffer (host memory) before the SQE's mark and the doorbell.
+    # buffer (host memory) before the SQEs and the doorbell.
     nvme_w, _ = cuda.compile_ptx(scatter_kernel.py_func,
                                  (typeof(hn), types.int64[::1], typeof(a(np.int64))), cc=(9, 0))
     host_w, _ = cuda.compile_ptx(scatter_kernel.py_func,
@@ -128,8 +155,8 @@ SCRIPT = textwrap.dedent('''
                                   typeof(a(np.int64))), cc=(9, 0))
     assert "membar.sys" in nvme_w or "fence.sc.sys" in nvme_w
     assert "atom.global.or.b32" in nvme_w and "st.global.u64" in nvme_w
-    assert nvme_w.count("atom.global.cas") > host_w.count("atom.global.cas"), "no NVMe step"
-    assert nvme_w.count("st.release.sys") > host_w.count("st.release.sys"), "no doorbells"
+    assert "st.global.v2.b64" in nvme_w and "st.relaxed.sys" in nvme_w, "no NVMe step"
+    assert nvme_w.count("atom.global.cas") == host_w.count("atom.global.cas"), "a lock?"
     print("NVME_WRITE_OK")
 ''')
 
