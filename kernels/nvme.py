@@ -312,6 +312,10 @@ def wait_warp(h, mask, lane, q, ticket, submitted, deadline):
         polls += 1
         if busy and expired(h, deadline, polls):
             missed = to_read
+            if to_read or to_advance:
+                # The queue pair is stuck past this ticket: fail the lane even if its own
+                # command completed, so that the kernel reports it and the Runtime resets it.
+                completed = False
             to_read = False
             waiting = False
             to_advance = False
