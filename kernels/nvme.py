@@ -47,8 +47,10 @@ lane reads (the ``t``-th completion the queue posts: see step 4). Steps, for the
 
 Every wait is bounded: by the Runtime's deadline (or abort), with the timeout errors of
 :mod:`gids.layout`. No lock is taken, and nothing waits on a later ticket: the ``t``-th CQE is
-posted once ``t + 1`` commands have completed, all of them rung before ``t`` (the SQ tail is a
-prefix), and a lane leaves only after reading its CQE and handing the CQ head on.
+posted only once ``t + 1`` commands have completed, and the commands rung are a prefix of the
+tickets, so ticket ``t`` was rung by then and its lane is there to read it (a lane leaves only
+after reading its CQE and its warp handing the CQ head on). ``docs/architecture.md`` has the
+rest of the argument: why a stale CQE is never taken for a new one, why SQHD unwraps.
 """
 from gids import layout as L
 from kernels.platform import WARP_SIZE, device_helper
@@ -312,6 +314,10 @@ def wait_warp(h, mask, lane, q, ticket, submitted, deadline):
         polls += 1
         if busy and expired(h, deadline, polls):
             missed = to_read
+            if to_read or to_advance:
+                # The queue pair is stuck past this ticket: fail the lane even if its own
+                # command completed, so that the kernel reports it and the Runtime resets it.
+                completed = False
             to_read = False
             waiting = False
             to_advance = False
