@@ -63,15 +63,21 @@ def emulation_cell(record: dict | None) -> str:
     return "-" if record is None else Emulation(record["ssd"], record["n_ssd"]).label
 
 
+def positive_ints(text: str, what: str) -> list[int]:
+    """Comma-separated integers, each at least 1 (an argparse type's body; the demos' list
+    options). ``what`` names them in the error: "not a list of {what}", "{what} must be ..."."""
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of {what}: {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{what} must be integers >= 1: {text!r}")
+    return values
+
+
 def drive_counts(text: str) -> list[int]:
     """``--n-ssd``'s type: comma-separated drive counts, each at least 1, in the order given."""
-    try:
-        counts = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of drive counts: {text!r}") from None
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"drive counts must be integers >= 1: {text!r}")
-    return list(dict.fromkeys(counts))          # a count given twice runs once
+    return list(dict.fromkeys(positive_ints(text, "drive counts")))   # a count given twice runs once
 
 
 def add_ssd_arguments(parser) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from workloads.ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_cell,
-                                   emulation_record, emulations)
+                                   emulation_record, emulations, positive_ints)
 
 __all__ = ["add_search_arguments", "cmd_search", "main", "sample_queries"]
 
@@ -37,14 +37,8 @@ _DEFAULTS = {
 }
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
+def _nprobe_list(text: str) -> list[int]:
+    return positive_ints(text, "nprobe values")
 
 
 def _name_list(text: str) -> list[str]:
@@ -106,7 +100,7 @@ def add_search_arguments(subparsers) -> argparse.ArgumentParser:
                    help="80%% of the queries go to 20%% of the clusters (lists): a stream that "
                         "a cache rewards")
     s = p.add_argument_group("search")
-    s.add_argument("--nprobe", type=_int_list, default=[1, 2, 4, 8, 16],
+    s.add_argument("--nprobe", type=_nprobe_list, default=[1, 2, 4, 8, 16],
                    help="lists probed per query, comma-separated (default 1,2,4,8,16; values "
                         "above the number of lists are dropped)")
     s.add_argument("--k", type=int, default=10, help="results per query (default 10)")
