@@ -14,7 +14,7 @@ from numba import cuda
 from gids import layout as L
 from kernels.sync import atomic_add, ld_acquire_gpu, ld_acquire_sys, ld_relaxed_sys, now_ns, st_release_gpu, st_release_sys
 from kernels.warp import ballot_sync, lanemask_lt, laneid, nanosleep, popc, shfl_sync, syncwarp
-from kernels.platform import WARP_SIZE, device_helper
+from kernels.platform import SIMULATOR, WARP_SIZE, device_helper
 
 #: Back-off bounds for polls (ns). Every poll of a completion is a PCIe read, and under load
 #: thousands of warps poll at once: polls every 64 ns to 2 us took so many of the GPU's PCIe
@@ -22,6 +22,15 @@ from kernels.platform import WARP_SIZE, device_helper
 #: with 512 queues 11.2 M; 2026-11-29). A host round trip is about 5 us anyway.
 POLL_MIN_NS = 1024
 POLL_MAX_NS = 8192
+
+#: A wait reads the host's abort word on one poll in ``ABORT_POLL_MASK + 1``. That word is one
+#: line of host memory that every waiting warp of every kernel reads across PCIe, and reads of
+#: one line are served about one at a time: read on every 8th poll, they capped a search with ~4,000 warps waiting on each
+#: other's pages at 32 k page reads/s (40 s for 1,000 queries; every 1,024th poll: 0.16 s and
+#: 6.5 M pages/s, H200, 2026-12-01). Every 1,024th poll is at least a millisecond apart (polls
+#: sleep >= 1 us once backed off), soon enough for Ctrl-C. The simulator polls a thousand times
+#: slower, so it looks every 8th.
+ABORT_POLL_MASK = 7 if SIMULATOR else 1023
 
 
 @device_helper
@@ -72,11 +81,11 @@ def take_tickets(h, q, mask, want):
 @device_helper
 def expired(h, deadline, polls):
     """True once ``deadline`` (ns) has passed, or the host has asked the kernel to stop
-    (``Runtime.abort``, Ctrl-C). The abort word is in host memory, so it is read on every
-    8th poll only: a PCIe read each time would double a poll loop's traffic."""
+    (``Runtime.abort``, Ctrl-C). The abort word is in host memory, one word for every warp,
+    so it is read on one poll in ``ABORT_POLL_MASK + 1`` only (see there)."""
     if now_ns() > deadline:
         return True
-    return (polls & 7) == 7 and ld_acquire_sys(h.abort, 0) != 0
+    return (polls & ABORT_POLL_MASK) == ABORT_POLL_MASK and ld_acquire_sys(h.abort, 0) != 0
 
 
 @device_helper
