@@ -16,7 +16,8 @@ from host_daemon.daemon import HostDaemon
 from host_daemon.nvme_controller import NvmeController
 from host_daemon.ssd_model import SsdModel
 from host_daemon.trace import TraceWriter
-from host_daemon.stores import T_COLUMNS, FaultyStore, FileStore, MemoryStore, MmapStore, Store
+from host_daemon.stores import (T_COLUMNS, FaultyStore, MemoryStore, Store,
+                                 open_file_store)
 from kernels.platform import SIMULATOR, WARP_SIZE
 
 MIN_PAGE_SIZE = 512
@@ -500,15 +501,7 @@ class Runtime:
         if isinstance(source, np.ndarray):
             return MemoryStore(source), True
         if isinstance(source, (str, os.PathLike)):
-            if storage == "file":
-                return FileStore(source, direct=direct, writable=writable), True
-            if storage == "mmap":
-                return MmapStore(source, writable=writable), True
-            if storage == "memory":
-                if not os.path.exists(source):
-                    raise FileNotFoundError(f"gids: no such file: {os.fspath(source)!r}")
-                return MemoryStore(np.fromfile(source, dtype=np.uint8)), True
-            raise ConfigError(f"gids: storage must be 'file', 'mmap' or 'memory', got {storage!r}")
+            return open_file_store(source, storage, direct=direct, writable=writable), True
         raise ConfigError(f"gids: cannot open {type(source).__name__}: give a path, a numpy "
                           "array or a Store")
 

@@ -26,6 +26,7 @@ import os
 import numpy as np
 
 from gids import layout as L
+from gids.errors import ConfigError
 
 # Columns of the daemon's store table (host-only, so defined here rather than in gids.layout).
 T_KIND = 0
@@ -334,3 +335,34 @@ class FaultyStore(MemoryStore):
         if (self.faults[first:last + 1, 0] == FAULT_WRITE_EIO).any():
             raise OSError(5, "Input/output error (injected)")
         super().write_bytes(offset, data)
+
+
+#: What ``storage=`` may name: how a file is read (see :func:`open_file_store`).
+STORAGE_KINDS = ("file", "mmap", "memory")
+
+
+def open_file_store(path, storage="file", *, direct=True, writable=False):
+    """The store that reads file ``path`` the way ``storage`` names.
+
+    One place for the choice, so that gids and the baselines it is compared with read a file the
+    same way: ``"file"`` is a :class:`FileStore` (``pread``; ``O_DIRECT`` for aligned pages when
+    ``direct``), ``"mmap"`` a :class:`MmapStore`, ``"memory"`` a :class:`MemoryStore` holding a
+    copy of the whole file in RAM (read once, here).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist.
+    ConfigError
+        ``storage`` is not one of :data:`STORAGE_KINDS`.
+    """
+    if storage == "file":
+        return FileStore(path, direct=direct, writable=writable)
+    if storage == "mmap":
+        return MmapStore(path, writable=writable)
+    if storage == "memory":
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"gids: no such file: {os.fspath(path)!r}")
+        return MemoryStore(np.fromfile(path, dtype=np.uint8))
+    raise ConfigError(f"gids: storage must be one of {', '.join(map(repr, STORAGE_KINDS))}, "
+                      f"got {storage!r}")

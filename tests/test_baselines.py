@@ -226,3 +226,26 @@ def test_templates_compile_for_the_gpu():
     if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
         pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
     assert "BASELINES_PTX_OK" in proc.stdout, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("storage", ["file", "mmap", "memory"])
+@pytest.mark.parametrize("name", ["cpu_batch", "zero_copy"])
+def test_a_file_read_as_storage_says(name, storage, tmp_path):
+    """A path opened on a file reads it as ``storage`` says, as the gids path does, so that a
+    comparison reads the same medium on both sides; the values are the file's either way."""
+    data = _chain_data(1024, np.int64, seed=7)
+    path = tmp_path / "data.bin"
+    header = 4096
+    with open(path, "wb") as f:
+        f.write(b"\xff" * header)
+        f.write(data.tobytes())
+    idx = np.random.default_rng(8).integers(0, data.size, 64)
+    p = B.make_path(name, **OPTIONS)
+    with p.open(str(path), np.int64, shape=data.size, offset=header, storage=storage) as arr:
+        kind = {"file": "FileStore", "mmap": "MmapStore", "memory": "MemoryStore"}[storage]
+        assert type(arr.store).__name__ == kind
+        out = cuda.device_array(idx.size, np.int64)
+        p.launch(B.gather_template, arr, 2, 32, [(cuda.to_device(idx), out)])
+        np.testing.assert_array_equal(out.copy_to_host(), data[idx])
+    with pytest.raises(ConfigError, match="storage must be one of"):
+        p.open(str(path), np.int64, storage="tape")

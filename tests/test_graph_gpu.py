@@ -23,7 +23,8 @@ from workloads.graph import (EdgeArray, GraphFormatError, connected_components_r
 from workloads.graph.cli import add_bfs_arguments, main as cli_main
 from workloads.graph.gpu_bfs import make_bfs_kernels, run_bfs, validate_bfs_result
 from workloads.graph.gpu_cc import make_cc_kernels, run_cc, validate_cc_result
-from workloads.graph.gpu_graph import (DATA_PATHS, Access, DeviceArraySource, open_device_graph,
+from workloads.graph.gpu_graph import (DATA_PATHS, Access, DeviceArraySource, data_path_options,
+                                       open_device_graph,
                                        read_device_array, read_gids, register_data_path)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -316,6 +317,19 @@ def test_cpu_batch_stages_the_frontier_pages_and_catches_a_missing_one(graphs):
         check_search(graph, dg.bfs(root))       # usable again afterwards
     with pytest.raises(ValueError, match="cache_fraction"):
         run_bfs(graphs["kron6"], 0, data_path="cpu_batch", cache_fraction=0.5)
+
+
+def test_cpu_batch_reads_the_file_as_storage_says(graphs):
+    """``storage`` reaches the cpu_batch gather as it reaches gids (the CLI's --storage), so the
+    two read the same medium; the traversal is valid over each."""
+    graph = open_csr(graphs["kron6"])
+    root = int(sample_bfs_roots(graph, 1, seed=13)[0])
+    assert data_path_options("cpu_batch", storage="memory") == {"storage": "memory"}
+    assert data_path_options("memory", storage="memory") == {}
+    for storage, kind in (("memory", "MemoryStore"), ("mmap", "MmapStore")):
+        with open_device_graph(graph, "cpu_batch", storage=storage) as dg:
+            assert type(dg.source.store).__name__ == kind
+            check_search(graph, dg.bfs(root))
 
 
 # ---------------------------------------------------------------------------------- the CLI

@@ -67,7 +67,7 @@ from gids._platform import host_view
 from gids.array import SUPPORTED_DTYPES
 from gids.errors import ConfigError, IndexOutOfRangeError, StorageIOError
 from host_daemon.daemon import serve_page
-from host_daemon.stores import T_COLUMNS, FileStore, MemoryStore, MmapStore, Store
+from host_daemon.stores import T_COLUMNS, FileStore, MemoryStore, MmapStore, Store, open_file_store
 from kernels.platform import SIMULATOR
 
 #: Lanes that read one request together: a warp on the GPU (also in the simulator, where the
@@ -298,14 +298,15 @@ assign_slots = _assign_slots
 clear_slots = _clear_slots
 # ------------------------------------------------------------------ sources
 
-def open_store(source, dtype=None, shape=None, offset=0):
+def open_store(source, dtype=None, shape=None, offset=0, storage="file"):
     """A store for ``source`` as the paths open it: ``(store, dtype, shape, offset, owned)``.
 
-    ``source`` is a numpy array, a gids store or a file path (as :meth:`DataPath.open` takes);
-    ``owned``: the store was made here, and the caller closes it. For code outside this module
-    that reads a store the way the paths do (e.g. with :func:`gather_pages`).
+    ``source`` is a numpy array, a gids store or a file path (as :meth:`DataPath.open` takes,
+    a path read as ``storage`` says); ``owned``: the store was made here, and the caller closes
+    it. For code outside this module that reads a store the way the paths do (e.g. with
+    :func:`gather_pages`).
     """
-    return _open_source(source, dtype, shape, offset)
+    return _open_source(source, dtype, shape, offset, storage)
 
 
 def gather_table(store, offset, nbytes):
@@ -321,8 +322,9 @@ def gather_table(store, offset, nbytes):
     return table
 
 
-def _open_source(source, dtype, shape, offset):
-    """(store, dtype, shape, offset, owned) for a numpy array, a gids store or a file path."""
+def _open_source(source, dtype, shape, offset, storage="file"):
+    """(store, dtype, shape, offset, owned) for a numpy array, a gids store or a file path (read
+    as ``storage`` says: :func:`host_daemon.stores.open_file_store`)."""
     if isinstance(source, np.ndarray):
         if dtype is not None and np.dtype(dtype) != source.dtype:
             raise ConfigError(f"gids: dtype {np.dtype(dtype)} given for an array of "
@@ -333,7 +335,7 @@ def _open_source(source, dtype, shape, offset):
     elif isinstance(source, Store):
         store, owned = source, False
     elif isinstance(source, (str, os.PathLike)):
-        store, owned = FileStore(source), True
+        store, owned = open_file_store(source, storage), True
     else:
         raise ConfigError(f"gids: cannot open {type(source).__name__}: give a numpy array, a "
                           "gids store or a file path")
@@ -572,19 +574,23 @@ class DataPath:
         """Why the path cannot run in this process, or None."""
         return None
 
-    def open(self, source, dtype=None, shape=None, offset=0):
+    def open(self, source, dtype=None, shape=None, offset=0, storage="file"):
         """Put an array on this path.
 
         Parameters
         ----------
         source : numpy.ndarray, gids store (FileStore, MemoryStore, MmapStore) or path
-            Where the elements are. A path opens a :class:`gids.FileStore`.
+            Where the elements are. A path is read as ``storage`` says.
         dtype : numpy dtype, optional
             Element type (needed for a store or a path).
         shape : int or tuple, optional
             Default: all whole elements of the store after ``offset``.
         offset : int
             Byte offset of element 0 in the store.
+        storage : {"file", "mmap", "memory"}
+            For a path: ``pread`` (``O_DIRECT`` where aligned), a mapping, or a copy of the file
+            in RAM, as ``Runtime.open_array``'s ``storage``. Compare paths over the same one: a
+            baseline reading the disk beside gids reading RAM measures the disk.
 
         Returns
         -------
@@ -594,7 +600,7 @@ class DataPath:
         reason = self.unavailable_reason()
         if reason:
             raise ConfigError(f"gids: data path {self.name!r} is not available here: {reason}")
-        store, dtype, shape, offset, owned = _open_source(source, dtype, shape, offset)
+        store, dtype, shape, offset, owned = _open_source(source, dtype, shape, offset, storage)
         try:
             return self._open(store, dtype, shape, offset, owned)
         except BaseException:

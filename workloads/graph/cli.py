@@ -136,8 +136,8 @@ def add_bfs_arguments(subparsers) -> None:
                        help="page size of gids, nvme and cpu_batch's reads (default 512 in the "
                             "simulator, else 4096)")
         p.add_argument("--storage", choices=["file", "mmap", "memory"], default="file",
-                       help="how the gids daemon (and the NVMe controller) reads the file "
-                            "(default file: pread)")
+                       help="how the gids daemon, the NVMe controller and the cpu_batch "
+                            "gather read the file (default file: pread)")
         add_ssd_arguments(p)
         p.add_argument("--warm-cache", action="store_true",
                        help="keep cached pages between searches (default: each starts cold)")
@@ -198,10 +198,13 @@ def _runs(args, arrays):
                     if emulation is not None:
                         options["runtime_options"] = emulation.runtime_options
                     yield name, options, emulation
-        elif name == "cpu_batch" and args.page_size:
-            yield name, {"page_size": args.page_size}, None
         else:
-            yield name, {}, None
+            # A path that reads the file while it runs reads it as gids does (--storage): a
+            # baseline reading the disk beside gids reading RAM would measure the disk.
+            options = {"storage": args.storage} if path.takes_storage else {}
+            if name == "cpu_batch" and args.page_size:
+                options["page_size"] = args.page_size
+            yield name, options, None
 
 
 def _emulations_or_none(args, command: str):

@@ -466,12 +466,15 @@ class CpuBatchSource(NeighbourSource):
         Bytes per page read (default 4096; 512 in the simulator).
     gather_threads : int, optional
         Numba threads of the host gather (default all).
+    storage : {"file", "mmap", "memory"}
+        How the gather reads the graph file (as the gids path's ``storage``): ``pread``
+        (``O_DIRECT`` where aligned), a mapping, or a copy in RAM.
     """
 
     name = "cpu_batch"
 
     def __init__(self, graph: CSRGraph, *, page_size: int | None = None,
-                 gather_threads: int | None = None):
+                 gather_threads: int | None = None, storage: str = "file"):
         from .. import baselines as B
         self._B = B
         self.reader = B.batch_read
@@ -482,7 +485,7 @@ class CpuBatchSource(NeighbourSource):
             gather_threads = B.positive_int("gather_threads", gather_threads)
         self.gather_threads = gather_threads
         self.store, self.dtype, shape, offset, self._owned = B.open_store(
-            source, dtype, n_items, offset)
+            source, dtype, n_items, offset, storage)
         try:
             self.n_items = int(np.prod(shape))
             self.epp = self.page_size // self.dtype.itemsize
@@ -613,20 +616,29 @@ class CpuBatchSource(NeighbourSource):
 
 
 def open_cpu_batch_source(graph: CSRGraph, *, page_size: int | None = None,
-                          gather_threads: int | None = None) -> CpuBatchSource:
+                          gather_threads: int | None = None,
+                          storage: str = "file") -> CpuBatchSource:
     """The ``"cpu_batch"`` data path (see :class:`CpuBatchSource`)."""
-    return CpuBatchSource(graph, page_size=page_size, gather_threads=gather_threads)
+    return CpuBatchSource(graph, page_size=page_size, gather_threads=gather_threads,
+                          storage=storage)
 
 
 @dataclass(frozen=True)
 class DataPath:
     """A registered data path: how to open it, whether it has a cache to size, and whether it
-    reads the graph file through a gids Runtime (``storage``, ``runtime_options``, emulation)."""
+    reads the graph file through a gids Runtime (``storage``, ``runtime_options``, emulation)
+    or through a store of its own (``storage``)."""
 
     name: str
     opener: Callable[..., NeighbourSource]
     cached: bool = False
     runtime: bool = False
+    reads_store: bool = False
+
+    @property
+    def takes_storage(self) -> bool:
+        """The path reads the graph file while it runs, as ``storage`` says."""
+        return self.runtime or self.reads_store
 
 
 #: Data path name -> :class:`DataPath`.
@@ -634,7 +646,8 @@ DATA_PATHS: dict[str, DataPath] = {}
 
 
 def register_data_path(name: str, opener: Callable[..., NeighbourSource], *,
-                       cached: bool = False, runtime: bool = False) -> None:
+                       cached: bool = False, runtime: bool = False,
+                       reads_store: bool = False) -> None:
     """Make a data path available to :func:`open_device_graph`, ``run_bfs`` and the CLI.
 
     Parameters
@@ -651,15 +664,18 @@ def register_data_path(name: str, opener: Callable[..., NeighbourSource], *,
         The path reads the graph file through a :class:`gids.Runtime` it makes: it takes
         ``storage`` and ``runtime_options`` too, needs a graph opened from a file, and the CLI
         runs it under SSD emulation (``--ssd``).
+    reads_store : bool
+        The path reads the graph file itself while it runs (not through a Runtime): it takes
+        ``storage`` (``"file"``, ``"mmap"``, ``"memory"``), so that it reads what gids reads.
     """
-    DATA_PATHS[name] = DataPath(name, opener, cached, runtime)
+    DATA_PATHS[name] = DataPath(name, opener, cached, runtime, reads_store)
 
 
 register_data_path("gids", open_gids_source, cached=True, runtime=True)
 register_data_path("nvme", open_nvme_source, cached=True, runtime=True)
 register_data_path("memory", open_memory_source)
 register_data_path("zero_copy", open_zero_copy_source)
-register_data_path("cpu_batch", open_cpu_batch_source)
+register_data_path("cpu_batch", open_cpu_batch_source, reads_store=True)
 
 
 def data_path_options(data_path: str, runtime=None, cache_fraction: float | None = None,
@@ -667,8 +683,9 @@ def data_path_options(data_path: str, runtime=None, cache_fraction: float | None
     """The opener options of ``run_bfs`` / ``run_cc``'s arguments, for one data path.
 
     ``runtime``, ``cache_fraction`` and ``page_size`` go to cached paths only (``gids``,
-    ``nvme``, or one registered with ``cached=True``), ``storage`` to the paths that read through
-    a Runtime (``gids``, ``nvme``: ``runtime=True``); unset ones are left out.
+    ``nvme``, or one registered with ``cached=True``), ``storage`` to the paths that read the
+    file while they run (``gids``, ``nvme``, ``cpu_batch``: :attr:`DataPath.takes_storage`);
+    unset ones are left out.
 
     Raises
     ------
@@ -682,7 +699,7 @@ def data_path_options(data_path: str, runtime=None, cache_fraction: float | None
     if options and not DATA_PATHS[data_path].cached:
         raise ValueError(f"{', '.join(options)} apply to data paths with a cache (gids, nvme), not "
                          f"{data_path!r}")
-    if DATA_PATHS[data_path].runtime and storage is not None:
+    if DATA_PATHS[data_path].takes_storage and storage is not None:
         options["storage"] = storage
     return options
 

@@ -115,8 +115,8 @@ def add_search_arguments(subparsers) -> argparse.ArgumentParser:
                    help="page size of a built index and of the cache (default 4096; 512 in the "
                         "simulator; for --index, the index's)")
     s.add_argument("--storage", choices=["file", "mmap", "memory"], default="file",
-                   help="how the gids daemon (and the NVMe controller) reads the index file "
-                        "(default file: pread)")
+                   help="how the gids daemon, the NVMe controller and the cpu_batch / zero_copy "
+                        "paths read the index file (default file: pread)")
     add_ssd_arguments(s)
     s.add_argument("--probe", choices=["gpu", "host"], default="gpu",
                    help="pick the lists on the GPU (default) or on the host")
@@ -386,9 +386,12 @@ def cmd_search(args) -> int:
                                            **(emulation.runtime_options if emulation else {}))
                 name = path.name if emulation is None else f"{path.name} ({emulation.label})"
                 try:
-                    # A batch path must hold every page one launch reads: give it the whole section.
-                    options = ({"storage": args.storage} if path.backend
-                               else {"batch_pages": vector_pages})
+                    # Every path that reads the file while it runs reads it as --storage says
+                    # (a baseline reading the disk beside gids reading RAM measures the disk). A
+                    # batch path must hold every page one launch reads: the whole section.
+                    options = {"storage": args.storage}
+                    if not path.backend:
+                        options["batch_pages"] = vector_pages
                     with GPUSearcher(index, path, runtime=runtime, threads=args.threads,
                                      **options) as searcher:
                         if not simulator:   # the simulator compiles nothing; its warm-up only costs

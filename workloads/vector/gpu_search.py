@@ -589,14 +589,15 @@ class _MemorySource(VectorSource):
 class _BaselineSource(VectorSource):
     """A path of ``workloads.baselines`` over the index's vectors section (its open and launch)."""
 
-    def __init__(self, name, index, runtime=None, **options):
+    def __init__(self, name, index, runtime=None, storage="file", **options):
         from workloads import baselines
 
         options.setdefault("page_size", min(index.page_size, 64 << 10))
         self.path = baselines.make_path(name, **options)
         self.reader = self.path.reader
+        # ``storage`` as for gids (a path that reads the file while it runs reads what gids reads).
         self.array = self.path.open(str(index.path), np.float32, shape=index.vectors_nbytes // 4,
-                                    offset=index.vectors_offset)
+                                    offset=index.vectors_offset, storage=storage)
         self._cost = {}
 
     def begin(self):
