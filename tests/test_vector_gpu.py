@@ -75,8 +75,9 @@ def nvme_runtime():
 def _assert_matches_reference(result, index, queries, k, nprobe):
     want_d, want_i = ivf_search(index, queries, k, nprobe)
     np.testing.assert_array_equal(result.ids, want_i)
-    # The kernel adds in numpy's order, so the distances are equal, not merely close.
-    np.testing.assert_array_equal(result.distances, want_d)
+    # The kernel adds in numpy's order, so the distances are equal, not merely close: the same
+    # bits (-0.0 is not +0.0 here).
+    np.testing.assert_array_equal(result.distances.view(np.uint64), want_d.view(np.uint64))
 
 
 # --- summation order (host only) -------------------------------------------------------------
@@ -91,12 +92,72 @@ def test_pairwise_plan_is_numpys_summation_order():
         want = pair_distances(q, x, "l2")
         got = [pairwise_sum(t) for t in terms]
         assert np.array_equal(got, want), f"dim {dim}: the kernel's summation order is not numpy's"
+        # Zeros of both signs: numpy's sum of -0.0 terms only is +0.0 (its reduction starts from
+        # +0.0), and an inner product has -0.0 terms where the query is 0 and x < 0.
+        for zeros in (np.full(dim, -0.0), np.where(rng.random(dim) < 0.5, -0.0, 0.0)):
+            got, want = np.float64(pairwise_sum(zeros)), np.add.reduce(zeros)
+            assert got.view(np.uint64) == want.view(np.uint64), f"dim {dim}: {got} is not numpy's {want}"
     lengths, combines, depth = pairwise_plan(960)
     assert lengths.sum() == 960 and lengths.max() <= 128 and combines.sum() == len(lengths) - 1
     assert depth >= 2
 
 
+def _sum_by_groups(terms, ends):
+    """The kernel's register path on the host: 8 accumulators, a group of 8 terms at a time
+    (the pairwise sum, before the kernel adds it to +0.0 as numpy does)."""
+    stack = []
+    acc = None                            # a leaf's first group is assigned, not added to 0.0
+    for g, combines in enumerate(ends):
+        group = terms[8 * g:8 * g + 8]
+        acc = group.copy() if acc is None else acc + group
+        if combines >= 0:                 # a leaf ends with this group
+            stack.append(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])))
+            for _ in range(combines):
+                right = stack.pop()
+                stack[-1] = stack[-1] + right
+            acc = None
+    assert len(stack) == 1 and acc is None
+    return stack[0]
+
+
+def test_dims_that_are_multiples_of_8_sum_in_whole_groups_of_8():
+    """The register path's premise: for dim % 8 == 0 numpy's leaves are whole groups of 8."""
+    rng = np.random.default_rng(1)
+    for dim in [*range(8, 2049, 8), 2560, 3072, 4096, 8192]:
+        lengths, combines, _ = pairwise_plan(dim)
+        assert (lengths % 8 == 0).all(), f"dim {dim}: a leaf of {lengths} is not whole groups of 8"
+        ends = gpu_search._group_ends(dim)
+        assert len(ends) == dim // 8 and ends[-1] == combines[-1]
+        np.testing.assert_array_equal(ends[ends >= 0], combines)
+        terms = rng.standard_normal(dim) * 100.0 ** rng.integers(-2, 3, dim)
+        assert _sum_by_groups(terms, ends) == np.add.reduce(terms), f"dim {dim}: not numpy's sum"
+    for dim in (7, 12, 33, 132):
+        with pytest.raises(ValueError, match="whole groups of 8"):
+            gpu_search._group_ends(dim)
+
+
 # --- results --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("dim", [8, 16, 24, 40, 128, 136, 256, 7, 12, 33])
+def test_both_summation_paths_give_numpys_distances(tmp_path, dim, metric):
+    """dim % 8 == 0: the register path (40, 136: a last chunk of 8 components; 136, 256: two
+    leaves); 7, 12, 33: the general path. Both in the search and in the probing (nprobe 1)."""
+    rng = np.random.default_rng(dim)
+    n, n_lists = 20, 4
+    # Components of mixed magnitudes: another order of the additions would change low bits.
+    vectors = (rng.standard_normal((n + 3, dim)) * 100.0 ** rng.integers(-1, 2, (n + 3, dim))).astype(np.float32)
+    data, queries = vectors[:n], vectors[n:]
+    data[5] = -np.abs(data[5])
+    queries[-1] = 0.0     # ip: with row 5 every term is -0.0 (numpy's distance: -(+0.0))
+    index = build_ivf(tmp_path / "v.ivf", data, data[:n_lists].copy(), metric=metric, page_size=PAGE)
+    with GPUSearcher(index, "memory") as searcher:
+        for nprobe in (1, n_lists):
+            result = searcher.search(queries, n, nprobe)
+            _assert_matches_reference(result, index, queries, n, nprobe)
+    if metric == "ip":    # the zero query's: all zero, and compared bit for bit above
+        assert (result.distances[-1] == 0).all() and 5 in result.ids[-1]
 
 
 @pytest.mark.parametrize("data_path, nprobes", [("memory", (1, 2, 7)), ("gids", (7,)),
@@ -441,8 +502,10 @@ PTX_SCRIPT = textwrap.dedent('''
     h = fake_handle(np.float32)
     vec, mat = types.int64[::1], types.int64[:, ::1]
     f64 = types.float64[:, ::1]
+    # dim 12: the general summation path; 200 and 128: the register path.
     for reader, src, dim, metric in ((gs.read_memory, types.float32[::1], 12, "ip"),
-                                     (gs._read_gids, typeof(h), 200, "l2")):
+                                     (gs._read_gids, typeof(h), 200, "l2"),
+                                     (gs.read_memory, types.float32[::1], 128, "ip")):
         kernel = gs._search_kernel(reader, dim, metric, 16, 128)
         sig = (src, f64, mat, vec, vec, vec, vec, types.int64, f64, mat)
         ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))

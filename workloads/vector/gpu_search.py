@@ -44,10 +44,12 @@ distances
     float32 values, as the reference's :func:`~workloads.vector.reference.pair_distances`.
     Each term is exact or rounded once, as in numpy (``(q - x)`` and ``q * x`` of two float32 in
     float64; the square rounded by ``dmul_rn``, which the compiler may not fuse into an FMA), and
-    the terms are added in numpy's pairwise-summation order (:func:`pairwise_plan`), so every
-    distance equals numpy's exactly and ties and near-ties are ranked as the reference ranks
-    them. (numpy's order is an implementation detail of numpy; ``tests/test_vector_gpu.py``
-    checks it against the numpy in use.) The price is float64 arithmetic: cheap on an H200
+    the terms are added in numpy's pairwise-summation order (:func:`pairwise_plan`), then added
+    to +0.0 as numpy's reduction adds them to its identity (a sum of -0.0 terms only, as an
+    inner product can have, is +0.0), so every distance equals numpy's exactly, bit for bit,
+    and ties and near-ties are ranked as the reference ranks them. (numpy's order is an
+    implementation detail of numpy; ``tests/test_vector_gpu.py`` checks it against the numpy in
+    use.) The price is float64 arithmetic: cheap on an H200
     (half the float32 rate), 1/64 of it on consumer GPUs, where a float32 variant would be
     needed.
 ranking
@@ -63,6 +65,17 @@ reads fall in one page and ``gids.read`` makes one cache lookup for them), then 
 adds its vector's terms from shared memory. Each thread keeps its own sorted top ``k`` in
 local memory, across all the query's lists; at the end the block merges them in ``k`` rounds,
 each finding the least ``(distance, id)`` among the threads' heads in shared memory.
+
+The terms are added in one of two ways, chosen when the kernel is compiled. When the
+dimension is a multiple of 8 (most are), every leaf of numpy's summation plan is whole groups
+of 8 terms (:func:`_group_ends`), so a thread adds its terms 8 at a time into numpy's 8
+interleaved accumulators kept as scalars, in registers, and looks at the plan once per group,
+in a constant table: only where a leaf ends are the 8 summed and pushed onto the small stack of
+partial sums. Other dimensions take the general path, a term at a time through a state machine
+(leaf, position, accumulators, stack) in local memory, since arrays indexed by a variable live
+there: exact too, but slow; with it for every dimension the search was compute-bound (H200,
+all vectors in GPU memory, dim 128: ~370 GB/s of vectors read). The probing kernel is the same
+kernel over the centroids: it takes the same path.
 
 The ids of the stored vectors are kept in GPU memory (8 bytes per vector, 1/16 of a 128-dim
 float32 vector): ranking by ``(distance, id)`` needs them in the kernel.
@@ -194,7 +207,7 @@ def pairwise_sum(terms) -> float:
         for _ in range(c):
             right = stack.pop()
             stack[-1] = stack[-1] + right
-    return float(stack[0])
+    return float(0.0 + stack[0])   # numpy's reduction starts from +0.0: -0.0 comes out +0.0
 
 
 # ------------------------------------------------------------------ device code
@@ -262,7 +275,37 @@ def _insert(best_d, best_i, count, k, d, i):
 
 @_device
 def _tree8(acc):
+    """numpy's sum of its 8 accumulators (an array or a tuple of 8)."""
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+
+
+@_device
+def _push(stack, sp, leaf_sum, combines):
+    """Push a leaf's sum onto the stack of partial sums (``sp`` held) and do the ``combines``
+    pairwise additions that complete after that leaf; returns the new depth."""
+    stack[sp] = leaf_sum
+    sp += 1
+    for _ in range(combines):
+        sp -= 1
+        stack[sp - 1] = stack[sp - 1] + stack[sp]
+    return sp
+
+
+def _group_ends(dim: int) -> np.ndarray:
+    """The summation plan for the register path, by groups of 8 terms (``dim`` a multiple of 8).
+
+    Then every leaf of :func:`pairwise_plan` is a multiple of 8 long (a split keeps its first
+    half a multiple of 8, so the second is one too), so leaves start and end on group
+    boundaries and have no remainder terms. Entry ``g``: the pairwise additions to do after
+    group ``g`` (terms ``8g .. 8g+7``) where a leaf ends with it, else -1; a leaf starts at
+    group 0 and after each group that ends one.
+    """
+    lengths, combines, _ = pairwise_plan(dim)
+    if dim % _UNROLL or (lengths % _UNROLL).any():
+        raise ValueError(f"dim {dim}: the plan's leaves are not whole groups of {_UNROLL}")
+    ends = np.full(dim // _UNROLL, -1, dtype=np.int64)
+    ends[np.cumsum(lengths) // _UNROLL - 1] = combines
+    return ends
 
 
 @lru_cache(maxsize=None)
@@ -282,37 +325,65 @@ def _search_kernel(reader, dim: int, metric: str, k_cap: int, threads: int):
     LEAF_LEN, LEAF_COMBINES, DEPTH = pairwise_plan(DIM)
     UNROLL = _UNROLL
     ACC = _UNROLL + 1        # 8 accumulators and the leaf's sum (array sizes must be constants)
+    # The register path (DIM a multiple of 8): 8 terms at a time into 8 accumulators held in
+    # registers (a tuple), the plan looked up once per group. Chunks (DC, then a multiple of 8)
+    # start at multiples of DC and the last one's length DIM - d0 is a multiple of 8 too, so a
+    # group never straddles two chunks.
+    REGS = DIM % _UNROLL == 0
+    GROUP_ENDS = _group_ends(DIM) if REGS else np.zeros(1, dtype=np.int64)
+    ZERO8 = (0.0,) * _UNROLL
     WARP = WARP_SIZE
     PAD = np.int64(_PAD_ID)
     INF = math.inf
 
     @_device
-    def feed(acc, stack, state, term):
-        """Add the next term of a distance in numpy's pairwise order (state: leaf, position, depth)."""
+    def term(qv, x):
+        """One term of a distance from a query and a vector component, rounded as numpy rounds it."""
+        if IS_IP:
+            return _mul_rn(qv, x)
+        diff = qv - x
+        return _mul_rn(diff, diff)
+
+    @_device
+    def add8(acc, leaf_start, queries, q, d, tile, at):
+        """The 8 accumulators after the terms of components ``d .. d+7`` (tile elements ``at ..``).
+
+        A leaf's first 8 terms are assigned, not added to 0.0, as numpy starts its accumulators:
+        0.0 + -0.0 is +0.0, and an inner-product term can be -0.0.
+        """
+        # Views, so the 8 element indices are constants: numba adds a negative-index fix-up
+        # to every variable index, which costs more than the term itself.
+        qv = queries[q, d:d + UNROLL]
+        xv = tile[at:at + UNROLL]
+        t = (term(qv[0], xv[0]), term(qv[1], xv[1]), term(qv[2], xv[2]), term(qv[3], xv[3]),
+             term(qv[4], xv[4]), term(qv[5], xv[5]), term(qv[6], xv[6]), term(qv[7], xv[7]))
+        if leaf_start:
+            return t
+        return (acc[0] + t[0], acc[1] + t[1], acc[2] + t[2], acc[3] + t[3],
+                acc[4] + t[4], acc[5] + t[5], acc[6] + t[6], acc[7] + t[7])
+
+    @_device
+    def feed(acc, stack, state, t):
+        """The general path: add the next term ``t`` of a distance in numpy's pairwise order,
+        one term at a time, in local memory (state: leaf, position in it, stack depth)."""
         leaf = state[0]
         p = state[1]
         n = LEAF_LEN[leaf]
         n8 = n - n % UNROLL if n >= UNROLL else 0
         if p < n8:
             if p < UNROLL:
-                acc[p] = term
+                acc[p] = t
             else:
-                acc[p % UNROLL] += term
+                acc[p % UNROLL] += t
         else:
             if p == n8:
                 acc[UNROLL] = _tree8(acc) if n8 > 0 else -0.0
-            acc[UNROLL] += term
+            acc[UNROLL] += t
         p += 1
         if p == n:
             if n8 == n:
                 acc[UNROLL] = _tree8(acc)
-            sp = state[2]
-            stack[sp] = acc[UNROLL]
-            sp += 1
-            for _ in range(LEAF_COMBINES[leaf]):
-                sp -= 1
-                stack[sp - 1] = stack[sp - 1] + stack[sp]
-            state[2] = sp
+            state[2] = _push(stack, state[2], acc[UNROLL], LEAF_COMBINES[leaf])
             state[0] = leaf + 1
             p = 0
         state[1] = p
@@ -349,6 +420,9 @@ def _search_kernel(reader, dim: int, metric: str, k_cap: int, threads: int):
                     state[0] = 0
                     state[1] = 0
                     state[2] = 0
+                    acc8 = ZERO8     # register path; a placeholder: a leaf's first group assigns
+                    leaf_start = True
+                    sp = 0
                     for d0 in range(0, DIM, DC):
                         dc = min(DC, DIM - d0)
                         n_el = nv * dc
@@ -369,16 +443,20 @@ def _search_kernel(reader, dim: int, metric: str, k_cap: int, threads: int):
                         cuda.syncthreads()
                         if tid < nv:
                             row = tid * STRIDE
-                            for u in range(dc):
-                                x = tile[row + u]
-                                if IS_IP:
-                                    term = _mul_rn(queries[q, d0 + u], x)
-                                else:
-                                    diff = queries[q, d0 + u] - x
-                                    term = _mul_rn(diff, diff)
-                                feed(acc, stack, state, term)
+                            if REGS:
+                                for u in range(0, dc, UNROLL):
+                                    acc8 = add8(acc8, leaf_start, queries, q, d0 + u, tile, row + u)
+                                    combines = GROUP_ENDS[(d0 + u) // UNROLL]
+                                    leaf_start = combines >= 0   # a leaf ends with this group
+                                    if leaf_start:
+                                        sp = _push(stack, sp, _tree8(acc8), combines)
+                            else:
+                                for u in range(dc):
+                                    feed(acc, stack, state, term(queries[q, d0 + u], tile[row + u]))
                     if tid < nv:
-                        total = stack[0]
+                        # numpy adds the pairwise sum to the reduction's identity, +0.0
+                        # (not folded away: x + 0.0 is not x for x = -0.0).
+                        total = 0.0 + stack[0]
                         dist = -total if IS_IP else total
                         count = _insert(best_d, best_i, count, k, dist, ids[id0 + j0 + tid])
             # Merge the threads' lists: round r finds the block's r-th best. Every thread scans
