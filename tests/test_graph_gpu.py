@@ -16,6 +16,7 @@ import gids  # noqa: F401  (first: picks the world before numba.cuda loads)
 import numpy as np
 import pytest
 from numba import cuda
+from kernels.platform import WARP_SIZE
 
 from workloads.graph import (EdgeArray, GraphFormatError, connected_components_reference,
                              generate_kronecker_csr, open_csr, sample_bfs_roots, scipy_bfs,
@@ -24,7 +25,7 @@ from workloads.graph.cli import add_bfs_arguments, main as cli_main
 from workloads.graph.gpu_bfs import make_bfs_kernels, run_bfs, validate_bfs_result
 from workloads.graph.gpu_cc import make_cc_kernels, run_cc, validate_cc_result
 from workloads.graph.gpu_graph import (DATA_PATHS, Access, DeviceArraySource, data_path_options,
-                                       open_device_graph,
+                                       launch_geometry, open_device_graph,
                                        read_device_array, read_gids, register_data_path)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,6 +79,30 @@ def test_bfs_in_gpu_memory_many_roots_both_directions(graphs):
             # One time and one frontier size per level, the root's level first.
             assert len(result.level_seconds) == len(result.level_vertices) == len(result.steps)
             assert result.level_vertices[0] == 1 and sum(result.level_seconds) <= result.seconds
+
+
+def test_large_frontiers_are_expanded_in_vertex_order(graphs, monkeypatch):
+    """With every top-down frontier rebuilt in vertex order (the threshold at 1), searches over
+    each path still give the true levels; and the rebuilt queue holds exactly the level's
+    vertices, each once."""
+    from workloads.graph import gpu_bfs
+
+    monkeypatch.setattr(gpu_bfs, "ORDERED_FRONTIER", 1)
+    graph = open_csr(graphs["kron8"])
+    roots = sample_bfs_roots(graph, 2, seed=14).tolist()
+    for data_path, options in (("memory", {}), ("gids", {"cache_fraction": 0.25, "page_size": PAGE})):
+        with open_device_graph(graph, data_path, **options) as dg:
+            for root in roots:
+                check_search(graph, dg.bfs(root))
+    levels = scipy_bfs(graph, roots[0])[1]
+    depth = int(np.bincount(levels[levels >= 0]).argmax())
+    n = levels.size
+    queue = cuda.device_array(n, dtype=np.int64)
+    counters = cuda.to_device(np.zeros(2, dtype=np.int64))
+    gpu_bfs._collect_frontier[launch_geometry(n // WARP_SIZE)](
+        cuda.to_device(levels.astype(np.int64)), depth, queue, counters)
+    found = int(counters.copy_to_host()[0])
+    assert np.array_equal(np.sort(queue.copy_to_host()[:found]), np.flatnonzero(levels == depth))
 
 
 def test_bfs_through_gids_whole_graph_cached(graphs):
