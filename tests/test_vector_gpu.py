@@ -239,6 +239,20 @@ def test_cache_smaller_than_the_vectors_evicts_and_stays_exact(l2):
     assert 0 < result.hit_rate < 1
 
 
+def test_grouped_queries_give_the_same_results_in_the_callers_order(l2):
+    """Queries scanned in the order of their probed lists (the default) come back in the
+    caller's order with the results of the order given."""
+    index, _, queries = l2
+    queries = queries[::-1].copy()     # an order the grouping changes
+    with GPUSearcher(index, "memory") as grouped, \
+            GPUSearcher(index, "memory", group_queries=False) as given:
+        a = grouped.search(queries, 10, 2)
+        b = given.search(queries, 10, 2)
+    _assert_matches_reference(a, index, queries, 10, 2)
+    assert np.array_equal(a.ids, b.ids)
+    assert np.array_equal(a.distances.view(np.int64), b.distances.view(np.int64))
+
+
 def test_dimension_mismatch_is_refused_before_any_kernel(l2, monkeypatch):
     index, _, queries = l2
 

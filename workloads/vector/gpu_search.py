@@ -862,13 +862,21 @@ class GPUSearcher:
     blocks : int, optional
         Most blocks per launch (grid-stride over queries). Default: one per query, at most
         65536 on a GPU and 4 in the simulator.
+    group_queries : bool, default True
+        Scan the queries in the order of their probed lists (sorted by nearest list, then the
+        next), not in the order given, so that blocks running at the same time read the same
+        lists: through a cache smaller than the index, each list's pages are then read about
+        once per batch instead of once per query that probes it. The results are the same, in
+        the caller's order; the sort is timed with the search. Every data path does it.
     **options
         Passed to the data path's ``open`` (e.g. ``storage="mmap"`` for ``"gids"``,
         ``batch_pages=`` for ``"cpu_batch"``); a path ignores options it does not take.
     """
 
-    def __init__(self, index, data_path="gids", *, runtime=None, threads=None, blocks=None, **options):
+    def __init__(self, index, data_path="gids", *, runtime=None, threads=None, blocks=None,
+                 group_queries=True, **options):
         self.index = index
+        self.group_queries = bool(group_queries)
         self.path = get_data_path(data_path)
         threads = (32 if gids.SIMULATOR else 128) if threads is None else int(threads)
         if threads < 1 or threads & (threads - 1) or threads % WARP_SIZE:
@@ -999,14 +1007,23 @@ class GPUSearcher:
             d_probes = self._probe_gpu(d_queries, nprobe)
         else:
             d_probes = cuda.to_device(probe_lists(queries, index.centroids, nprobe, index.metric))
+        probes = d_probes.copy_to_host()
+        order = None
+        if self.group_queries and n_queries > 1:
+            # Queries that probe the same lists run side by side (see ``group_queries``).
+            order = np.lexsort(probes[:, ::-1].T)
+            d_queries = cuda.to_device(queries.astype(np.float64)[order])
+            d_probes = cuda.to_device(probes[order])
         probed = time.perf_counter()
         out_d, out_i = self._scan(d_queries, d_probes, k)
         distances = out_d.copy_to_host()
         ids = out_i.copy_to_host()
+        if order is not None:
+            distances[order] = distances.copy()
+            ids[order] = ids.copy()
         seconds = time.perf_counter() - start
 
         io = self.source.io()
-        probes = d_probes.copy_to_host()
         ios = io["ios"] if io else 0
         return SearchResult(
             ids=ids,
