@@ -19,6 +19,9 @@ In your own kernels::
 
     kernel[blocks, threads](a.handle, out); rt.sync()
 
+A warp that reads much of a page looks it up once (``k = gids.pin_page(h, i)``; then
+``gids.pinned(h, k + j)`` for ``j < gids.page_room(h, i)``; ``gids.unpin_page(h, i, k)``).
+
 Writes (arrays opened with ``mode="r+"``): ``gids.write(h, i, value)`` in a kernel, or
 ``rt.scatter(a, indices, values)``; ``rt.flush()`` (and leaving the ``with`` block) writes every
 dirty page back and makes it durable.
@@ -47,17 +50,21 @@ def ssd_profiles():
     return sorted(_SSD_PROFILES)
 
 
+_DEVICE_FUNCTIONS = ("read", "write", "pin_page", "pinned", "unpin_page", "page_room")
+
+
 def __getattr__(name):
-    # ``gids.read`` and ``gids.write`` are loaded on first use: device modules import
-    # gids.layout, so importing kernels.access here would make ``import kernels.cache`` (before
-    # gids) circular.
-    if name in ("read", "write"):
+    # The device functions (``gids.read``, ``gids.write``, the page-level ones) are loaded on
+    # first use: device modules import gids.layout, so importing kernels.access here would make
+    # ``import kernels.cache`` (before gids) circular.
+    if name in _DEVICE_FUNCTIONS:
         from kernels import access
         return getattr(access, name)
     raise AttributeError(f"module 'gids' has no attribute {name!r}")
 
 __all__ = [
-    "Runtime", "StorageArray", "Stats", "read", "write", "jit", "MAX_REGISTERS", "defaults",
+    "Runtime", "StorageArray", "Stats", "read", "write", "pin_page", "pinned", "unpin_page",
+    "page_room", "jit", "MAX_REGISTERS", "defaults",
     "layout", "SIMULATOR",
     "FileStore", "MemoryStore", "MmapStore", "FaultyStore", "ssd_profiles", "read_trace", "replay",
     "GidsError", "ConfigError", "StorageIOError", "IndexOutOfRangeError", "GidsTimeoutError",

@@ -25,7 +25,7 @@ thread reads and rewrites a word it does not own. Two threads writing the same e
 kernel leave one of the two values (which one is not defined), as for any GPU array.
 
 References are held only on the page a lane itself waits for or uses, never on another page
-across a wait, and the waits (for the host, for lower queue tickets, for a page's loader or its
+across a wait (except by :func:`pin_page` on several pages at once: see there), and the waits (for the host, for lower queue tickets, for a page's loader or its
 write-back) all end without help from the waiting warp: every request finishes, so no set of
 warps can deadlock.
 
@@ -106,9 +106,11 @@ FAILED = -2         # its page cannot be had (the error is recorded): its group 
 
 
 @cuda.jit(device=True)
-def _use_pinned(h, mask, leader, pinned, failed, slot, i, value, done, is_write, new_value):
-    """Lanes whose leader holds a pin read (or write) their element in the slot; lanes whose
-    leader ``failed`` are done (collective). Returns ``(value, done, code)``, ``code`` the
+def _use_pinned(h, mask, leader, pinned, failed, slot, i, value, at, done, is_write, new_value,
+                keep):
+    """Lanes whose leader holds a pin read (or write) their element in the slot, or, to
+    ``keep`` the pin (:func:`pin_page`), take its index in the cache as ``at``; lanes whose
+    leader ``failed`` are done (collective). Returns ``(value, at, done, code)``, ``code`` the
     leader's slot, :data:`NOT_PINNED` or :data:`FAILED`.
 
     One 32-bit shuffle carries both the slot and the failure (slots fit in 31 bits: 2**31
@@ -120,7 +122,9 @@ def _use_pinned(h, mask, leader, pinned, failed, slot, i, value, done, is_write,
         done = True
     if not done and code >= 0:
         k = (np.int64(code) << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))
-        if is_write:
+        if keep:
+            at = k
+        elif is_write:
             # One typed store of this lane's own element: never a read-modify-write of a
             # word that another lane's element shares.
             h.cache[k] = new_value
@@ -131,7 +135,7 @@ def _use_pinned(h, mask, leader, pinned, failed, slot, i, value, done, is_write,
             value = ld_relaxed_gpu(h.cache, k)
         done = True
     syncwarp(mask)   # every lane has used the slot before the leader unpins
-    return value, done, code
+    return value, at, done, code
 
 
 @cuda.jit(device=True)
@@ -252,8 +256,9 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
 
 
 @cuda.jit(device=True)
-def _access(h, i, is_write, new_value):
-    """The loop behind :func:`read` and :func:`write` (see the module's docstring).
+def _access(h, i, is_write, new_value, keep):
+    """The loop behind :func:`read`, :func:`write` and :func:`pin_page` (see the module's
+    docstring).
 
     Round 1 is the hit path. On a hit, per warp: one ``match_any_sync``, per leader one
     acquire atomic (the pin) and one load of the page's slot, one shuffle of the slot, each
@@ -265,10 +270,12 @@ def _access(h, i, is_write, new_value):
     the unpin's release are what order the slot's reads; for sm_90 ptxas makes them an L1
     invalidation after the pin and a ``MEMBAR.ALL.GPU`` before the unpin.)
 
-    ``is_write`` is a constant at each call site (read and write are two short wrappers), so
-    LLVM can fold the other branch away once it inlines this; if it does not, it is one
-    predicate per use of a slot.
-    Returns the element's value for a read (0 for a write or on an error).
+    ``is_write`` and ``keep`` are constants at each call site (read, write and pin_page are
+    short wrappers), so LLVM can fold the other branches away once it inlines this; if it does
+    not, it is one predicate per use of a slot.
+    Returns ``(value, at)``: the element's value for a read (0 for a write, a pin or on an
+    error), and for ``keep`` the element's index in ``h.cache`` with its page left pinned (-1
+    on an error).
     """
     mask = activemask()
     lane = laneid()
@@ -283,6 +290,7 @@ def _access(h, i, is_write, new_value):
     is_leader = lane == leader and in_range
 
     value = zero_of(h.cache)
+    at = np.int64(-1)
     done = not in_range
     failed = 0              # leader only: 1 once the page cannot be had (the error is recorded)
     loading = False         # leader only: owns BUSY on the page
@@ -322,9 +330,9 @@ def _access(h, i, is_write, new_value):
             elif outcome == PIN_ERROR:
                 record_error(h, L.ERR_IO, page, 0)
                 failed = 1
-        value, done, code = _use_pinned(h, mask, leader, pinned, failed, slot, i, value, done,
-                                        is_write, new_value)
-        if pinned:
+        value, at, done, code = _use_pinned(h, mask, leader, pinned, failed, slot, i, value, at,
+                                            done, is_write, new_value, keep)
+        if pinned and not keep:
             _release_pin(h, gpage, is_write)
         if first_round:
             # The hit path ends here if every lane in range had its leader's pin. When the
@@ -334,10 +342,10 @@ def _access(h, i, is_write, new_value):
                 if code >= 0 or not in_range:
                     if is_leader:
                         _add_stat(h, L.STAT_HITS, 1)
-                    return value
+                    return value, at
             elif ballot_sync(mask, in_range and code < 0) == 0:
                 _count(h, mask, L.STAT_HITS, is_leader)
-                return value
+                return value, at
             first_round = False
 
         if ballot_sync(mask, loading) != 0:
@@ -384,9 +392,9 @@ def _access(h, i, is_write, new_value):
                     record_error(h, L.ERR_IO, page, status)
                     abandon(h, gpage, slot)
                     failed = 1
-            value, done, code = _use_pinned(h, mask, leader, pinned, failed, slot, i, value,
-                                            done, is_write, new_value)
-            if pinned:
+            value, at, done, code = _use_pinned(h, mask, leader, pinned, failed, slot, i, value,
+                                                at, done, is_write, new_value, keep)
+            if pinned and not keep:
                 _release_pin(h, gpage, is_write)
 
         # 5. lanes still waiting back off within their deadline, or give up. A leader that
@@ -417,7 +425,7 @@ def _access(h, i, is_write, new_value):
     if is_leader and not hit:
         # From the call's start (``deadline`` was set then): round 1 and the slow path.
         _add_stat(h, L.STAT_MISS_NS, now_ns() - (deadline - h.timeout_ns))
-    return value
+    return value, at
 
 
 @cuda.jit(device=True)
@@ -428,7 +436,7 @@ def read(h, i):
     Threads of a warp that want the same page share one lookup and one I/O. A kernel reads its
     own writes, and those of earlier kernels, whether or not they were written back yet.
     """
-    return _access(h, i, False, zero_of(h.cache))
+    return _access(h, i, False, zero_of(h.cache), False)[0]
 
 
 @cuda.jit(device=True)
@@ -443,4 +451,64 @@ def write(h, i, value):
     if h.writable == 0:
         record_error(h, L.ERR_READ_ONLY, -1, i)
         return
-    _access(h, i, True, value)
+    _access(h, i, True, value, False)
+
+
+# ---------------------------------------------------------------------------- page-level reads
+#
+# For a warp that reads much of a page: one lookup for the page, then plain loads, where
+# ``read`` makes one lookup per call (at most 32 elements). BaM's ``bam_ptr`` does the same.
+
+
+@cuda.jit(device=True)
+def pin_page(h, i):
+    """Pin the page that holds element ``i`` and return ``k``, the index of element ``i`` in
+    ``h.cache``: the page's elements from ``i`` on are ``k .. k + page_room(h, i) - 1``; read
+    them with :func:`pinned`, then give the pin back with ``unpin_page(h, i, k)``.
+
+    Collective over the calling warp, like :func:`read`: lanes that name the same page share one
+    lookup, one load on a miss and one pin. Returns -1 for a lane whose page could not be had (an
+    index out of range, an I/O error, a timeout: recorded, and raised after the kernel) and which
+    holds no pin.
+
+    Notes
+    -----
+    A pinned page stays in its slot until unpinned, so a warp should hold few pins at once and
+    only briefly. Lanes that pin several pages in one call may hold some pins while the others
+    load: with a cache too small for every warp's pins at once, loaders find no slot and the
+    kernel ends with :class:`~gids.errors.CacheExhaustedError` (bounded by the timeout, never a
+    hang). Pinning one page per call (all lanes the same page) never holds a pin while waiting.
+    """
+    return _access(h, i, False, zero_of(h.cache), True)[1]
+
+
+@cuda.jit(device=True)
+def pinned(h, k):
+    """Element at index ``k`` of ``h.cache``, within a page this warp has pinned
+    (:func:`pin_page`). A load served by L2 (``ld.relaxed.gpu``), not by this SM's L1, which may
+    hold lines of the slot's previous page."""
+    return ld_relaxed_gpu(h.cache, k)
+
+
+@cuda.jit(device=True)
+def unpin_page(h, i, k):
+    """Give back the pin that :func:`pin_page` ``(h, i)`` returned as ``k`` (collective over the
+    lanes that called it, each passing its own ``i`` and ``k``; a lane with ``k < 0`` holds no
+    pin and gives nothing back).
+
+    The page is named by ``i`` (any element of it), not found from the slot: a loader probing
+    for a victim marks a slot CLAIMED for a moment even while its page is pinned.
+    """
+    mask = activemask()
+    gpage = h.page_base + (i >> h.elem_shift) if k >= 0 else np.int64(-1)
+    peers = match_any_sync(mask, gpage)
+    # Every lane's reads of the page are done before its leader's release.
+    syncwarp(mask)
+    if k >= 0 and laneid() == lowest_lane(peers):
+        unpin(h, gpage)
+
+
+@cuda.jit(device=True)
+def page_room(h, i):
+    """Elements of ``i``'s page from ``i`` to the page's end (what a pin of ``i`` covers)."""
+    return (np.int64(1) << h.elem_shift) - (i & ((np.int64(1) << h.elem_shift) - 1))

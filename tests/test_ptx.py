@@ -57,6 +57,23 @@ SCRIPT = textwrap.dedent('''
     assert "red.gpu.global.add.u64" in ptx, "statistics are not counted with reductions"
     print("GATHER_OK")
 
+    # Page-level reads: a pin that is kept (no unpin on the pin's path), reads served by L2,
+    # and the unpin as a release reduction.
+    import gids
+
+    def copy_page(h, i, out):
+        at = gids.pin_page(h, i)
+        if at >= 0:
+            for j in range(cuda.laneid, gids.page_room(h, i), 32):
+                out[j] = gids.pinned(h, at + j)
+        gids.unpin_page(h, i, at)
+
+    h = fake_handle(np.float32)
+    ptx, _ = cuda.compile_ptx(copy_page, (typeof(h), types.int64, typeof(a(np.float32))),
+                              cc=(9, 0))
+    assert "ld.relaxed.gpu" in ptx and "red.release.gpu.global.add.u32" in ptx
+    print("PAGES_OK")
+
     # gids.write: the same loop plus DIRTY (an atomic OR on the page state), the write-back
     # (a system-scope fence before the WRITE request) and one typed store of the element, never
     # a wider read-modify-write (so lanes writing neighbouring bytes cannot undo each other).
@@ -170,6 +187,7 @@ def test_poll_load_stays_in_the_loop_and_read_compiles():
     if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
         pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
     assert "POLL_OK" in proc.stdout and "GATHER_OK" in proc.stdout, proc.stderr[-3000:]
+    assert "PAGES_OK" in proc.stdout, proc.stderr[-3000:]
     assert "MASKS_OK" in proc.stdout, proc.stderr[-3000:]
     assert "NVME_OK" in proc.stdout, proc.stderr[-3000:]
     assert "NVME_WRITE_OK" in proc.stdout, proc.stderr[-3000:]

@@ -312,7 +312,9 @@ def test_a_registered_data_path_runs_the_same_search(l2, monkeypatch):
     monkeypatch.setitem(gpu_search.DATA_PATHS, "test-copy", DataPath("test-copy", Source))
     result = search(index, queries, 5, 2, data_path="test-copy")
     _assert_matches_reference(result, index, queries, 5, 2)
-    np.testing.assert_array_equal(launched[0], probe_lists(queries, index.centroids, 2))
+    # The probed lists, rows grouped by list (nearest first): GPUSearcher's group_queries.
+    probed = probe_lists(queries, index.centroids, 2)
+    np.testing.assert_array_equal(launched[0], probed[np.lexsort(probed[:, ::-1].T)])
     assert result.data_path == "test-copy" and result.ios == 0 and result.hit_rate is None
 
 
@@ -516,9 +518,11 @@ PTX_SCRIPT = textwrap.dedent('''
     h = fake_handle(np.float32)
     vec, mat = types.int64[::1], types.int64[:, ::1]
     f64 = types.float64[:, ::1]
-    # dim 12: the general summation path; 200 and 128: the register path.
+    # dim 12: the general summation path; 200 and 128: the register path. gids reads pages
+    # (GIDS_PAGER, what the gids path uses) and elements (any plain reader).
     for reader, src, dim, metric in ((gs.read_memory, types.float32[::1], 12, "ip"),
                                      (gs._read_gids, typeof(h), 200, "l2"),
+                                     (gs.GIDS_PAGER, typeof(h), 128, "l2"),
                                      (gs.read_memory, types.float32[::1], 128, "ip")):
         kernel = gs._search_kernel(reader, dim, metric, 16, 128)
         sig = (src, f64, mat, vec, vec, vec, vec, types.int64, f64, mat)

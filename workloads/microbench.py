@@ -8,7 +8,8 @@ DIR/gpu_suite.json):
 - all-miss random 4 KiB page reads served end to end from a RAM-backed store, by daemon threads;
 - the same over the direct NVMe path (``backend="nvme"``, ideal SSD profile): NVMe commands/s;
 - all-hit random 8-byte reads through ``gids.read`` against a plain gather from a device array;
-- coalesced sequential reads, the same two ways;
+- coalesced sequential reads, the same two ways, and a page per warp through ``gids.pin_page``
+  (one lookup per page, then plain loads);
 - one thread, one miss at a time: latency percentiles.
 
 The hit rows are measured with the default register cap (``gids.jit``) and again with each cap
@@ -30,6 +31,7 @@ import numpy as np
 import gids
 from numba import cuda
 from kernels.sync import now_ns
+from kernels.platform import WARP_SIZE
 
 
 # ------------------------------------------------------------------ kernels
@@ -94,6 +96,27 @@ def _sequential_reads(read, max_registers=gids.MAX_REGISTERS):
             acc += read(src, i)
         out[t] = acc
     return kernel
+
+
+@gids.jit
+def paged_sequential_reads_gids(h, n, out):
+    """Elements 0..n-1 a page per warp (grid-stride over pages): one ``gids.pin_page`` per page,
+    then every lane adds its share of the page with ``gids.pinned`` (coalesced), and the pin is
+    given back. Each element is read once, as by the sequential kernels, so the sum over ``out``
+    is theirs."""
+    lane = cuda.threadIdx.x % WARP_SIZE
+    warp = cuda.grid(1) // WARP_SIZE
+    n_warps = cuda.gridsize(1) // WARP_SIZE
+    per_page = np.int64(1) << h.elem_shift
+    acc = 0
+    for p in range(warp, (n + per_page - 1) // per_page, n_warps):
+        first = p * per_page
+        at = gids.pin_page(h, first)
+        if at >= 0:
+            for j in range(lane, min(per_page, n - first), WARP_SIZE):
+                acc += gids.pinned(h, at + j)
+        gids.unpin_page(h, first, at)
+    out[cuda.grid(1)] = acc
 
 
 random_reads_gids = _random_reads(gids.read)
@@ -282,12 +305,26 @@ def bench_hits(n_elems, cache_bytes, reads_per_thread, log, caps=(), threads=256
             return rnd, seq
 
         res["random"], res["sequential"] = measure(random_reads_gids, sequential_reads_gids)
+        # The same bytes a page per warp through gids.pin_page, against the plain grid-stride
+        # read of the same run (the sums over all threads must agree).
+        t_pg = _time_kernel(lambda: paged_sequential_reads_gids[blocks, threads](h, n_elems, out_g),
+                            repeat)
+        rt.sync()
+        t_p = _time_kernel(lambda: sequential_reads_plain[blocks, threads](d_data, n_elems, out_p),
+                           repeat)
+        res["paged_sequential"] = {
+            "gids_GBps": n_elems * 8 / t_pg / 1e9, "plain_GBps": n_elems * 8 / t_p / 1e9,
+            "ratio": t_p / t_pg,
+            "same_result": bool(out_g.copy_to_host().sum() == out_p.copy_to_host().sum())}
         log(f"all-hit random 8 B: gids {res['random']['gids_Greads_per_s']:.2f} G/s, plain "
             f"{res['random']['plain_Greads_per_s']:.2f} G/s, ratio {res['random']['ratio']:.2f}, "
             f"same={res['random']['same_result']}")
         log(f"all-hit sequential: gids {res['sequential']['gids_GBps']:.0f} GB/s, plain "
             f"{res['sequential']['plain_GBps']:.0f} GB/s, ratio {res['sequential']['ratio']:.2f}, "
             f"same={res['sequential']['same_result']}")
+        pg = res["paged_sequential"]
+        log(f"all-hit sequential, a page per warp (pin_page): gids {pg['gids_GBps']:.0f} GB/s, "
+            f"plain {pg['plain_GBps']:.0f} GB/s, ratio {pg['ratio']:.2f}, same={pg['same_result']}")
         rows = []
         for cap in caps:
             random_k, sequential_k = hit_kernels(cap)
@@ -322,6 +359,15 @@ def format_cap_rows(hits):
     return lines
 
 
+def paged_row(res):
+    """The table row of the page-per-warp sequential reads (``bench_hits``'s
+    ``paged_sequential``)."""
+    pg = res["paged_sequential"]
+    return (f"| all-hit coalesced sequential reads, a page per warp (`gids.pin_page`) | "
+            f"{pg['gids_GBps']:.0f} GB/s | plain {pg['plain_GBps']:.0f} GB/s | {pg['ratio']:.2f} | "
+            f">= 0.60 |")
+
+
 def hits_suite(out_dir, caps=HIT_CAPS, quick=False):
     """The hit benchmarks alone, at each register cap (``python -m workloads.microbench hits``):
     one Markdown table (printed, and in OUT/hits_suite.md) and OUT/hits_suite.json.
@@ -347,7 +393,8 @@ def hits_suite(out_dir, caps=HIT_CAPS, quick=False):
              f"| all-hit reads, default cap | random {res['random']['gids_Greads_per_s']:.2f} G reads/s, "
              f"sequential {res['sequential']['gids_GBps']:.0f} GB/s | plain "
              f"{res['random']['plain_Greads_per_s']:.2f} G reads/s, {res['sequential']['plain_GBps']:.0f} "
-             f"GB/s | {res['random']['ratio']:.2f} / {res['sequential']['ratio']:.2f} | >= 0.30 / >= 0.60 |"]
+             f"GB/s | {res['random']['ratio']:.2f} / {res['sequential']['ratio']:.2f} | >= 0.30 / >= 0.60 |",
+             paged_row(res)]
     lines += format_cap_rows(res) + [""]
     table = "\n".join(lines)
     with open(os.path.join(out_dir, "hits_suite.json"), "w") as f:
@@ -569,6 +616,7 @@ def format_table(r):
         f"| all-hit coalesced sequential reads | {r['hits']['sequential']['gids_GBps']:.0f} GB/s | plain "
         f"{r['hits']['sequential']['plain_GBps']:.0f} GB/s (D2D copy {c['d2d_GBps_read_plus_write']:.0f} GB/s) | "
         f"{r['hits']['sequential']['ratio']:.2f} | >= 0.60 |",
+        paged_row(r["hits"]),
         *format_cap_rows(r["hits"]),
         f"| one thread, one miss at a time (zero-copy) | p50 {r['latency']['zero_copy']['p50_us']:.1f} us, "
         f"p99 {r['latency']['zero_copy']['p99_us']:.1f} us | | | p50 <= 10 us |",

@@ -69,6 +69,22 @@ PREFETCH_ENTRIES = 512
 PREFETCH_WINDOW = WARP_SIZE * PREFETCH_ENTRIES
 
 
+@cuda.jit(device=True)
+def _append_warp(queue, counters, mine, value):
+    """Lanes with ``mine`` append their ``value`` to ``queue`` (its length in
+    ``counters[FOUND]``) at consecutive slots, in lane order: one atomic per warp, not per
+    lane (collective over the full warp)."""
+    found = ballot_sync(FULL_MASK, mine) & LANE_BITS
+    if found != 0:
+        first = lowest_lane(found)
+        slot = np.int64(0)
+        if laneid() == first:
+            slot = atomic_add(counters, FOUND, popc(found))
+        slot = shfl_sync(FULL_MASK, slot, first)
+        if mine:
+            queue[slot + popc(found & lanemask_lt())] = value
+
+
 class BFSKernels(NamedTuple):
     """The reader-specific kernels of a BFS (see :func:`make_bfs_kernels`)."""
 
@@ -145,16 +161,7 @@ def make_bfs_kernels(read_neighbour) -> BFSKernels:
                         claimed = True
                         if count_edges:
                             atomic_add(counters, FOUND_EDGES, offsets[u + 1] - offsets[u])
-                # The warp's finds take consecutive queue slots: one atomic per warp, not per find.
-                won = ballot_sync(FULL_MASK, claimed) & LANE_BITS
-                if won != 0:
-                    first = lowest_lane(won)
-                    slot = np.int64(0)
-                    if lane == first:
-                        slot = atomic_add(counters, FOUND, popc(won))
-                    slot = shfl_sync(FULL_MASK, slot, first)
-                    if claimed:
-                        next_frontier[slot + popc(won & lanemask_lt())] = u
+                _append_warp(next_frontier, counters, claimed, u)
 
     @gids.jit
     def bottom_up(arg, offsets, counters, parents, levels, depth, bad):
@@ -215,16 +222,7 @@ def _collect_frontier(levels, depth, frontier, counters):
     n = levels.size
     for base in range(cuda.grid(1) - lane, n, cuda.gridsize(1)):   # warp-uniform
         v = base + lane
-        mine = v < n and levels[v] == depth
-        found = ballot_sync(FULL_MASK, mine) & LANE_BITS
-        if found != 0:
-            first = lowest_lane(found)
-            slot = np.int64(0)
-            if lane == first:
-                slot = atomic_add(counters, FOUND, popc(found))
-            slot = shfl_sync(FULL_MASK, slot, first)
-            if mine:
-                frontier[slot + popc(found & lanemask_lt())] = v
+        _append_warp(frontier, counters, v < n and levels[v] == depth, v)
 
 
 def _warm_up(dg: DeviceGraph, kernels: BFSKernels, counters) -> None:

@@ -7,7 +7,8 @@ Three are built in:
 
 ``"gids"``
     ``h`` is the :class:`~gids.StorageArray` handle of the vectors section, opened from the
-    index file; ``read`` is ``gids.read``. Misses are served by the Runtime's host daemon.
+    index file; the reader is :data:`GIDS_PAGER`, which reads a page at a time
+    (``gids.pin_page``; see :class:`Pager`). Misses are served by the Runtime's host daemon.
 ``"nvme"``
     The same over a Runtime with ``backend="nvme"``: misses go as NVMe read commands to the
     emulated NVMe controller (the direct NVMe path).
@@ -59,10 +60,12 @@ ranking
 How the kernel works
 --------------------
 One block per query (grid-stride over queries). For each probed list, the block takes tiles
-of ``threads`` vectors; it reads a tile's components a chunk of up to 32 components per vector
-at a time into shared memory, consecutive threads reading consecutive elements (so a warp's
-reads fall in one page and ``gids.read`` makes one cache lookup for them), then each thread
-adds its vector's terms from shared memory. Each thread keeps its own sorted top ``k`` in
+of ``threads`` vectors; it stages a tile's components a chunk of up to 32 components per vector
+at a time into shared memory, a page per warp at a time: the warp pins the page once (one cache
+lookup) and copies what the chunk needs of it, consecutive lanes on consecutive components
+(:class:`Pager`; a 4 KiB page of dim-128 vectors is then 4 lookups per tile, where reading 32
+elements per ``gids.read`` call took 32, and those lookups bounded the search on the H200).
+Then each thread adds its vector's terms from shared memory. Each thread keeps its own sorted top ``k`` in
 local memory, across all the query's lists; at the end the block merges them in ``k`` rounds,
 each finding the least ``(distance, id)`` among the threads' heads in shared memory.
 
@@ -90,7 +93,7 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -248,6 +251,69 @@ def _read_gids(h, i):
     return gids.read(h, i)
 
 
+class Pager(NamedTuple):
+    """How the search kernel reads the vectors a page at a time (device functions).
+
+    The kernel stages a tile of vectors page by page: a warp takes a page, ``k = pin(h, i)``
+    at its first element ``i`` it needs, reads ``value(h, k + j)`` for the elements of that page
+    it needs, and ``unpin(h, i, k)``. Through gids that is one cache lookup per page and pass
+    (:func:`gids.pin_page`), where element reads cost one per 32 elements. A data path given as
+    a plain reader gets :func:`element_pager`: pages of :data:`ELEMENT_PAGE` elements, each
+    element read by the reader.
+
+    Attributes
+    ----------
+    read : ``read(h, i) -> float32``, one element (the touch-ahead of a tile's pages uses it).
+    pin : ``pin(h, i) -> k``, ``k < 0`` where the page could not be had (the error recorded).
+    value : ``value(h, k) -> float32``, an element of a pinned page.
+    unpin : ``unpin(h, i, k)``.
+    page_elems : ``page_elems(h) -> int``, elements per page, a power of two.
+    """
+
+    read: object
+    pin: object
+    value: object
+    unpin: object
+    page_elems: object
+
+
+#: Elements per page of an :func:`element_pager`: only the unit in which warps share a tile's
+#: staging (a warp takes 4 KiB of float32 at a time).
+ELEMENT_PAGE = 1024
+
+
+@lru_cache(maxsize=None)
+def element_pager(reader) -> Pager:
+    """A :class:`Pager` over a plain reader: "pinning" is the identity and every value a read."""
+
+    @_device
+    def pin(h, i):
+        return i
+
+    @_device
+    def value(h, k):
+        return reader(h, k)
+
+    @_device
+    def unpin(h, i, k):
+        pass
+
+    @_device
+    def page_elems(h):
+        return ELEMENT_PAGE
+
+    return Pager(reader, pin, value, unpin, page_elems)
+
+
+@_device
+def _gids_page_elems(h):
+    return np.int64(1) << h.elem_shift
+
+
+#: The gids data paths' pager: page-level reads through the cache (one lookup per page).
+GIDS_PAGER = Pager(_read_gids, gids.pin_page, gids.pinned, gids.unpin_page, _gids_page_elems)
+
+
 @_device
 def _before(d1, i1, d2, i2):
     """``(d1, i1) < (d2, i2)``: the ranking order."""
@@ -309,8 +375,9 @@ def _group_ends(dim: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=None)
-def _search_kernel(reader, dim: int, metric: str, k_cap: int, threads: int):
-    """The search kernel for one reader, dimension, metric, top-k capacity and block size.
+def _search_kernel(source, dim: int, metric: str, k_cap: int, threads: int):
+    """The search kernel for one reader (or :class:`Pager`), dimension, metric, top-k capacity
+    and block size.
 
     Compile-time constants (the closure) size the shared and local arrays and fix the
     summation plan; ``k`` itself is a kernel argument up to ``k_cap``.
@@ -318,7 +385,10 @@ def _search_kernel(reader, dim: int, metric: str, k_cap: int, threads: int):
     DIM = int(dim)
     IS_IP = metric == "ip"
     KCAP = int(k_cap)
+    PAGER = source if isinstance(source, Pager) else element_pager(source)
+    READ, PIN, VALUE, UNPIN, PAGE_ELEMS = PAGER
     T = int(threads)
+    N_WARPS = max(1, T // WARP_SIZE)
     DC = min(DIM, _CHUNK)
     STRIDE = DC + 1          # odd row stride: a thread per row reads distinct banks
     TILE = T * STRIDE
@@ -400,7 +470,9 @@ def _search_kernel(reader, dim: int, metric: str, k_cap: int, threads: int):
         state = cuda.local.array(3, int64)
         tid = cuda.threadIdx.x
         lane = tid % WARP
+        warp = tid // WARP
         nprobe = probes.shape[1]
+        pe = PAGE_ELEMS(h)
         for q in range(cuda.blockIdx.x, queries.shape[0], cuda.gridDim.x):
             count = 0
             for p in range(nprobe):
@@ -411,12 +483,16 @@ def _search_kernel(reader, dim: int, metric: str, k_cap: int, threads: int):
                 for j0 in range(0, length, T):
                     nv = min(T, length - j0)
                     base = start + j0 * DIM
-                    # Touch each vector of the tile first, one per thread: the misses on the
-                    # tile's pages are then in flight together (a warp's 32 vectors span several
-                    # pages) instead of met one page at a time, a page per warp, by the chunk
-                    # loop below. Threads past the tile re-read its last vector (whole warps
-                    # reach the reader). For an in-memory reader it is a dead load.
-                    reader(h, base + min(tid, nv - 1) * DIM)
+                    # The tile is elements lo .. hi - 1, on pages p0, p0 + pe, ... (n_pages).
+                    lo = base
+                    hi = base + nv * DIM
+                    p0 = lo - (lo & (pe - 1))
+                    n_pages = (hi - p0 + pe - 1) // pe
+                    # Touch every page of the tile first, one per thread: the misses are then
+                    # in flight together instead of met one page at a time by the staging
+                    # below. Threads past the tile's pages touch its last one (whole warps reach
+                    # the reader). For an in-memory reader it is a dead load.
+                    READ(h, max(lo, p0 + min(tid, n_pages - 1) * pe))
                     state[0] = 0
                     state[1] = 0
                     state[2] = 0
@@ -425,21 +501,29 @@ def _search_kernel(reader, dim: int, metric: str, k_cap: int, threads: int):
                     sp = 0
                     for d0 in range(0, DIM, DC):
                         dc = min(DC, DIM - d0)
-                        n_el = nv * dc
                         cuda.syncthreads()   # the previous chunk is consumed
-                        for f0 in range(0, n_el, T):
-                            f = f0 + tid
-                            # Idle lanes of a partly busy warp read their warp's first element
-                            # (same page: no extra lookup), so gids.read always sees whole
-                            # warps; wholly idle warps skip. With warps of one, idle threads skip.
-                            first = f - lane
-                            if f < n_el or first < n_el:
-                                g = f if f < n_el else first
-                                v = g // dc
-                                u = g - v * dc
-                                x = reader(h, base + v * DIM + d0 + u)
-                                if f < n_el:
-                                    tile[v * STRIDE + u] = x
+                        # Stage components d0 .. d0 + dc - 1 of the tile's vectors, a page per
+                        # warp at a time: one pin per page (the whole warp names the same
+                        # element, so one lookup), then the warp copies what it needs of the
+                        # page, each vector's part of the chunk with consecutive lanes on
+                        # consecutive components.
+                        for pg in range(warp, n_pages, N_WARPS):     # warp-uniform
+                            a = max(lo, p0 + pg * pe)
+                            b = min(hi, p0 + (pg + 1) * pe)
+                            at = PIN(h, a)
+                            if at >= 0:
+                                for v in range((a - base) // DIM, (b - 1 - base) // DIM + 1):
+                                    e0 = base + v * DIM + d0
+                                    for u0 in range(0, dc, WARP):
+                                        u = u0 + lane
+                                        e = e0 + u
+                                        mine = u < dc and e >= a and e < b
+                                        # Every lane reads (a reader may need whole warps);
+                                        # a lane with nothing here reads the page's first.
+                                        x = VALUE(h, at + (e - a if mine else 0))
+                                        if mine:
+                                            tile[v * STRIDE + u] = x
+                            UNPIN(h, a, at)
                         cuda.syncthreads()
                         if tid < nv:
                             row = tid * STRIDE
@@ -539,11 +623,11 @@ class VectorSource:
 
     Attributes
     ----------
-    reader : device function
+    reader : device function or Pager
         ``read(h, i) -> float32``, element ``i`` of the vectors section (the layout of
-        ``docs/formats.md``). The kernel calls it with every lane of a partly busy warp and
-        consecutive ``i`` on consecutive lanes; a reader may rely on whole warps (``gids.read``
-        does).
+        ``docs/formats.md``), or a :class:`Pager` that reads it a page at a time. The kernel
+        calls either with whole warps (every lane, the same page for a pin, consecutive ``i`` on
+        consecutive lanes for values); a reader may rely on that (``gids.read`` does).
     """
 
     reader = None
@@ -599,7 +683,7 @@ _OPENED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # Runtime -
 class _GidsSource(VectorSource):
     """The vectors section through a Runtime of ``backend`` (the ``gids`` and ``nvme`` paths)."""
 
-    reader = staticmethod(_read_gids)
+    reader = GIDS_PAGER
 
     def __init__(self, index, runtime=None, storage="file", backend="host", **_):
         if runtime is not None and runtime.backend != backend:
