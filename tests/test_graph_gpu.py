@@ -491,6 +491,10 @@ _WARP32 = textwrap.dedent('''
     dg = DeviceGraph(graph, source)
     for root, direction in ((0, "top-down"), (10, "auto"), (19, "top-down")):
         validate_bfs_result(graph, dg.bfs(root, direction=direction), against_scipy=True)
+    # Every frontier rebuilt in vertex order (the warp-aggregated collection of the levels).
+    from workloads.graph import gpu_bfs
+    gpu_bfs.ORDERED_FRONTIER = 1
+    validate_bfs_result(graph, dg.bfs(0), against_scipy=True)
     validate_cc_result(graph, dg.connected_components())
     print("WARP32_OK")
 ''')
