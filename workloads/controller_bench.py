@@ -30,6 +30,7 @@ drivers <= cores, or the threads take turns on cores and the figure measures the
 import argparse
 import json
 import os
+import sys
 import threading
 import time
 
@@ -361,7 +362,9 @@ def main(argv=None):
               flush=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"cores": os.cpu_count(), "argv": argv, "rows": rows}, f, indent=1)
+            json.dump({"cores": os.cpu_count(),
+                       "argv": list(argv) if argv is not None else sys.argv[1:], "rows": rows},
+                      f, indent=1)
     if not all(r["ok"] for r in rows):
         raise SystemExit("some completions were wrong")
     return rows
