@@ -37,7 +37,7 @@ from host_daemon.ssd_model import SsdModel, model_submit_locked
 from host_daemon.stores import (DIRECT_ALIGN, FAULT_CRASH, FAULT_EIO, FAULT_SHORT, FAULT_SLOW,
                                  FAULT_WRITE_CRASH, FAULT_WRITE_EIO, FAULT_WRITE_SLOW, T_ADDRESS,
                                  T_FAULTS, T_FD, T_FD_DIRECT, T_KIND, T_NBYTES, T_OFFSET)
-from host_daemon.sync import load_acquire, store_release
+from host_daemon.sync import load_acquire, load_word, private_array, store_release
 from host_daemon.trace import TRACE_DTYPE
 
 # libc functions declared by symbol name, not as ctypes pointers: Numba then caches the daemon's
@@ -100,10 +100,12 @@ def _io_full(fd, buf, n, offset, write):
 
 @njit(nogil=True, cache=True)
 def _fault_of(table, array_id, page):
-    """A FaultyStore page's (code, argument)."""
-    fault = np.empty(2, dtype=np.int64)
-    _memcpy(fault.ctypes.data, table[array_id, T_FAULTS] + 16 * page, 16)
-    return fault[0], fault[1]
+    """A FaultyStore page's (code, argument): two int64 in its fault table, read in place.
+
+    Nothing serve_page and write_page call may allocate: the NVMe controller's per-command
+    loop, compiled without reference counting, calls them (``nvme_controller._per_command``)."""
+    at = table[array_id, T_FAULTS] + 16 * page
+    return load_word(at), load_word(at + 8)
 
 
 @njit(nogil=True, cache=True)
@@ -309,16 +311,16 @@ def _emulation(model, n_entries):
     state, params = (model if model is not None else SsdModel("ideal")).njit_args()
     z = lambda: np.zeros(size, dtype=np.int64)   # noqa: E731
     return Emulation(on=int(model is not None), state=state, params=params, due=z(), entry=z(),
-                     size=np.zeros(1, dtype=np.int64), status=z(), source=z(), ticket=z(),
+                     size=private_array(1), status=z(), source=z(), ticket=z(),
                      seen=z(), offset=z(), nbytes=z(), op=z())
 
 
 def _trace_ring(on):
     size = TRACE_RING if on else 1
     z = lambda: np.zeros(size, dtype=np.int64)   # noqa: E731
+    # head: written by the thread per record; tail: by the drain thread, every DRAIN_S.
     return TraceRing(on=int(on), offset=z(), nbytes=z(), queue=z(), seen=z(), done=z(), op=z(),
-                     head=np.zeros(1, dtype=np.int64), tail=np.zeros(1, dtype=np.int64),
-                     dropped=np.zeros(1, dtype=np.int64))
+                     head=private_array(1), tail=private_array(1), dropped=private_array(1))
 
 
 class HostDaemon:
@@ -356,18 +358,21 @@ class HostDaemon:
         self.n_threads = min(n_threads, n_queues)
         self.model = model
         self.trace_writer = trace_writer
-        self._stop = np.zeros(1, dtype=np.int64)
+        # Read by every thread on every pass: on a line no thread writes (private_array).
+        self._stop = private_array(1)
         self._threads = []
         self._drainer = None
         self._drain_stop = threading.Event()
         self._drain_lock = threading.Lock()   # the drain thread and sync() both drain
         self._errors = []
-        self._served = [np.zeros(1, dtype=np.int64) for _ in range(self.n_threads)]
+        # Words each thread writes per request or per clock read: each on memory of its own
+        # (private_array), or threads slow each other down through shared cache lines.
+        self._served = [private_array(1) for _ in range(self.n_threads)]
         self._heads = [None] * self.n_threads
         n_entries = n_queues * depth
         self._emu = [_emulation(model, n_entries) for _ in range(self.n_threads)]
         self._rings = [_trace_ring(trace_writer is not None) for _ in range(self.n_threads)]
-        self._clocks = [np.zeros(2, dtype=np.int64) for _ in range(self.n_threads)]
+        self._clocks = [private_array(2) for _ in range(self.n_threads)]
 
     @property
     def running(self):
@@ -407,7 +412,7 @@ class HostDaemon:
 
     def _queue_state(self, n):
         """The state thread k keeps per queue it serves: the next ticket of each."""
-        return np.zeros(n, dtype=np.int64)
+        return private_array(n)
 
     def _serve(self, k, my_queues, heads):
         """Thread ``k``'s loop over ``my_queues`` (returns once ``_stop`` is set)."""

@@ -6,8 +6,9 @@ It does what a drive does with the rings the kernels write (``kernels/nvme.py``)
 for each:
 
 1. watches the SQ tail doorbell (acquire load of the word that stands for the BAR register);
-2. fetches every SQE from its SQ head up to the tail, in ring order, and decodes it: opcode,
-   command id, namespace, starting LBA, block count, PRP1;
+2. fetches every SQE from its SQ head up to the tail, in ring order, up to BATCH of them per
+   visit (one batch: one clock read is their arrival time), and decodes it: opcode, command
+   id, namespace, starting LBA, block count, PRP1;
 3. executes it: namespace ``n`` is the byte range of the Runtime's array ``n - 1`` (its row of
    the store table), in 512-byte logical blocks of the array's store. A Read (02h) reads them
    from the store and writes the data to the host address in PRP1 (a DMA into host memory); a
@@ -16,11 +17,13 @@ for each:
 4. completes it: a 16-byte CQE at the CQ tail carrying the SQ head, SQ id, command id, status
    and the phase tag of the current pass over the CQ ring (1, then 0, ...), published by one
    release store of the word holding the phase. A CQE is never written over one the host has not
-   consumed: the CQ head doorbell says which it has.
+   consumed: the CQ head doorbell says which it has (read again only when the CQ looks full).
 
 With an SSD model (``model``) a completion is posted no earlier than the model's completion
 time, from a min-heap by due time, exactly as the host daemon does (:mod:`host_daemon.daemon`):
-commands then complete out of order, as they do on a drive. ``jitter_us`` adds a random delay
+commands then complete out of order, as they do on a drive. A batch is timed once it has run:
+each command submitted to the model on its own, in fetch order, at the batch's arrival time,
+under one hold of the model's lock for the batch. ``jitter_us`` adds a random delay
 to each command (a test hook: shuffled completions without a model). With a trace writer each
 command is recorded (store offset, size, queue, fetch time, completion time, and the op:
 ``OP_READ`` or ``OP_WRITE``, as the host daemon records its requests). The SSD model has no
@@ -37,6 +40,13 @@ Limits (checked; a command outside them completes with an error status): opcodes
 and 01h (Write) only; one cache page per command, LBA-aligned to it (the controller's memory page size, CC.MPS,
 is taken as the page size, so PRP1 alone always describes the buffer and PRP2 is 0); PRP1 must
 lie in the DMA window (the staging buffer), as an IOMMU would demand.
+
+Cost (``python -m workloads.controller_bench``, which plays the GPU's part with CPU threads):
+what a thread spends per command beyond the 4 KiB copy is kept small and, above all, private,
+so that threads do not slow each other down: no lock per command (the model's is taken once per
+batch; taken per command by every thread it serialised them), no word two threads write on one
+cache line (``private_array``), two clock reads per batch, no reference counting
+(``_per_command``), and no read of the CQ head doorbell per CQE.
 """
 import numpy as np
 from numba import njit
@@ -59,16 +69,36 @@ from host_daemon.daemon import (
     write_page,
 )
 from host_daemon.minheap import heap_pop, heap_push
-from host_daemon.ssd_model import SsdModel, model_submit_locked
+from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
 from host_daemon.stores import T_ADDRESS, T_NBYTES, T_OFFSET
-from host_daemon.sync import load_acquire, store_release
+from host_daemon.sync import load_acquire, private_array, store_release
 
 # Columns of a thread's per-queue state (one row per queue it serves).
 Q_SQ_HEAD = 0     # next SQ ring position to fetch
 Q_CQ_TAIL = 1     # CQEs posted (a count: position = count % ring, phase = 1 - pass % 2)
 Q_FETCHED = 2     # SQEs fetched (a count: the fetch order of each command)
 Q_LAST_DONE = 3   # fetch order of the last command completed (to count out-of-order ones)
-Q_COLUMNS = 4
+Q_CQ_HEAD = 4     # the CQ head doorbell as last read (re-read only when the CQ looks full)
+Q_COLUMNS = 5
+
+# The per-command functions are compiled without Numba's reference counting (``_nrt=False``, as
+# Numba does for its own hot string helpers). With it, a function increfs and decrefs every
+# array it is passed (atomic adds) unless Numba proves the pair redundant, which it does not
+# across branches: 10 to 20 atomic adds per command (callgrind), a third of a thread's samples
+# (perf; each add also waits for the 4 KiB copy's stores to drain). They allocate nothing; nor
+# may what they call, which Numba compiles with the same flag when it compiles it for them first
+# (the host daemon's serve_page and write_page: see daemon._fault_of).
+_per_command = njit(nogil=True, cache=True, _nrt=False)
+
+# Columns of a thread's batch of held commands (executed, completion not yet posted).
+H_CID = 0
+H_STATUS = 1
+H_OFFSET = 2
+H_NBYTES = 3
+H_ORDER = 4
+H_OP = 5
+H_DUE = 6
+H_COLUMNS = 7
 
 #: Counters per thread (``NvmeController.counters``).
 C_COMMANDS = 0    # commands completed
@@ -79,7 +109,7 @@ C_WRITES = 4      # Write commands completed (with any status)
 N_COUNTERS = 5
 
 
-@njit(nogil=True, cache=True)
+@_per_command
 def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes):
     """Run one decoded command. Returns (NVMe status, store byte offset, bytes).
 
@@ -117,7 +147,7 @@ def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes
     return _nvme_status(status, opcode), offset, nbytes
 
 
-@njit(nogil=True, cache=True)
+@_per_command
 def _nvme_status(status, opcode):
     """The NVMe completion status of a store's STATUS_* answer to a Read or Write (the inverse
     of ``kernels.nvme.gids_status``); ``_CRASH`` passes through."""
@@ -134,16 +164,22 @@ def _nvme_status(status, opcode):
     return L.NVME_SC_LBA_RANGE
 
 
-@njit(nogil=True, cache=True)
+@_per_command
 def post_cqe(cq, db, ring, q, qs, cid, status, fetch_order, op, counters):
     """Write command ``cid``'s CQE to queue ``q``'s CQ; False if the CQ is full (try later).
 
     ``op`` (OP_READ or OP_WRITE) is for the counters only: a CQE does not say."""
     tail = qs[Q_CQ_TAIL]
     pos = tail % ring
-    if (pos + 1) % ring == load_acquire(db, 2 * q + L.DB_CQ_HEAD):
-        counters[C_CQ_FULL] += 1
-        return False
+    if (pos + 1) % ring == qs[Q_CQ_HEAD]:
+        # Full as far as the last read of the CQ head doorbell knows: read it again. Not read
+        # per CQE: the host writes that word all the time, so each read would miss the cache,
+        # and an old value errs on the safe side (the head only moves forward, so the CQ has
+        # at least the room an old value shows).
+        qs[Q_CQ_HEAD] = load_acquire(db, 2 * q + L.DB_CQ_HEAD)
+        if (pos + 1) % ring == qs[Q_CQ_HEAD]:
+            counters[C_CQ_FULL] += 1
+            return False
     phase = 1 - (tail // ring) % 2
     word = (qs[Q_SQ_HEAD] | (q << L.CQE_SQID_SHIFT) | (cid << L.CQE_CID_SHIFT)
             | (phase << L.CQE_PHASE_SHIFT) | (status << L.CQE_STATUS_SHIFT))
@@ -165,7 +201,7 @@ def post_cqe(cq, db, ring, q, qs, cid, status, fetch_order, op, counters):
     return True
 
 
-@njit(nogil=True, cache=True)
+@_per_command
 def _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters, now):
     """Post every held completion whose due time has come (one that finds its CQ full goes
     back on the heap). Returns how many were posted."""
@@ -186,10 +222,63 @@ def _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters, now):
     return n
 
 
-@njit(nogil=True, cache=True)
+@_per_command
+def _complete_held(held, n, q, qs, cq, db, ring, depth, seen, emu, trace, counters, clock,
+                   jitter_ns, rng):
+    """Complete a batch of ``n`` executed commands of queue ``q`` whose completions are held
+    (SSD model or jitter): time them, then post each now or, if not yet due, put it on the heap.
+
+    The model is locked once for the whole batch: each command is still submitted on its own,
+    in fetch order and at the batch's arrival time ``seen``, but threads no longer take turns
+    on the model's lock (and its cache lines) for every command, which serialised them."""
+    if emu.on:
+        model_lock(emu.state)
+        for i in range(n):
+            held[i, H_DUE] = 0
+            if held[i, H_STATUS] == L.NVME_SC_SUCCESS:
+                # Reads and writes alike: the model has no write path (docs/ssd_models.md).
+                held[i, H_DUE] = model_submit(emu.state, emu.params, seen, held[i, H_OFFSET],
+                                              held[i, H_NBYTES])
+        model_unlock(emu.state)
+    else:
+        for i in range(n):
+            held[i, H_DUE] = 0
+    if jitter_ns > 0:
+        for i in range(n):
+            x = rng[0]   # xorshift64
+            x ^= (x << 13) & 0x7FFFFFFFFFFFFFFF
+            x ^= x >> 7
+            x ^= (x << 17) & 0x7FFFFFFFFFFFFFFF
+            rng[0] = x
+            held[i, H_DUE] = max(held[i, H_DUE], seen + x % jitter_ns)
+    now = _now_ns(clock)
+    for i in range(n):
+        cid = held[i, H_CID]
+        due = held[i, H_DUE]
+        posted = False
+        if due <= now:
+            posted = post_cqe(cq, db, ring, q, qs, cid, held[i, H_STATUS], held[i, H_ORDER],
+                              held[i, H_OP], counters)
+            if posted and trace.on:
+                _record(trace, q, held[i, H_OFFSET], held[i, H_NBYTES], seen, now, held[i, H_OP])
+        if not posted:
+            # The heap's fields as the controller uses them: source = CID, ticket = the
+            # command's place in SQ order.
+            park(emu, q * depth + cid % depth, max(due, now), held[i, H_STATUS], cid,
+                 held[i, H_ORDER], seen, held[i, H_OFFSET], held[i, H_NBYTES], held[i, H_OP])
+
+
+@_per_command
 def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base, dma_bytes,
-                      table, n_threads, stop, served, counters, emu, trace, clock, jitter_ns, rng):
-    """One controller thread's loop over ``my_queues`` until ``stop[0]`` becomes non-zero."""
+                      table, n_threads, stop, served, counters, emu, trace, clock, jitter_ns, rng,
+                      held):
+    """One controller thread's loop over ``my_queues`` until ``stop[0]`` becomes non-zero.
+
+    Per queue, it takes the commands the SQ tail doorbell shows, up to BATCH of them, as one
+    batch: one clock read gives their arrival time (the trace's issue time, the model's
+    arrival), and when completions are held they are timed together (:func:`_complete_held`);
+    otherwise each command's CQE is posted as soon as it has run (``held``: the thread's
+    BATCH x H_COLUMNS scratch for them)."""
     idle = 0
     timed = emu.on or trace.on or jitter_ns > 0
     hold = emu.on or jitter_ns > 0
@@ -201,12 +290,15 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
             progressed = True
         for k in range(my_queues.shape[0]):
             q = my_queues[k]
-            qs = state[k]
             tail = load_acquire(db, 2 * q + L.DB_SQ_TAIL)
-            for _ in range(BATCH):
+            if state[k, Q_SQ_HEAD] == tail:
+                continue
+            qs = state[k]
+            # The commands up to this doorbell value arrived together: one clock read for all.
+            seen = _now_ns(clock) if timed else 0
+            n = 0
+            while n < BATCH and qs[Q_SQ_HEAD] != tail:
                 head = qs[Q_SQ_HEAD]
-                if head == tail:
-                    break
                 # Fetch (the doorbell's acquire load ordered the SQE's bytes before it) ...
                 sqe = (q * ring + head) * L.NVME_SQE_WORDS
                 cdw0 = sq[sqe + L.SQE_CDW0_NSID]
@@ -223,35 +315,30 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
                 # The op a trace record and the counters name (an invalid opcode: a read).
                 op = L.OP_WRITE if opcode == L.NVME_OP_WRITE else L.OP_READ
                 # ... execute ...
-                seen = _now_ns(clock) if timed else 0
                 status, offset, nbytes = execute(table, opcode, nsid, slba, nlb, prp1, page_size,
                                                  dma_base, dma_bytes)
                 if status == _CRASH:
                     return
-                # ... and complete, now or when the model says.
-                due = 0
-                if emu.on and status == L.NVME_SC_SUCCESS:
-                    # Reads and writes alike: the model has no write path (docs/ssd_models.md).
-                    due = model_submit_locked(emu.state, emu.params, seen, offset, nbytes)
-                if jitter_ns > 0:
-                    x = rng[0]   # xorshift64
-                    x ^= (x << 13) & 0x7FFFFFFFFFFFFFFF
-                    x ^= x >> 7
-                    x ^= (x << 17) & 0x7FFFFFFFFFFFFFFF
-                    rng[0] = x
-                    due = max(due, seen + x % jitter_ns)
-                slot = q * depth + cid % depth
-                posted = False
-                if not hold or due <= _now_ns(clock):
-                    posted = post_cqe(cq, db, ring, q, qs, cid, status, order, op, counters)
-                    if posted and trace.on:
+                # ... and complete: now, or (held) once the batch is timed.
+                if hold:
+                    held[n, H_CID] = cid
+                    held[n, H_STATUS] = status
+                    held[n, H_OFFSET] = offset
+                    held[n, H_NBYTES] = nbytes
+                    held[n, H_ORDER] = order
+                    held[n, H_OP] = op
+                elif post_cqe(cq, db, ring, q, qs, cid, status, order, op, counters):
+                    if trace.on:
                         _record(trace, q, offset, nbytes, seen, _now_ns(clock), op)
-                if not posted:
-                    # The heap's fields as the controller uses them: source = CID, ticket =
-                    # the command's place in SQ order.
-                    park(emu, slot, max(due, now), status, cid, order, seen, offset, nbytes, op)
-                served[0] += 1
-                progressed = True
+                else:   # the CQ is full: post it from the heap once the host makes room
+                    park(emu, q * depth + cid % depth, now, status, cid, order, seen, offset,
+                         nbytes, op)
+                n += 1
+            if hold:
+                _complete_held(held, n, q, qs, cq, db, ring, depth, seen, emu, trace, counters,
+                               clock, jitter_ns, rng)
+            served[0] += n
+            progressed = True
         if progressed or emu.size[0] > 0:
             idle = 0
         else:
@@ -301,19 +388,22 @@ class NvmeController(HostDaemon):
         self.doorbells = doorbells
         self.ring = depth + 1
         self.jitter_ns = int(jitter_us * 1000)
-        self._counters = [np.zeros(N_COUNTERS, dtype=np.int64) for _ in range(self.n_threads)]
-        self._rng = [np.array([0x9E3779B97F4A7C1 + k], dtype=np.int64)
-                     for k in range(self.n_threads)]
+        # Written per command by one thread each: memory of their own (no false sharing).
+        self._counters = [private_array(N_COUNTERS) for _ in range(self.n_threads)]
+        self._rng = [private_array(1) for _ in range(self.n_threads)]
+        for k, rng in enumerate(self._rng):
+            rng[0] = 0x9E3779B97F4A7C1 + k
+        self._held = [private_array((BATCH, H_COLUMNS)) for _ in range(self.n_threads)]
 
     def _queue_state(self, n):
-        return np.zeros((n, Q_COLUMNS), dtype=np.int64)
+        return private_array((n, Q_COLUMNS))
 
     def _serve(self, k, my_queues, state):
         serve_queue_pairs(my_queues, state, self.sq, self.cq, self.doorbells, self.ring,
                           self.depth, self.page_size, self.staging.ctypes.data,
                           self.staging.nbytes, self.table, self.n_threads, self._stop,
                           self._served[k], self._counters[k], self._emu[k], self._rings[k],
-                          self._clocks[k], self.jitter_ns, self._rng[k])
+                          self._clocks[k], self.jitter_ns, self._rng[k], self._held[k])
 
     @property
     def counters(self):

@@ -21,7 +21,9 @@ why not strict FIFO on the data's ready time).
 
 Thread safety: callers serialise. All daemon threads share one model (one state) and call
 :func:`model_submit_locked`, which holds a spin lock in ``state.lock`` for the ~50 ns the call
-takes. Per-thread shards would be wrong: the drives, channels and links are shared by every queue,
+takes, or take the lock once for a batch of calls (:func:`model_lock`, :func:`model_unlock`:
+the NVMe controller does, since a lock taken per command by every thread serialised them).
+Per-thread shards would be wrong: the drives, channels and links are shared by every queue,
 so a shard per thread would model one private copy of the array per thread and multiply its
 throughput by the thread count; and splitting the drives among threads does not work either,
 because a request's drive follows from its address, not from the thread that serves it.
@@ -385,10 +387,10 @@ _sched_yield = types.ExternalFunction("sched_yield", types.int32())
 LOCK_SPINS = 1000
 
 
-@numba.njit(nogil=True, cache=False, error_model="numpy")
-def model_submit_locked(state, params, now_ns, offset, nbytes):
-    """:func:`model_submit` under the spin lock in ``state.lock``: the call for daemon threads
-    that share one model. Same arguments and result."""
+@numba.njit(nogil=True, cache=False, inline="always")
+def model_lock(state):
+    """Take the spin lock in ``state.lock`` (for :func:`model_submit` calls by threads that
+    share one model; :func:`model_unlock` releases it)."""
     # Test-and-test-and-set: waiters spin on a plain read, not on the cache-line-stealing CAS.
     while not _try_lock(state.lock):
         spins = 0
@@ -397,8 +399,23 @@ def model_submit_locked(state, params, now_ns, offset, nbytes):
             if spins == LOCK_SPINS:
                 _sched_yield()
                 spins = 0
-    done = model_submit(state, params, now_ns, offset, nbytes)
+
+
+@numba.njit(nogil=True, cache=False, inline="always")
+def model_unlock(state):
+    """Release the lock :func:`model_lock` took (the state's updates are seen first)."""
     _unlock(state.lock)
+
+
+@numba.njit(nogil=True, cache=False, error_model="numpy")
+def model_submit_locked(state, params, now_ns, offset, nbytes):
+    """:func:`model_submit` under the spin lock in ``state.lock``: the call for daemon threads
+    that share one model. Same arguments and result. (A thread with several requests at hand
+    may take the lock once for all: :func:`model_lock`, ``model_submit`` each, then
+    :func:`model_unlock`.)"""
+    model_lock(state)
+    done = model_submit(state, params, now_ns, offset, nbytes)
+    model_unlock(state)
     return done
 
 

@@ -21,6 +21,7 @@ from gids._platform import host_view
 from host_daemon.nvme_controller import NvmeController
 from host_daemon.ssd_model import SsdModel
 from host_daemon.stores import T_COLUMNS
+from host_daemon.trace import TraceWriter
 from tests.helpers import random_file, run_with_warp32, write_then_read
 
 PAGE = 512
@@ -32,7 +33,8 @@ BLOCKS = PAGE // L.NVME_LBA_BYTES
 class _Driver:
     """A host-side stand-in for the kernels' driver: writes SQEs, rings doorbells, reads CQEs."""
 
-    def __init__(self, data, n_queues=2, depth=2, jitter_us=0.0, model=None, store=None):
+    def __init__(self, data, n_queues=2, depth=2, jitter_us=0.0, model=None, store=None,
+                 trace_writer=None):
         self.ring = depth + 1
         self.depth = depth
         self.sq = np.zeros(n_queues * self.ring * L.NVME_SQE_WORDS, dtype=np.int64)
@@ -45,9 +47,12 @@ class _Driver:
         self.tail = [0] * n_queues
         self.cq_head = [0] * n_queues
         self.ctrl = NvmeController(self.sq, self.cq, self.db, self.bounce, self.table, n_queues,
-                                   depth, PAGE, 1, model=model, jitter_us=jitter_us)
+                                   depth, PAGE, 1, model=model, jitter_us=jitter_us,
+                                   trace_writer=trace_writer)
 
-    def submit(self, q, cid, slba, slot, opcode=L.NVME_OP_READ, nsid=1, nlb=BLOCKS, prp1=None):
+    def submit(self, q, cid, slba, slot, opcode=L.NVME_OP_READ, nsid=1, nlb=BLOCKS, prp1=None,
+               ring=True):
+        """Write an SQE at queue ``q``'s tail and (unless ``ring`` is False) ring its doorbell."""
         e = (q * self.ring + self.tail[q]) * L.NVME_SQE_WORDS
         self.sq[e:e + L.NVME_SQE_WORDS] = 0
         self.sq[e + L.SQE_CDW0_NSID] = opcode | (cid << L.SQE_CID_SHIFT) | (nsid << L.SQE_NSID_SHIFT)
@@ -55,6 +60,10 @@ class _Driver:
         self.sq[e + L.SQE_SLBA] = slba
         self.sq[e + L.SQE_CDW12_13] = nlb - 1
         self.tail[q] = (self.tail[q] + 1) % self.ring
+        if ring:
+            self.ring_sq(q)
+
+    def ring_sq(self, q):
         self.db[2 * q + L.DB_SQ_TAIL] = self.tail[q]
 
     def cqe(self, q, pos):
@@ -178,6 +187,59 @@ def test_controller_completes_out_of_order_under_jitter():
             assert sorted(c["cid"] for c in got) == [0, 1, 2]
             np.testing.assert_array_equal(d.bounce[:3 * PAGE], data[4 * PAGE:7 * PAGE])
         assert d.ctrl.counters["reordered"] > 0
+
+
+def test_controller_takes_a_doorbells_commands_as_one_batch(tmp_path):
+    """The commands one SQ doorbell write shows arrive together: one arrival time (the trace's
+    issue time, the SSD model's arrival), timed by the model in fetch order, under one hold of
+    its lock; and each completes no earlier than the model says."""
+    data = np.random.default_rng(5).integers(0, 255, 16 * PAGE, dtype=np.uint8)
+    model = SsdModel("p5800x")
+    path = tmp_path / "batch.trace"
+    with TraceWriter(path) as writer:
+        d = _Driver(data, n_queues=1, depth=8, model=model, trace_writer=writer)
+        with d.ctrl:
+            for cid in range(6):
+                d.submit(0, cid=cid, slba=(2 * cid) * BLOCKS, slot=cid, ring=False)
+            d.ring_sq(0)
+            got = d.reap(0, 6)
+            assert sorted(c["cid"] for c in got) == list(range(6))
+            for cid in range(6):
+                np.testing.assert_array_equal(d.bounce[cid * PAGE:(cid + 1) * PAGE],
+                                              data[2 * cid * PAGE:(2 * cid + 1) * PAGE])
+    trace = gids.read_trace(path)
+    assert len(trace) == 6 and len(set(trace["issue_ns"].tolist())) == 1
+    arrival = int(trace["issue_ns"][0])
+    # The drive's command slot is a FIFO server: six commands arriving at once keep it busy for
+    # six command times from their arrival.
+    assert model.command_free[0] == pytest.approx(arrival + 6 * model.params.command_ns)
+    idle = SsdModel("p5800x").submit(0, 0, PAGE)
+    assert ((trace["complete_ns"] - trace["issue_ns"]) >= idle).all()
+
+
+def test_private_arrays_share_no_cache_line_pair():
+    """Per-thread hot words (served counts, clocks, counters) sit in 128-byte blocks of their
+    own, so one thread's writes never take a line from another (false sharing)."""
+    from host_daemon.sync import PRIVATE_BYTES, private_array
+    arrays = [private_array(n) for n in (1, 2, 5, 1, 16, 17)] + [private_array((3, 5))]
+    blocks = []
+    for a in arrays:
+        assert a.dtype == np.int64 and not a.any()
+        first = a.ctypes.data // PRIVATE_BYTES
+        last = (a.ctypes.data + a.nbytes - 1) // PRIVATE_BYTES
+        blocks.append(set(range(first, last + 1)))
+    for i, b in enumerate(blocks):
+        for other in blocks[i + 1:]:
+            assert not b & other
+    assert private_array((3, 5)).shape == (3, 5)
+
+
+def test_controller_loop_runs_without_reference_counting():
+    """The per-command functions are compiled without Numba's reference counting (no atomic
+    increments per array argument per call); a refactor must not quietly bring it back."""
+    from host_daemon import nvme_controller as nc
+    for f in (nc.serve_queue_pairs, nc.execute, nc.post_cqe, nc._complete_held, nc._post_due):
+        assert f.targetoptions.get("_nrt") is False, f.__name__
 
 
 # ------------------------------------------------------------------ kernels through the rings
