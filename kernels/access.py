@@ -43,7 +43,7 @@ from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, chec
 from kernels.backend import io_submit, io_wait
 from kernels.queue import (expired, lowest_lane, queue_of_warp, release_entry, staging_word,
                            take_tickets, wait_turn)
-from kernels.sync import atomic_cas, ld_relaxed_gpu, now_ns, red_add, zero_of
+from kernels.sync import atomic_cas, ld_relaxed_gpu, ld_weak_l2, now_ns, red_add, zero_of
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
 
 #: Sleep between rounds for a lane waiting on another warp's load (doubles up to the max).
@@ -485,9 +485,10 @@ def pin_page(h, i):
 @cuda.jit(device=True)
 def pinned(h, k):
     """Element at index ``k`` of ``h.cache``, within a page this warp has pinned
-    (:func:`pin_page`). A load served by L2 (``ld.relaxed.gpu``), not by this SM's L1, which may
-    hold lines of the slot's previous page."""
-    return ld_relaxed_gpu(h.cache, k)
+    (:func:`pin_page`). A weak load served by L2 (``ld.global.cg``, :data:`~kernels.sync.ld_weak_l2`),
+    not by this SM's L1, which may hold lines of the slot's previous page; weak so that a
+    lane's reads of a page overlap."""
+    return ld_weak_l2(h.cache, k)
 
 
 @cuda.jit(device=True)

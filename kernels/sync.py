@@ -90,6 +90,7 @@ if SIMULATOR:
         return arr[i]
 
     ld_relaxed_sys = ld_relaxed_gpu
+    ld_weak_l2 = ld_relaxed_gpu
 
     def ld_pair(arr, i):
         return arr[i], arr[i + 1]
@@ -241,6 +242,21 @@ else:
     #: ``ld.relaxed.sys``: the same for mapped host memory the CPU writes (staging pages, a
     #: completion's status and source).
     ld_relaxed_sys = _make_load("relaxed", "sys")
+
+    def _make_weak_l2_load():
+        """``ld.global.cg`` (a weak load cached in L2 only) of any 1-, 2-, 4- or 8-byte element,
+        as side-effecting asm with a memory clobber."""
+        return _make_load("global", "cg")
+
+    #: ``ld.global.cg``: a *weak* load served by L2, never by this SM's L1: the read of a cache
+    #: slot's bytes after the acquire that pinned the page (``gids.pinned``, the hit path). Not
+    #: ``ld.relaxed.gpu``: a thread's strong loads were served one after another (H200,
+    #: 2026-12-01: a page-per-warp sequential read through ``ld.relaxed.gpu`` reached 0.30 of
+    #: a plain read), while weak loads are pipelined. Weak is enough: the pin's acquire orders
+    #: the load after the loader's release of VALID, and ``.cg`` keeps stale L1 lines of the
+    #: slot's previous page out. The asm is side-effecting with a memory clobber, so the compiler keeps it between
+    #: the pin and the unpin; the hardware still overlaps the loads themselves.
+    ld_weak_l2 = _make_weak_l2_load()
 
     def _make_pair_load(op):
         """``{op}.v2.b64`` of words ``i`` and ``i + 1`` (16-byte aligned) of a 64-bit array.

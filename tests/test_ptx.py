@@ -57,7 +57,7 @@ SCRIPT = textwrap.dedent('''
     assert "red.gpu.global.add.u64" in ptx, "statistics are not counted with reductions"
     print("GATHER_OK")
 
-    # Page-level reads: a pin that is kept (no unpin on the pin's path), reads served by L2,
+    # Page-level reads: a pin that is kept (no unpin on the pin's path), weak reads served by L2,
     # and the unpin as a release reduction.
     import gids
 
@@ -71,7 +71,9 @@ SCRIPT = textwrap.dedent('''
     h = fake_handle(np.float32)
     ptx, _ = cuda.compile_ptx(copy_page, (typeof(h), types.int64, typeof(a(np.float32))),
                               cc=(9, 0))
-    assert "ld.relaxed.gpu" in ptx and "red.release.gpu.global.add.u32" in ptx
+    # The page's bytes by weak L2 loads (pipelined; strong loads of a thread were serialised).
+    assert "ld.global.cg.f32" in ptx or "ld.global.cg.b32" in ptx, "pinned reads are not ld.global.cg"
+    assert "red.release.gpu.global.add.u32" in ptx
     print("PAGES_OK")
 
     # gids.write: the same loop plus DIRTY (an atomic OR on the page state), the write-back
