@@ -216,7 +216,7 @@ def test_gpu_probing_is_probe_lists_with_centroid_ties(l2):
     near_tied = np.vstack([queries, index.centroids[2] + np.float32(0.01)])
     with GPUSearcher(index, "memory") as searcher:
         from numba import cuda
-        d_queries = cuda.to_device(near_tied.astype(np.float32).astype(np.float64))
+        d_queries = cuda.to_device(near_tied.astype(np.float32))
         for nprobe in (1, 2, 7):
             got = searcher._probe_gpu(d_queries, nprobe).copy_to_host()
             np.testing.assert_array_equal(got, probe_lists(near_tied, index.centroids, nprobe))
@@ -239,18 +239,35 @@ def test_cache_smaller_than_the_vectors_evicts_and_stays_exact(l2):
     assert 0 < result.hit_rate < 1
 
 
-def test_grouped_queries_give_the_same_results_in_the_callers_order(l2):
-    """Queries scanned in the order of their probed lists (the default) come back in the
-    caller's order with the results of the order given."""
+def test_work_items_split_each_probed_list_into_runs_of_its_queries():
+    """Every (query, probe) pair is in exactly one item, items of a list hold only its queries,
+    no item holds more than per_item, and unprobed lists get none."""
+    rng = np.random.default_rng(5)
+    probes = np.stack([rng.choice(9, 3, replace=False) for _ in range(50)]).astype(np.int64)
+    probes[probes == 4] = 5          # list 4 is probed by nobody (duplicates in a row are fine here)
+    pair_q, pair_p, items = gpu_search.work_items(probes, 9, 4)
+    seen = np.zeros(probes.shape, dtype=int)
+    for lst, first, n in items:
+        assert 1 <= n <= 4
+        q, p = pair_q[first:first + n], pair_p[first:first + n]
+        assert (probes[q, p] == lst).all()
+        seen[q, p] += 1
+    assert (seen == 1).all()
+    assert 4 not in items[:, 0] and list(items[:, 0]) == sorted(items[:, 0])
+    full = np.bincount(probes.ravel(), minlength=9)
+    for lst in range(9):
+        assert np.count_nonzero(items[:, 0] == lst) == -(-full[lst] // 4)
+
+
+def test_queries_in_any_order_get_the_same_results(l2):
+    """The kernel scans lists, not queries: reversing the batch reverses the answers, bit for bit."""
     index, _, queries = l2
-    queries = queries[::-1].copy()     # an order the grouping changes
-    with GPUSearcher(index, "memory") as grouped, \
-            GPUSearcher(index, "memory", group_queries=False) as given:
-        a = grouped.search(queries, 10, 2)
-        b = given.search(queries, 10, 2)
+    with GPUSearcher(index, "memory") as searcher:
+        a = searcher.search(queries, 10, 2)
+        b = searcher.search(queries[::-1].copy(), 10, 2)
     _assert_matches_reference(a, index, queries, 10, 2)
-    assert np.array_equal(a.ids, b.ids)
-    assert np.array_equal(a.distances.view(np.int64), b.distances.view(np.int64))
+    assert np.array_equal(a.ids, b.ids[::-1])
+    assert np.array_equal(a.distances.view(np.int64), b.distances[::-1].view(np.int64))
 
 
 def test_dimension_mismatch_is_refused_before_any_kernel(l2, monkeypatch):
@@ -306,15 +323,15 @@ def test_a_registered_data_path_runs_the_same_search(l2, monkeypatch):
 
     class Source(gpu_search._MemorySource):
         def launch(self, template, griddim, blockdim, args):
-            launched.append(args[1].copy_to_host())          # the probed lists
+            launched.append(args[3].copy_to_host())          # the work items
             super().launch(template, griddim, blockdim, args)
 
     monkeypatch.setitem(gpu_search.DATA_PATHS, "test-copy", DataPath("test-copy", Source))
     result = search(index, queries, 5, 2, data_path="test-copy")
     _assert_matches_reference(result, index, queries, 5, 2)
-    # The probed lists, rows grouped by list (nearest first): GPUSearcher's group_queries.
+    # The work: the probed lists, each for the queries that probe it.
     probed = probe_lists(queries, index.centroids, 2)
-    np.testing.assert_array_equal(launched[0], probed[np.lexsort(probed[:, ::-1].T)])
+    np.testing.assert_array_equal(launched[0][:, 0], np.unique(probed))
     assert result.data_path == "test-copy" and result.ios == 0 and result.hit_rate is None
 
 
@@ -525,11 +542,16 @@ PTX_SCRIPT = textwrap.dedent('''
                                      (gs.GIDS_PAGER, typeof(h), 128, "l2"),
                                      (gs.read_memory, types.float32[::1], 128, "ip")):
         kernel = gs._search_kernel(reader, dim, metric, 16, 128)
-        sig = (src, f64, mat, vec, vec, vec, vec, types.int64, f64, mat)
+        f32 = types.float32[:, ::1]
+        sig = (src, f32, vec, vec, mat, vec, vec, vec, vec, types.int64,
+               types.float64[:, :, ::1], types.int64[:, :, ::1])
         ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
         # numpy rounds each square before adding it: a fused multiply-add would not.
         assert "mul.rn.f64" in ptx and not re.search(r"fma\\.rn\\.f64", ptx), "FMA in the distance"
         assert "bar.sync" in ptx
+    merge = gs._merge_kernel(8)
+    ptx, _ = cuda.compile_ptx(merge.py_func, (types.float64[:, :, ::1], types.int64[:, :, ::1],
+                                              types.int64, f64, mat), cc=(9, 0))
     print("SEARCH_PTX_OK")
 ''')
 

@@ -121,9 +121,6 @@ def add_search_arguments(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--probe", choices=["gpu", "host"], default="gpu",
                    help="pick the lists on the GPU (default) or on the host")
     s.add_argument("--threads", type=int, help="threads per block (default 128; 32 in the simulator)")
-    s.add_argument("--query-order", choices=["grouped", "given"], default="grouped",
-                   help="scan queries grouped by their probed lists, so concurrent blocks share "
-                        "pages (default), or in the order given")
     s.add_argument("--no-faiss", action="store_true", help="skip the faiss-cpu column")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--json", metavar="OUT", help="also write the results as JSON")
@@ -396,7 +393,6 @@ def cmd_search(args) -> int:
                     if not path.backend:
                         options["batch_pages"] = vector_pages
                     with GPUSearcher(index, path, runtime=runtime, threads=args.threads,
-                                     group_queries=args.query_order == "grouped",
                                      **options) as searcher:
                         if not simulator:   # the simulator compiles nothing; its warm-up only costs
                             _say(f"{name}: compiling")

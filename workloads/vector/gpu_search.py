@@ -59,15 +59,21 @@ ranking
 
 How the kernel works
 --------------------
-One block per query (grid-stride over queries). For each probed list, the block takes tiles
-of ``threads`` vectors; it stages a tile's components a chunk of up to 32 components per vector
-at a time into shared memory, a page per warp at a time: the warp pins the page once (one cache
-lookup) and copies what the chunk needs of it, consecutive lanes on consecutive components
-(:class:`Pager`; a 4 KiB page of dim-128 vectors is then 4 lookups per tile, where reading 32
-elements per ``gids.read`` call took 32, and those lookups bounded the search on the H200).
-Then each thread adds its vector's terms from shared memory. Each thread keeps its own sorted top ``k`` in
-local memory, across all the query's lists; at the end the block merges them in ``k`` rounds,
-each finding the least ``(distance, id)`` among the threads' heads in shared memory.
+The unit of work is a probed list and the queries that probe it, not a query. The host sorts
+the batch's (query, probe) pairs by list and cuts each list's run into *items* of at most
+32 queries (:func:`work_items`); one block takes an item at a time (grid-stride), in list
+order, so the items of one list run side by side and share its pages in the cache. A block
+stages its item's queries in shared memory (float32 rows), then takes the list a tile of
+vectors at a time (40 vectors of dim 128; :func:`_item_shape`): each warp stages pages of the
+tile, a page per lookup (:class:`Pager`: the warp pins the page once and copies its part of
+the tile, consecutive lanes on consecutive elements), and then each query's ``G`` threads
+compute its distances to the tile's vectors (vectors ``g, g + G, ...``), each thread keeping
+its own sorted top ``k`` in local memory across the list. At the end of the list each query's
+``G`` lists are merged in ``k`` rounds into its partial top ``k`` for that probe, written to
+``(n_queries, nprobe, k)`` arrays; a second kernel (:func:`_merge_kernel`, a thread per query)
+merges a query's ``nprobe`` partial lists into its answer. Under a skewed query stream a hot
+list is read once per 32 of its queries instead of once per query; each distance is still one
+thread's, computed in numpy's order.
 
 The terms are added in one of two ways, chosen when the kernel is compiled. When the
 dimension is a multiple of 8 (most are), every leaf of numpy's summation plan is whole groups
@@ -119,6 +125,7 @@ __all__ = [
     "read_memory",
     "register_data_path",
     "search",
+    "work_items",
 ]
 
 #: Largest ``k`` (and ``nprobe``) the kernel takes: each thread keeps ``k`` candidates in local
@@ -127,9 +134,11 @@ MAX_K = 1024
 # numpy's pairwise summation: blocks of at most 128 terms, added with 8 accumulators.
 _PAIRWISE_BLOCK = 128
 _UNROLL = 8
-# Components of each tile vector staged in shared memory at once: 32 float32 a vector keeps a
-# warp's reads within one 128-byte run, and a tile of 128 vectors at 16.5 KiB.
-_CHUNK = 32
+# Shared memory for one work item's staged rows (its queries and a tile of vectors, float32):
+# with the merge's arrays the block stays under the 48 KiB of static shared memory.
+_SHARED_ROWS_BYTES = 40 << 10
+_MAX_ITEM_QUERIES = 32     # queries of one list that one block scans it for
+_MAX_TILE = 64             # vectors staged at once
 _PAD_ID = np.iinfo(np.int64).max   # sorts after every real id at distance +inf
 
 
@@ -374,6 +383,29 @@ def _group_ends(dim: int) -> np.ndarray:
     return ends
 
 
+def _item_shape(dim: int, threads: int) -> tuple[int, int, int]:
+    """``(Q, G, V)`` of the kernel for ``dim`` and ``threads``: queries per work item, threads
+    per query (``Q * G == threads``) and vectors per tile.
+
+    The item's queries and one tile of vectors are staged in shared memory as float32 rows of
+    ``dim`` components (padded to an odd stride), within :data:`_SHARED_ROWS_BYTES`: up to 32
+    queries and 64 vectors, fewer for long vectors (dim 128: 32 and 40; dim 960: 4 and 6).
+    """
+    stride = _stride(dim)
+    rows = max(2, _SHARED_ROWS_BYTES // (4 * stride))
+    q = min(_MAX_ITEM_QUERIES, int(threads), 1 << ((rows // 2).bit_length() - 1))
+    v = max(1, min(_MAX_TILE, rows - q))
+    if v >= 8:
+        v -= v % 8
+    return q, int(threads) // q, v
+
+
+def _stride(dim: int) -> int:
+    """Shared-memory row stride of a ``dim``-vector: odd, so that threads reading column ``d``
+    of different rows hit different banks."""
+    return int(dim) | 1
+
+
 @lru_cache(maxsize=None)
 def _search_kernel(source, dim: int, metric: str, k_cap: int, threads: int):
     """The search kernel for one reader (or :class:`Pager`), dimension, metric, top-k capacity
@@ -389,16 +421,15 @@ def _search_kernel(source, dim: int, metric: str, k_cap: int, threads: int):
     READ, PIN, VALUE, UNPIN, PAGE_ELEMS = PAGER
     T = int(threads)
     N_WARPS = max(1, T // WARP_SIZE)
-    DC = min(DIM, _CHUNK)
-    STRIDE = DC + 1          # odd row stride: a thread per row reads distinct banks
-    TILE = T * STRIDE
+    Q, G, V = _item_shape(DIM, T)
+    STRIDE = _stride(DIM)
+    Q_ROWS = Q * STRIDE
+    X_ROWS = V * STRIDE
     LEAF_LEN, LEAF_COMBINES, DEPTH = pairwise_plan(DIM)
     UNROLL = _UNROLL
     ACC = _UNROLL + 1        # 8 accumulators and the leaf's sum (array sizes must be constants)
     # The register path (DIM a multiple of 8): 8 terms at a time into 8 accumulators held in
-    # registers (a tuple), the plan looked up once per group. Chunks (DC, then a multiple of 8)
-    # start at multiples of DC and the last one's length DIM - d0 is a multiple of 8 too, so a
-    # group never straddles two chunks.
+    # registers (a tuple), the plan looked up once per group.
     REGS = DIM % _UNROLL == 0
     GROUP_ENDS = _group_ends(DIM) if REGS else np.zeros(1, dtype=np.int64)
     ZERO8 = (0.0,) * _UNROLL
@@ -408,23 +439,24 @@ def _search_kernel(source, dim: int, metric: str, k_cap: int, threads: int):
 
     @_device
     def term(qv, x):
-        """One term of a distance from a query and a vector component, rounded as numpy rounds it."""
+        """One term of a distance from a query and a vector component (both float32), in
+        float64, rounded as numpy rounds it."""
         if IS_IP:
-            return _mul_rn(qv, x)
-        diff = qv - x
+            return _mul_rn(float64(qv), float64(x))
+        diff = float64(qv) - float64(x)
         return _mul_rn(diff, diff)
 
     @_device
-    def add8(acc, leaf_start, queries, q, d, tile, at):
-        """The 8 accumulators after the terms of components ``d .. d+7`` (tile elements ``at ..``).
+    def add8(acc, leaf_start, qs, qa, xs, xa):
+        """The 8 accumulators after the terms of components ``qs[qa ..]`` and ``xs[xa ..]``.
 
         A leaf's first 8 terms are assigned, not added to 0.0, as numpy starts its accumulators:
         0.0 + -0.0 is +0.0, and an inner-product term can be -0.0.
         """
         # Views, so the 8 element indices are constants: numba adds a negative-index fix-up
         # to every variable index, which costs more than the term itself.
-        qv = queries[q, d:d + UNROLL]
-        xv = tile[at:at + UNROLL]
+        qv = qs[qa:qa + UNROLL]
+        xv = xs[xa:xa + UNROLL]
         t = (term(qv[0], xv[0]), term(qv[1], xv[1]), term(qv[2], xv[2]), term(qv[3], xv[3]),
              term(qv[4], xv[4]), term(qv[5], xv[5]), term(qv[6], xv[6]), term(qv[7], xv[7]))
         if leaf_start:
@@ -458,9 +490,36 @@ def _search_kernel(source, dim: int, metric: str, k_cap: int, threads: int):
             p = 0
         state[1] = p
 
+    @_device
+    def distance(qs, qa, xs, xa, acc, stack, state):
+        """The distance of the query at ``qs[qa ..]`` and the vector at ``xs[xa ..]``, as numpy
+        computes it (see the module notes)."""
+        if REGS:
+            acc8 = ZERO8     # a placeholder: a leaf's first group assigns
+            leaf_start = True
+            sp = 0
+            for u in range(0, DIM, UNROLL):
+                acc8 = add8(acc8, leaf_start, qs, qa + u, xs, xa + u)
+                combines = GROUP_ENDS[u // UNROLL]
+                leaf_start = combines >= 0   # a leaf ends with this group
+                if leaf_start:
+                    sp = _push(stack, sp, _tree8(acc8), combines)
+        else:
+            state[0] = 0
+            state[1] = 0
+            state[2] = 0
+            for u in range(DIM):
+                feed(acc, stack, state, term(qs[qa + u], xs[xa + u]))
+        # numpy adds the pairwise sum to the reduction's identity, +0.0 (not folded away:
+        # x + 0.0 is not x for x = -0.0).
+        total = 0.0 + stack[0]
+        return -total if IS_IP else total
+
     @gids.jit
-    def kernel(h, queries, probes, list_starts, list_lengths, id_starts, ids, k, out_d, out_i):
-        tile = cuda.shared.array(TILE, float32)
+    def kernel(h, queries, pair_q, pair_p, items, list_starts, list_lengths, id_starts, ids, k,
+               part_d, part_i):
+        qs = cuda.shared.array(Q_ROWS, float32)
+        xs = cuda.shared.array(X_ROWS, float32)
         red_d = cuda.shared.array(T, float64)
         red_i = cuda.shared.array(T, int64)
         best_d = cuda.local.array(KCAP, float64)
@@ -471,83 +530,66 @@ def _search_kernel(source, dim: int, metric: str, k_cap: int, threads: int):
         tid = cuda.threadIdx.x
         lane = tid % WARP
         warp = tid // WARP
-        nprobe = probes.shape[1]
+        qi = tid // G            # this thread's query in the item
+        g = tid % G              # and its share of each tile: vectors g, g + G, ...
         pe = PAGE_ELEMS(h)
-        for q in range(cuda.blockIdx.x, queries.shape[0], cuda.gridDim.x):
+        for it in range(cuda.blockIdx.x, items.shape[0], cuda.gridDim.x):
+            lst = items[it, 0]
+            first = items[it, 1]
+            m = items[it, 2]
+            start = list_starts[lst]
+            length = list_lengths[lst]
+            id0 = id_starts[lst]
+            cuda.syncthreads()   # the previous item is done with qs and red_*
+            # The item's queries into shared memory, consecutive threads on consecutive
+            # components (float32: the queries are float32 values, so this is exact).
+            for e in range(tid, m * DIM, T):
+                r = e // DIM
+                d = e - r * DIM
+                qs[r * STRIDE + d] = queries[pair_q[first + r], d]
             count = 0
-            for p in range(nprobe):
-                lst = probes[q, p]
-                start = list_starts[lst]
-                length = list_lengths[lst]
-                id0 = id_starts[lst]
-                for j0 in range(0, length, T):
-                    nv = min(T, length - j0)
-                    base = start + j0 * DIM
-                    # The tile is elements lo .. hi - 1, on pages p0, p0 + pe, ... (n_pages).
-                    lo = base
-                    hi = base + nv * DIM
-                    p0 = lo - (lo & (pe - 1))
-                    n_pages = (hi - p0 + pe - 1) // pe
-                    # Touch every page of the tile first, one per thread: the misses are then
-                    # in flight together instead of met one page at a time by the staging
-                    # below. Threads past the tile's pages touch its last one (whole warps reach
-                    # the reader). For an in-memory reader it is a dead load.
-                    READ(h, max(lo, p0 + min(tid, n_pages - 1) * pe))
-                    state[0] = 0
-                    state[1] = 0
-                    state[2] = 0
-                    acc8 = ZERO8     # register path; a placeholder: a leaf's first group assigns
-                    leaf_start = True
-                    sp = 0
-                    for d0 in range(0, DIM, DC):
-                        dc = min(DC, DIM - d0)
-                        cuda.syncthreads()   # the previous chunk is consumed
-                        # Stage components d0 .. d0 + dc - 1 of the tile's vectors, a page per
-                        # warp at a time: one pin per page (the whole warp names the same
-                        # element, so one lookup), then the warp copies what it needs of the
-                        # page, each vector's part of the chunk with consecutive lanes on
-                        # consecutive components.
-                        for pg in range(warp, n_pages, N_WARPS):     # warp-uniform
-                            a = max(lo, p0 + pg * pe)
-                            b = min(hi, p0 + (pg + 1) * pe)
-                            at = PIN(h, a)
-                            if at >= 0:
-                                for v in range((a - base) // DIM, (b - 1 - base) // DIM + 1):
-                                    e0 = base + v * DIM + d0
-                                    for u0 in range(0, dc, WARP):
-                                        u = u0 + lane
-                                        e = e0 + u
-                                        mine = u < dc and e >= a and e < b
-                                        # Every lane reads (a reader may need whole warps);
-                                        # a lane with nothing here reads the page's first.
-                                        x = VALUE(h, at + (e - a if mine else 0))
-                                        if mine:
-                                            tile[v * STRIDE + u] = x
-                            UNPIN(h, a, at)
-                        cuda.syncthreads()
-                        if tid < nv:
-                            row = tid * STRIDE
-                            if REGS:
-                                for u in range(0, dc, UNROLL):
-                                    acc8 = add8(acc8, leaf_start, queries, q, d0 + u, tile, row + u)
-                                    combines = GROUP_ENDS[(d0 + u) // UNROLL]
-                                    leaf_start = combines >= 0   # a leaf ends with this group
-                                    if leaf_start:
-                                        sp = _push(stack, sp, _tree8(acc8), combines)
-                            else:
-                                for u in range(dc):
-                                    feed(acc, stack, state, term(queries[q, d0 + u], tile[row + u]))
-                    if tid < nv:
-                        # numpy adds the pairwise sum to the reduction's identity, +0.0
-                        # (not folded away: x + 0.0 is not x for x = -0.0).
-                        total = 0.0 + stack[0]
-                        dist = -total if IS_IP else total
-                        count = _insert(best_d, best_i, count, k, dist, ids[id0 + j0 + tid])
-            # Merge the threads' lists: round r finds the block's r-th best. Every thread scans
-            # all heads itself (broadcast reads of shared memory) rather than a tree reduction:
-            # two barriers a round instead of log2(threads) + 2. Ids are unique within a query,
-            # so the owner recognises its head by id and moves on.
+            for j0 in range(0, length, V):
+                nv = min(V, length - j0)
+                # The tile is elements lo .. hi - 1, on pages p0, p0 + pe, ... (n_pages).
+                lo = start + j0 * DIM
+                hi = lo + nv * DIM
+                p0 = lo - (lo & (pe - 1))
+                n_pages = (hi - p0 + pe - 1) // pe
+                # Touch every page of the tile first, one per thread: the misses are then in
+                # flight together instead of met one page at a time by the staging below.
+                # Threads past the tile's pages touch its last one (whole warps reach the
+                # reader). For an in-memory reader it is a dead load.
+                READ(h, max(lo, p0 + min(tid, n_pages - 1) * pe))
+                cuda.syncthreads()   # the previous tile is consumed
+                # Stage the tile a page per warp at a time: one pin per page (the whole warp
+                # names the same element, so one lookup), then the warp copies the page's part
+                # of the tile, consecutive lanes on consecutive elements.
+                for pg in range(warp, n_pages, N_WARPS):     # warp-uniform
+                    a = max(lo, p0 + pg * pe)
+                    b = min(hi, p0 + (pg + 1) * pe)
+                    at = PIN(h, a)
+                    if at >= 0:
+                        for e0 in range(a, b, WARP):
+                            e = e0 + lane
+                            mine = e < b
+                            # Every lane reads (a reader may need whole warps); a lane past the
+                            # page's part reads its first element.
+                            x = VALUE(h, at + (e - a if mine else 0))
+                            if mine:
+                                off = e - lo
+                                v = off // DIM
+                                xs[v * STRIDE + off - v * DIM] = x
+                    UNPIN(h, a, at)
+                cuda.syncthreads()
+                if qi < m:
+                    for v in range(g, nv, G):
+                        dist = distance(qs, qi * STRIDE, xs, v * STRIDE, acc, stack, state)
+                        count = _insert(best_d, best_i, count, k, dist, ids[id0 + j0 + v])
+            # Merge the G lists of each query: round r finds its r-th best. Each thread scans
+            # its group's heads itself (broadcast reads of shared memory). Ids are unique
+            # within a list, so the owner recognises its head by id and moves on.
             pos = 0
+            base = qi * G
             for r in range(k):
                 head_d = INF
                 head_i = PAD
@@ -557,20 +599,92 @@ def _search_kernel(source, dim: int, metric: str, k_cap: int, threads: int):
                 red_d[tid] = head_d
                 red_i[tid] = head_i
                 cuda.syncthreads()
-                win_d = red_d[0]
-                win_i = red_i[0]
-                for t in range(1, T):
+                win_d = red_d[base]
+                win_i = red_i[base]
+                for t in range(base + 1, base + G):
                     if _before(red_d[t], red_i[t], win_d, win_i):
                         win_d = red_d[t]
                         win_i = red_i[t]
-                if tid == 0:
-                    out_d[q, r] = win_d
-                    out_i[q, r] = -1 if win_i == PAD else win_i
+                if g == 0 and qi < m:
+                    q = pair_q[first + qi]
+                    p = pair_p[first + qi]
+                    part_d[q, p, r] = win_d
+                    part_i[q, p, r] = win_i
                 if pos < count and head_i == win_i:
                     pos += 1
                 cuda.syncthreads()   # red_* are written again in the next round
 
     return kernel
+
+
+@lru_cache(maxsize=None)
+def _merge_kernel(p_cap: int):
+    """The kernel that merges each query's ``nprobe`` partial top-k (one per probed list,
+    each sorted) into its top-k; ``nprobe <= p_cap``. One thread per query."""
+    PCAP = int(p_cap)
+    PAD = np.int64(_PAD_ID)
+    INF = math.inf
+
+    @cuda.jit
+    def merge(part_d, part_i, k, out_d, out_i):
+        pos = cuda.local.array(PCAP, int64)
+        n_lists = part_d.shape[1]
+        for q in range(cuda.grid(1), part_d.shape[0], cuda.gridsize(1)):
+            for p in range(n_lists):
+                pos[p] = 0
+            for r in range(k):
+                win_d = INF
+                win_i = PAD
+                win_p = -1
+                for p in range(n_lists):
+                    j = pos[p]
+                    if j < k and (win_p < 0 or _before(part_d[q, p, j], part_i[q, p, j], win_d, win_i)):
+                        win_d = part_d[q, p, j]
+                        win_i = part_i[q, p, j]
+                        win_p = p
+                out_d[q, r] = win_d
+                out_i[q, r] = -1 if win_i == PAD else win_i
+                if win_p >= 0:
+                    pos[win_p] += 1
+
+    return merge
+
+
+def work_items(probes: np.ndarray, n_lists: int, per_item: int):
+    """The search kernel's work for a batch: which list each block scans for which queries.
+
+    Parameters
+    ----------
+    probes : ndarray of int64, shape (n_queries, nprobe)
+        The lists each query probes (``probes[q, p]``: its ``p``-th nearest).
+    n_lists : int
+    per_item : int
+        Most queries one item scans its list for.
+
+    Returns
+    -------
+    pair_q, pair_p : ndarray of int64, shape (n_queries * nprobe,)
+        Every (query, probe) pair, sorted by the list probed (then query): the queries of a
+        list are consecutive.
+    items : ndarray of int64, shape (n_items, 3)
+        ``(list, first pair, pairs)``: each list that some query probes, split into runs of
+        at most ``per_item`` of its pairs, in list order (so the items that read one list run
+        side by side and share its pages in the cache).
+    """
+    n_queries, nprobe = probes.shape
+    flat = np.ascontiguousarray(probes, dtype=np.int64).ravel()
+    order = np.argsort(flat, kind="stable")
+    pair_q = order // nprobe
+    pair_p = order % nprobe
+    counts = np.bincount(flat, minlength=n_lists)
+    first = np.cumsum(counts) - counts
+    listed = np.flatnonzero(counts)
+    runs = -(-counts[listed] // per_item)
+    item_list = np.repeat(listed, runs)
+    run = np.arange(int(runs.sum())) - np.repeat(np.cumsum(runs) - runs, runs)
+    items = np.stack([item_list, first[item_list] + run * per_item,
+                      np.minimum(per_item, counts[item_list] - run * per_item)], axis=1)
+    return pair_q.astype(np.int64), pair_p.astype(np.int64), np.ascontiguousarray(items, dtype=np.int64)
 
 
 def _k_capacity(k: int) -> int:
@@ -597,11 +711,12 @@ def search_template(dim: int, metric: str, k_cap: int, threads: int):
 
     Notes
     -----
-    The kernel's arguments are ``(h, queries, probes, list_starts, list_lengths, id_starts,
-    ids, k, out_d, out_i)``: the data path's handle; the queries as float64 ``(n_queries,
-    dim)`` (float32 values widened); the probed lists, int64 ``(n_queries, nprobe)``; the
-    index's list table and ids (int64); ``k``; and the outputs, float64 and int64
-    ``(n_queries, k)``. Launch ``[blocks, threads]``: a block per query, grid-stride.
+    The kernel's arguments are ``(h, queries, pair_q, pair_p, items, list_starts,
+    list_lengths, id_starts, ids, k, part_d, part_i)``: the data path's handle; the queries,
+    float32 ``(n_queries, dim)``; the work of :func:`work_items` (int64); the index's list table
+    and ids (int64); ``k``; and the outputs, each query's partial top ``k`` per probe, float64
+    and int64 ``(n_queries, nprobe, k)`` (merge them with :func:`_merge_kernel`). Launch
+    ``[blocks, threads]``: a block per item, grid-stride.
     """
     return _template(int(dim), str(metric), int(k_cap), int(threads))
 
@@ -944,23 +1059,17 @@ class GPUSearcher:
         Threads per block: a power of two, a multiple of the warp size. Default 128 on a GPU,
         32 in the simulator.
     blocks : int, optional
-        Most blocks per launch (grid-stride over queries). Default: one per query, at most
+        Most blocks per launch (grid-stride over the work items, one item being one list
+        scanned for up to 32 of the queries that probe it). Default: one per item, at most
         65536 on a GPU and 4 in the simulator.
-    group_queries : bool, default True
-        Scan the queries in the order of their probed lists (sorted by nearest list, then the
-        next), not in the order given, so that blocks running at the same time read the same
-        lists: through a cache smaller than the index, each list's pages are then read about
-        once per batch instead of once per query that probes it. The results are the same, in
-        the caller's order; the sort is timed with the search. Every data path does it.
     **options
         Passed to the data path's ``open`` (e.g. ``storage="mmap"`` for ``"gids"``,
         ``batch_pages=`` for ``"cpu_batch"``); a path ignores options it does not take.
     """
 
     def __init__(self, index, data_path="gids", *, runtime=None, threads=None, blocks=None,
-                 group_queries=True, **options):
+                 **options):
         self.index = index
-        self.group_queries = bool(group_queries)
         self.path = get_data_path(data_path)
         threads = (32 if gids.SIMULATOR else 128) if threads is None else int(threads)
         if threads < 1 or threads & (threads - 1) or threads % WARP_SIZE:
@@ -973,11 +1082,13 @@ class GPUSearcher:
         try:
             n_lists = index.n_lists
             self._centroids = cuda.to_device(np.ascontiguousarray(index.centroids, dtype=np.float32).reshape(-1))
+            # Probing scans the centroids as one list, for every query.
+            self._one_list = cuda.to_device(np.zeros(1, dtype=np.int64))
             self._list_starts = cuda.to_device(np.asarray(index.list_starts, dtype=np.int64))
             self._list_lengths = cuda.to_device(np.asarray(index.list_lengths, dtype=np.int64))
             self._id_starts = cuda.to_device(np.asarray(index.id_starts, dtype=np.int64))
             self._ids = cuda.to_device(np.ascontiguousarray(index.ids, dtype=np.int64))
-            # Probing searches the centroids as one list whose ids are the list numbers.
+            # ... whose ids are the list numbers.
             self._one_list_start = cuda.to_device(np.zeros(1, dtype=np.int64))
             self._one_list_length = cuda.to_device(np.array([n_lists], dtype=np.int64))
             self._list_numbers = cuda.to_device(np.arange(n_lists, dtype=np.int64))
@@ -1002,30 +1113,53 @@ class GPUSearcher:
     def _template(self, k):
         return search_template(self.index.dim, self.index.metric, _k_capacity(k), self.threads)
 
-    def _blocks(self, n_queries):
-        return max(1, min(n_queries, self.max_blocks))
+    def _blocks(self, n_items):
+        return max(1, min(n_items, self.max_blocks))
 
-    def _probe_gpu(self, d_queries, nprobe):
-        """Probe on the GPU: the search kernel over the centroids as one list, ids = list numbers."""
-        n_queries = d_queries.shape[0]
-        one_list = cuda.to_device(np.zeros((n_queries, 1), dtype=np.int64))
-        out_d = cuda.device_array((n_queries, nprobe), dtype=np.float64)
-        probes = cuda.device_array((n_queries, nprobe), dtype=np.int64)
-        kernel = self._template(nprobe)(read_memory)
-        kernel[self._blocks(n_queries), self.threads](
-            self._centroids, d_queries, one_list, self._one_list_start, self._one_list_length,
-            self._one_list_start, self._list_numbers, np.int64(nprobe), out_d, probes)
-        return probes
+    def _work(self, probes, n_lists):
+        """The kernel's work for ``probes`` (host array, ``(n_queries, nprobe)``): the pairs
+        (query, probe) sorted by list, and the items (list, first pair, pairs), on the device."""
+        pair_q, pair_p, items = work_items(probes, n_lists, _item_shape(self.index.dim, self.threads)[0])
+        return cuda.to_device(pair_q), cuda.to_device(pair_p), cuda.to_device(items)
 
-    def _scan(self, d_queries, d_probes, k):
-        """The search proper, on the data path; returns the device outputs."""
-        n_queries = d_queries.shape[0]
+    def _merge(self, part_d, part_i, k):
+        n_queries, nprobe = part_d.shape[:2]
         out_d = cuda.device_array((n_queries, k), dtype=np.float64)
         out_i = cuda.device_array((n_queries, k), dtype=np.int64)
-        self.source.launch(self._template(k), self._blocks(n_queries), self.threads,
-                           (d_queries, d_probes, self._list_starts, self._list_lengths,
-                            self._id_starts, self._ids, np.int64(k), out_d, out_i))
+        threads = 32 if gids.SIMULATOR else 128
+        blocks = max(1, min(-(-n_queries // threads), 4 if gids.SIMULATOR else 4096))
+        _merge_kernel(_k_capacity(nprobe))[blocks, threads](part_d, part_i, np.int64(k), out_d, out_i)
         return out_d, out_i
+
+    def _probe_gpu(self, d_queries, nprobe):
+        """Probe on the GPU: the search kernel over the centroids as one list, ids = list numbers.
+
+        ``d_queries``: float32 ``(n_queries, dim)`` on the device. Returns the probed lists,
+        int64 ``(n_queries, nprobe)`` on the device."""
+        n_queries = d_queries.shape[0]
+        pair_q, pair_p, items = self._work(np.zeros((n_queries, 1), dtype=np.int64), 1)
+        part_d = cuda.device_array((n_queries, 1, nprobe), dtype=np.float64)
+        part_i = cuda.device_array((n_queries, 1, nprobe), dtype=np.int64)
+        kernel = self._template(nprobe)(read_memory)
+        kernel[self._blocks(items.shape[0]), self.threads](
+            self._centroids, d_queries, pair_q, pair_p, items, self._one_list_start,
+            self._one_list_length, self._one_list_start, self._list_numbers, np.int64(nprobe),
+            part_d, part_i)
+        return self._merge(part_d, part_i, nprobe)[1]
+
+    def _scan(self, d_queries, probes, k):
+        """The search proper, on the data path: each probed list scanned once for every
+        32 queries that probe it, then each query's lists merged. ``probes`` is on the host.
+        Returns the device outputs."""
+        n_queries, nprobe = probes.shape
+        pair_q, pair_p, items = self._work(probes, self.index.n_lists)
+        part_d = cuda.device_array((n_queries, nprobe, k), dtype=np.float64)
+        part_i = cuda.device_array((n_queries, nprobe, k), dtype=np.int64)
+        self.source.launch(self._template(k), self._blocks(items.shape[0]), self.threads,
+                           (d_queries, pair_q, pair_p, items, self._list_starts,
+                            self._list_lengths, self._id_starts, self._ids, np.int64(k),
+                            part_d, part_i))
+        return self._merge(part_d, part_i, k)
 
     def warmup(self, k: int = 10, nprobe: int = 1) -> None:
         """Compile the kernels a search with this ``k`` and ``nprobe`` uses.
@@ -1034,9 +1168,9 @@ class GPUSearcher:
         ``runtime.invalidate()`` before a cold measurement.
         """
         self._check_open()
-        query = cuda.to_device(np.asarray(self.index.centroids[:1], dtype=np.float64))
+        query = cuda.to_device(np.ascontiguousarray(self.index.centroids[:1], dtype=np.float32))
         probes = self._probe_gpu(query, _check_nprobe(nprobe, self.index.n_lists))
-        self._scan(query, probes, _check_k(k))
+        self._scan(query, probes.copy_to_host(), _check_k(k))
 
     def _check_open(self):
         if self.source is None:
@@ -1086,25 +1220,15 @@ class GPUSearcher:
         self.source.begin()
 
         start = time.perf_counter()
-        d_queries = cuda.to_device(queries.astype(np.float64))   # exact: float32 -> float64
+        d_queries = cuda.to_device(queries)    # float32, as the reference rounds them
         if probe == "gpu":
-            d_probes = self._probe_gpu(d_queries, nprobe)
+            probes = self._probe_gpu(d_queries, nprobe).copy_to_host()
         else:
-            d_probes = cuda.to_device(probe_lists(queries, index.centroids, nprobe, index.metric))
-        probes = d_probes.copy_to_host()
-        order = None
-        if self.group_queries and n_queries > 1:
-            # Queries that probe the same lists run side by side (see ``group_queries``).
-            order = np.lexsort(probes[:, ::-1].T)
-            d_queries = cuda.to_device(queries.astype(np.float64)[order])
-            d_probes = cuda.to_device(probes[order])
+            probes = probe_lists(queries, index.centroids, nprobe, index.metric)
         probed = time.perf_counter()
-        out_d, out_i = self._scan(d_queries, d_probes, k)
+        out_d, out_i = self._scan(d_queries, probes, k)
         distances = out_d.copy_to_host()
         ids = out_i.copy_to_host()
-        if order is not None:
-            distances[order] = distances.copy()
-            ids[order] = ids.copy()
         seconds = time.perf_counter() - start
 
         io = self.source.io()
