@@ -105,6 +105,23 @@ def test_large_frontiers_are_expanded_in_vertex_order(graphs, monkeypatch):
     assert np.array_equal(np.sort(queue.copy_to_host()[:found]), np.flatnonzero(levels == depth))
 
 
+def test_long_lists_are_scanned_by_the_whole_grid(graphs, monkeypatch):
+    """With the long-list threshold low, hubs' lists go to the grid-wide step (a slice per warp)
+    on every path, and searches still give the true levels and Graph500's valid trees."""
+    from workloads.graph import gpu_bfs
+
+    monkeypatch.setattr(gpu_bfs, "LONG_LIST", 8)
+    monkeypatch.setattr(gpu_bfs, "LONG_SLICE", 3)
+    graph = open_csr(graphs["kron8"])
+    assert (np.diff(graph.offsets) > 8).sum() > 10          # the test has long lists to set aside
+    roots = sample_bfs_roots(graph, 2, seed=21).tolist()
+    for data_path, options in (("memory", {}), ("gids", {"cache_fraction": 0.25, "page_size": PAGE}),
+                               ("cpu_batch", {})):
+        with open_device_graph(graph, data_path, **options) as dg:
+            for root, direction in zip(roots, ("top-down", "auto")):
+                check_search(graph, dg.bfs(root, direction=direction))
+
+
 def test_bfs_through_gids_whole_graph_cached(graphs):
     graph = open_csr(graphs["kron6"])
     with open_device_graph(graph, "gids", cache_fraction=1.0, page_size=PAGE) as dg:
@@ -472,7 +489,7 @@ _WARP32 = textwrap.dedent('''
     from numba import cuda
     from kernels.platform import WARP_SIZE
     from workloads.graph import open_csr
-    from workloads.graph.gpu_graph import DeviceArraySource, DeviceGraph
+    from workloads.graph.gpu_graph import DeviceArraySource, DeviceGraph, open_device_graph
     from workloads.graph.gpu_bfs import validate_bfs_result
     from workloads.graph.gpu_cc import validate_cc_result
     sys.setswitchinterval(1e-4)
@@ -495,6 +512,13 @@ _WARP32 = textwrap.dedent('''
     from workloads.graph import gpu_bfs
     gpu_bfs.ORDERED_FRONTIER = 1
     validate_bfs_result(graph, dg.bfs(0), against_scipy=True)
+    # Lists longer than 4 scanned by the whole grid, 3 entries a warp.
+    gpu_bfs.LONG_LIST, gpu_bfs.LONG_SLICE = 4, 3
+    validate_bfs_result(graph, dg.bfs(0), against_scipy=True)
+    # Through gids: a page per lookup, the pin kept across lists, with 32-lane warps.
+    with open_device_graph(graph, "gids", cache_fraction=0.5, page_size=512) as gdg:
+        for root in (0, 10):
+            validate_bfs_result(graph, gdg.bfs(root), against_scipy=True)
     validate_cc_result(graph, dg.connected_components())
     print("WARP32_OK")
 ''')
@@ -521,18 +545,23 @@ _PTX = textwrap.dedent('''
 
     import gids
     from tests.helpers import fake_handle
-    from workloads.graph.gpu_graph import read_device_array, read_gids
+    from workloads.graph.gpu_graph import read_device_array
+    from workloads.vector.gpu_search import GIDS_PAGER
     from workloads.graph.gpu_bfs import make_bfs_kernels
     from workloads.graph.gpu_cc import make_cc_kernels
 
     h = fake_handle(np.int32)
     i64, n = types.int64[::1], types.int64
     memory = types.int32[::1]
-    # Every kernel with the plain reader; with gids.read (large, and slow to compile) the
+    # Every kernel with the plain reader; with the gids pager (large, and slow to compile) the
     # top-down kernel, which shows that a kernel closing over it compiles.
     k = make_bfs_kernels(read_device_array)
     ptx, _ = cuda.compile_ptx(k.top_down.py_func,
-                              (memory, i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64),
+                              (memory, i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64,
+                               i64, n), cc=(9, 0))
+    assert "atom.global.cas.b64" in ptx and "vote.sync.ballot" in ptx and "shfl.sync" in ptx
+    ptx, _ = cuda.compile_ptx(k.long_lists.py_func,
+                              (memory, i64, i64, i64, i64, i64, i64, n, types.boolean, i64),
                               cc=(9, 0))
     assert "atom.global.cas.b64" in ptx and "vote.sync.ballot" in ptx and "shfl.sync" in ptx
     ptx, _ = cuda.compile_ptx(k.bottom_up.py_func, (memory, i64, i64, i64, i64, n, i64), cc=(9, 0))
@@ -540,11 +569,13 @@ _PTX = textwrap.dedent('''
     ptx, _ = cuda.compile_ptx(make_cc_kernels(read_device_array).py_func,
                               (memory, i64, i64, types.boolean, i64), cc=(9, 0))
     assert "atom.global.cas.b64" in ptx and "vote.sync.ballot" in ptx
-    k = make_bfs_kernels(read_gids)
+    # The gids path's top-down step reads a page per lookup (pin, weak L2 loads, unpin).
+    k = make_bfs_kernels(GIDS_PAGER)
     ptx, _ = cuda.compile_ptx(k.top_down.py_func,
-                              (typeof(h), i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64),
-                              cc=(9, 0))
+                              (typeof(h), i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64,
+                               i64, n), cc=(9, 0))
     assert "match.any.sync" in ptx and "atom.global.cas.b64" in ptx
+    assert "ld.global.cg" in ptx and "red.release.gpu.global.add.u32" in ptx
     print("PTX_OK")
 ''')
 

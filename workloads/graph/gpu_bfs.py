@@ -39,10 +39,13 @@ from .csr_file import CSRGraph
 from .gpu_graph import (FULL_MASK, LANE_BITS, Access, DeviceGraph, data_path_options,
                         launch_geometry, open_device_graph, report_bad_entry)
 from .validate import scipy_bfs, traversed_edges, validate_bfs_tree
+from workloads.vector.gpu_search import Pager, element_pager
 
-#: ``counters`` layout (int64[2], device memory): vertices found this level, and the sum of their
-#: degrees (the next frontier's edges, for the direction heuristic).
-FOUND, FOUND_EDGES = 0, 1
+#: ``counters`` layout (int64[3], device memory): vertices found this level, the sum of their
+#: degrees (the next frontier's edges, for the direction heuristic), and the frontier's long
+#: lists set aside for the whole grid (:data:`LONG_LIST`).
+FOUND, FOUND_EDGES, N_LONG = 0, 1, 2
+N_COUNTERS = 3
 
 #: Beamer et al.'s thresholds (the GAP benchmark's defaults): go bottom-up when the frontier's
 #: edges exceed ``1/ALPHA`` of the unexplored edges; back top-down when the frontier holds fewer
@@ -68,6 +71,18 @@ ORDERED_FRONTIER = 1 << 12
 PREFETCH_ENTRIES = 512
 PREFETCH_WINDOW = WARP_SIZE * PREFETCH_ENTRIES
 
+#: Top-down, a list longer than this many entries is not scanned by the warp that meets it: it is
+#: set aside, and after the level's launch every warp of the grid scans a slice of it
+#: (:data:`LONG_SLICE` entries at a time). A Kronecker graph's hubs hold lists of 10^5 entries
+#: and more, and one warp scanning one of them alone set the time of its level (a scale-22
+#: level of 3,010 vertices took 13 ms all in GPU memory, H200, 2026-12-01).
+LONG_LIST = 8192
+LONG_SLICE = 1024
+
+#: Warps per SM a traversal kernel runs at once (two 256-thread blocks at the 128-register cap
+#: of ``gids.jit``).
+WARPS_PER_SM = 16
+
 
 @cuda.jit(device=True)
 def _append_warp(queue, counters, mine, value):
@@ -89,18 +104,22 @@ class BFSKernels(NamedTuple):
     """The reader-specific kernels of a BFS (see :func:`make_bfs_kernels`)."""
 
     top_down: object
+    long_lists: object
     bottom_up: object
 
 
 @functools.lru_cache(maxsize=None)
-def make_bfs_kernels(read_neighbour) -> BFSKernels:
-    """BFS kernels specialised for one data path's reader.
+def make_bfs_kernels(source) -> BFSKernels:
+    """BFS kernels specialised for one data path's reader (or pager).
 
     Parameters
     ----------
-    read_neighbour : numba.cuda device function
+    source : numba.cuda device function or Pager
         ``read_neighbour(arg, k)``: entry ``k`` of the neighbours array (see
-        :mod:`.gpu_graph`). Each distinct reader gets its own compiled kernels (cached here).
+        :mod:`.gpu_graph`), or a :class:`~workloads.vector.gpu_search.Pager` that reads it a
+        page at a time (the gids paths: one cache lookup per page and warp). A plain reader
+        gets :func:`~workloads.vector.gpu_search.element_pager`. Each distinct reader gets its
+        own compiled kernels (cached here).
 
     Returns
     -------
@@ -111,57 +130,115 @@ def make_bfs_kernels(read_neighbour) -> BFSKernels:
         ``bottom_up[grid](arg, offsets, counters, parents, levels, depth, bad)`` gives every
         unvisited vertex with a neighbour at level ``depth`` level ``depth + 1``.
     """
+    pager = source if isinstance(source, Pager) else element_pager(source)
+    read_neighbour, PIN, VALUE, UNPIN, PAGE_ELEMS = pager
+
+    @cuda.jit(device=True)
+    def scan(arg, offsets, v, lo, hi, held, at, prefetch, next_frontier, counters, parents,
+             levels, depth, count_edges, bad):
+        """The warp claims the unvisited neighbours among entries ``lo .. hi - 1`` of ``v``'s
+        list, in segments that stay within one page and one warp's width, and appends them to
+        the next frontier. ``held``/``at``: the element whose page the warp holds pinned and
+        where it is (``held`` -1: none; ``at`` < 0: its pin failed, the error recorded); the
+        pin is kept for the next call while the list goes on on the same page. Returns the new
+        ``(held, at)``."""
+        lane = laneid()
+        n = parents.size
+        pe = PAGE_ELEMS(arg)
+        touched = lo
+        base = lo
+        while base < hi:
+            if prefetch and hi - lo > PREFETCH_ENTRIES and base >= touched:
+                # A long list: each lane touches one page of the next window, so the warp's
+                # misses are in flight together instead of one page at a time. The held pin is
+                # given back first: a warp never waits on the cache while it holds a page.
+                if held >= 0:
+                    UNPIN(arg, held, at)
+                    held = -1
+                p = base + lane * PREFETCH_ENTRIES
+                read_neighbour(arg, p if p < hi else hi - 1)
+                touched = base + PREFETCH_WINDOW
+            page_first = base - (base & (pe - 1))
+            if held < 0 or held - (held & (pe - 1)) != page_first:
+                if held >= 0:
+                    UNPIN(arg, held, at)
+                held = base
+                at = PIN(arg, base)
+            seg_end = min(hi, base + WARP_SIZE, page_first + pe)
+            k = base + lane
+            valid = k < seg_end and at >= 0
+            # Lanes past the segment read its last entry: the whole warp reads together.
+            u = np.int64(VALUE(arg, at + ((k if k < seg_end else seg_end - 1) - held)))
+            claimed = False
+            if valid:
+                if u < 0 or u >= n:
+                    report_bad_entry(bad, k, u)
+                # The plain load filters the common case (already visited) without an atomic.
+                elif (parents[u] == UNREACHED
+                      and atomic_cas(parents, u, UNREACHED, v) == UNREACHED):
+                    levels[u] = depth + 1
+                    claimed = True
+                    if count_edges:
+                        atomic_add(counters, FOUND_EDGES, offsets[u + 1] - offsets[u])
+            _append_warp(next_frontier, counters, claimed, u)
+            base = seg_end
+        return held, at
 
     @gids.jit
     def top_down(arg, offsets, frontier, n_frontier, next_frontier, counters, parents, levels,
-                 depth, count_edges, bad):
+                 depth, count_edges, bad, long_lists, run):
         lane = laneid()
         warp = cuda.grid(1) // WARP_SIZE
         n_warps = cuda.gridsize(1) // WARP_SIZE
-        n = parents.size
-        for f in range(warp, n_frontier, n_warps):
-            if (f - warp) // n_warps % WARP_SIZE == 0:
-                # Every WARP_SIZE vertices, each lane touches the first entry of one of the
-                # warp's next WARP_SIZE vertices' lists: the misses on their first pages are in
-                # flight together, where the scan below alone has one page in flight per warp.
-                # A lane without such a list re-reads another lane's entry (only pages the
-                # level reads anyway, which the batch path stages); none at all: no touch.
-                g = f + lane * n_warps
-                first = np.int64(-1)
-                if g < n_frontier:
-                    w = frontier[g]
-                    if offsets[w + 1] > offsets[w]:
-                        first = offsets[w]
-                have = ballot_sync(FULL_MASK, first >= 0) & LANE_BITS
-                if have != 0:
-                    donor = shfl_sync(FULL_MASK, first, lowest_lane(have))
-                    read_neighbour(arg, first if first >= 0 else donor)
-            v = frontier[f]
-            start = offsets[v]
+        # A warp takes ``run`` (at most WARP_SIZE) consecutive frontier vertices at a time: in a
+        # vertex-ordered frontier their lists are neighbours on storage, so the page the warp
+        # holds pinned serves several lists (one lookup per page, not per list).
+        for c0 in range(warp * run, n_frontier, n_warps * run):
+            c1 = min(c0 + run, n_frontier)
+            # Each lane touches the first entry of one of the run's lists: the misses on their
+            # first pages are in flight together, where the scan below has one page in flight.
+            # A lane without such a list re-reads another lane's entry; none at all: no touch.
+            g = c0 + lane
+            first = np.int64(-1)
+            if g < c1:
+                w = frontier[g]
+                if 0 < offsets[w + 1] - offsets[w] <= LONG_LIST:
+                    first = offsets[w]
+            have = ballot_sync(FULL_MASK, first >= 0) & LANE_BITS
+            if have != 0:
+                donor = shfl_sync(FULL_MASK, first, lowest_lane(have))
+                read_neighbour(arg, first if first >= 0 else donor)
+            held = np.int64(-1)
+            at = np.int64(-1)
+            for f in range(c0, c1):
+                v = frontier[f]
+                if offsets[v + 1] - offsets[v] > LONG_LIST:
+                    if lane == 0:   # for the whole grid, after this launch
+                        long_lists[atomic_add(counters, N_LONG, 1)] = v
+                    continue
+                held, at = scan(arg, offsets, v, offsets[v], offsets[v + 1], held, at, True,
+                                next_frontier, counters, parents, levels, depth, count_edges,
+                                bad)
+            if held >= 0:
+                UNPIN(arg, held, at)
+
+    @gids.jit
+    def long_lists_step(arg, offsets, long_lists, next_frontier, counters, parents, levels,
+                        depth, count_edges, bad):
+        """The lists ``top_down`` set aside, scanned by every warp, a slice each."""
+        warp = cuda.grid(1) // WARP_SIZE
+        n_warps = cuda.gridsize(1) // WARP_SIZE
+        held = np.int64(-1)
+        at = np.int64(-1)
+        for j in range(counters[N_LONG]):
+            v = long_lists[j]
             end = offsets[v + 1]
-            for base in range(start, end, WARP_SIZE):
-                if end - start > PREFETCH_ENTRIES and (base - start) % PREFETCH_WINDOW == 0:
-                    # A long list (a hub's): each lane touches one page of the next window, so
-                    # the warp's misses are in flight together instead of one page at a time.
-                    p = base + lane * PREFETCH_ENTRIES
-                    read_neighbour(arg, p if p < end else end - 1)
-                k = base + lane
-                valid = k < end
-                # Lanes past the end re-read the last entry: same page, no extra I/O, and the
-                # whole warp calls the reader together.
-                u = np.int64(read_neighbour(arg, k if valid else end - 1))
-                claimed = False
-                if valid:
-                    if u < 0 or u >= n:
-                        report_bad_entry(bad, k, u)
-                    # The plain load filters the common case (already visited) without an atomic.
-                    elif (parents[u] == UNREACHED
-                          and atomic_cas(parents, u, UNREACHED, v) == UNREACHED):
-                        levels[u] = depth + 1
-                        claimed = True
-                        if count_edges:
-                            atomic_add(counters, FOUND_EDGES, offsets[u + 1] - offsets[u])
-                _append_warp(next_frontier, counters, claimed, u)
+            for lo in range(offsets[v] + warp * LONG_SLICE, end, n_warps * LONG_SLICE):
+                held, at = scan(arg, offsets, v, lo, min(lo + LONG_SLICE, end), held, at,
+                                False, next_frontier, counters, parents, levels, depth, count_edges,
+                                bad)
+        if held >= 0:
+            UNPIN(arg, held, at)
 
     @gids.jit
     def bottom_up(arg, offsets, counters, parents, levels, depth, bad):
@@ -197,7 +274,22 @@ def make_bfs_kernels(read_neighbour) -> BFSKernels:
                 atomic_add(counters, FOUND, 1)
                 atomic_add(counters, FOUND_EDGES, end - start)
 
-    return BFSKernels(top_down, bottom_up)
+    return BFSKernels(top_down, long_lists_step, bottom_up)
+
+
+@functools.lru_cache(maxsize=None)
+def _resident_warps() -> int:
+    """Warps the GPU runs at once in a traversal kernel (a few in the simulator)."""
+    if gids.SIMULATOR:
+        return 4
+    return WARPS_PER_SM * cuda.get_current_device().MULTIPROCESSOR_COUNT
+
+
+def frontier_run(n_frontier: int) -> int:
+    """Consecutive frontier vertices one warp takes at a time in a top-down step: up to
+    ``WARP_SIZE`` (lists that share pages share one pin), but no more than keeps every warp the
+    GPU runs at once busy: a small frontier gets a warp per vertex."""
+    return int(max(1, min(WARP_SIZE, n_frontier // _resident_warps())))
 
 
 @gids.jit
@@ -236,8 +328,11 @@ def _warm_up(dg: DeviceGraph, kernels: BFSKernels, counters) -> None:
     one = dg.scratch("bfs-warm-up", 1, 1)[0]
     _start_search[1, 1](none, none, one, 0)
     _collect_frontier[1, 1](none, 0, one, counters)
+    counters.copy_to_device(np.zeros(N_COUNTERS, dtype=np.int64))
     kernels.top_down[1, WARP_SIZE](dg.source.arg, dg.offsets, one, 0, one, counters, none, none,
-                                   0, False, dg.bad)
+                                   0, False, dg.bad, one, 1)
+    kernels.long_lists[1, WARP_SIZE](dg.source.arg, dg.offsets, one, one, counters, none, none,
+                                     0, False, dg.bad)
     kernels.bottom_up[1, WARP_SIZE](dg.source.arg, dg.offsets, counters, none, none, 0, dg.bad)
     cuda.synchronize()
 
@@ -328,13 +423,13 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
     root = int(root)
     if not 0 <= root < n:
         raise ValueError(f"root {root} is not a vertex (0..{n - 1})")
-    kernels = make_bfs_kernels(source.reader)
+    kernels = make_bfs_kernels(source.pager or source.reader)
     # Kept on the DeviceGraph between searches: four arrays of n, allocated once, not per root.
-    parents, levels, frontier, next_frontier = dg.scratch("bfs", 4, n)
-    counters = dg.scratch("bfs-counters", 1, 2)[0]
-    zeros = np.zeros(2, dtype=np.int64)
+    parents, levels, frontier, next_frontier, long_lists = dg.scratch("bfs", 5, n)
+    counters = dg.scratch("bfs-counters", 1, N_COUNTERS)[0]
+    zeros = np.zeros(N_COUNTERS, dtype=np.int64)
     host_offsets = graph.offsets
-    if dg.first_use(("bfs", source.reader)):
+    if dg.first_use(("bfs", source.pager or source.reader)):
         _warm_up(dg, kernels, counters)
     dg.reset_bad()
     source.begin_search(cold=dg.cold_cache)
@@ -368,11 +463,21 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
                                                                    counters)
                 counters.copy_to_device(zeros)
             source.before_launch(Access("frontier", vertices=frontier, count=n_frontier))
-            kernels.top_down[launch_geometry(n_frontier)](
+            run = frontier_run(n_frontier)
+            kernels.top_down[launch_geometry(-(-n_frontier // run))](
                 source.arg, dg.offsets, frontier, n_frontier, next_frontier, counters, parents,
-                levels, depth, direction == "auto", dg.bad)
+                levels, depth, direction == "auto", dg.bad, long_lists, run)
+            n_long = int(counters[N_LONG:].copy_to_host()[0])
+            if n_long:
+                # The hubs' lists, set aside by top_down: every warp scans slices of them.
+                hubs = long_lists[:n_long].copy_to_host()
+                slices = int(((host_offsets[hubs + 1] - host_offsets[hubs] + LONG_SLICE - 1)
+                              // LONG_SLICE).sum())
+                kernels.long_lists[launch_geometry(slices)](
+                    source.arg, dg.offsets, long_lists, next_frontier, counters, parents, levels,
+                    depth, direction == "auto", dg.bad)
         dg.check()
-        found, frontier_edges = (int(x) for x in counters.copy_to_host())
+        found, frontier_edges, _ = (int(x) for x in counters.copy_to_host())
         steps.append("B" if bottom_up else "T")
         level_seconds.append(time.perf_counter() - level_start)
         level_vertices.append(n_frontier)

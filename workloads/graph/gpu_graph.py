@@ -56,6 +56,7 @@ from numba import cuda
 from kernels.access import read as gids_read
 from kernels.platform import SIMULATOR, WARP_SIZE
 from kernels.sync import atomic_cas
+from workloads.vector.gpu_search import GIDS_PAGER
 
 from ..ssd_options import runtime_emulation
 from .csr_file import CSRGraph, GraphFormatError, open_csr
@@ -180,6 +181,9 @@ class NeighbourSource:
     name = "?"
     label = "?"
     reader = None
+    #: A :class:`~workloads.vector.gpu_search.Pager` for kernels that read a page at a time
+    #: (the BFS's top-down step), or None: they then read element by element with ``reader``.
+    pager = None
     arg = None
     cache_fraction = None
 
@@ -272,6 +276,7 @@ class GidsSource(NeighbourSource):
                              "for one made here, not both")
         path, byte_offset, n_items, dtype = graph.neighbour_section
         self.reader = read_gids
+        self.pager = GIDS_PAGER
         self._own_runtime = runtime is None
         if runtime is None:
             fraction = 1.0 if cache_fraction is None else float(cache_fraction)
