@@ -561,7 +561,7 @@ _PTX = textwrap.dedent('''
                                i64, n), cc=(9, 0))
     assert "atom.global.cas.b64" in ptx and "vote.sync.ballot" in ptx and "shfl.sync" in ptx
     ptx, _ = cuda.compile_ptx(k.long_lists.py_func,
-                              (memory, i64, i64, i64, i64, i64, i64, n, types.boolean, i64),
+                              (memory, i64, i64, i64, i64, i64, i64, i64, n, types.boolean, i64),
                               cc=(9, 0))
     assert "atom.global.cas.b64" in ptx and "vote.sync.ballot" in ptx and "shfl.sync" in ptx
     ptx, _ = cuda.compile_ptx(k.bottom_up.py_func, (memory, i64, i64, i64, i64, n, i64), cc=(9, 0))

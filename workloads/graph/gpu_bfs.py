@@ -75,8 +75,10 @@ PREFETCH_WINDOW = WARP_SIZE * PREFETCH_ENTRIES
 #: set aside, and after the level's launch every warp of the grid scans a slice of it
 #: (:data:`LONG_SLICE` entries at a time). A Kronecker graph's hubs hold lists of 10^5 entries
 #: and more, and one warp scanning one of them alone set the time of its level (a scale-22
-#: level of 3,010 vertices took 13 ms all in GPU memory, H200, 2026-12-01).
-LONG_LIST = 8192
+#: level of 3,010 vertices took 13 ms all in GPU memory, H200, 2026-12-01). Only true hubs:
+#: at 8192, where every warp looked at every set-aside list for its slices, a scale-22 search
+#: took 67 ms instead of 18 (H200, 2026-12-01); slices are now found by bisection.
+LONG_LIST = 1 << 16
 LONG_SLICE = 1024
 
 #: Warps per SM a traversal kernel runs at once (two 256-thread blocks at the 128-register cap
@@ -223,20 +225,29 @@ def make_bfs_kernels(source) -> BFSKernels:
                 UNPIN(arg, held, at)
 
     @gids.jit
-    def long_lists_step(arg, offsets, long_lists, next_frontier, counters, parents, levels,
-                        depth, count_edges, bad):
-        """The lists ``top_down`` set aside, scanned by every warp, a slice each."""
+    def long_lists_step(arg, offsets, long_lists, first_slice, next_frontier, counters, parents,
+                        levels, depth, count_edges, bad):
+        """The lists ``top_down`` set aside, scanned by every warp, a slice at a time: slice
+        ``s`` of them all is in list ``j`` with ``first_slice[j] <= s < first_slice[j + 1]``."""
         warp = cuda.grid(1) // WARP_SIZE
         n_warps = cuda.gridsize(1) // WARP_SIZE
+        n_long = first_slice.size - 1
         held = np.int64(-1)
         at = np.int64(-1)
-        for j in range(counters[N_LONG]):
-            v = long_lists[j]
+        for s in range(warp, first_slice[n_long], n_warps):
+            lo_j = 0                 # the list of slice s, by bisection
+            hi_j = n_long - 1
+            while lo_j < hi_j:
+                mid = (lo_j + hi_j + 1) // 2
+                if first_slice[mid] <= s:
+                    lo_j = mid
+                else:
+                    hi_j = mid - 1
+            v = long_lists[lo_j]
             end = offsets[v + 1]
-            for lo in range(offsets[v] + warp * LONG_SLICE, end, n_warps * LONG_SLICE):
-                held, at = scan(arg, offsets, v, lo, min(lo + LONG_SLICE, end), held, at,
-                                False, next_frontier, counters, parents, levels, depth, count_edges,
-                                bad)
+            lo = offsets[v] + (s - first_slice[lo_j]) * LONG_SLICE
+            held, at = scan(arg, offsets, v, lo, min(lo + LONG_SLICE, end), held, at, False,
+                            next_frontier, counters, parents, levels, depth, count_edges, bad)
         if held >= 0:
             UNPIN(arg, held, at)
 
@@ -331,8 +342,8 @@ def _warm_up(dg: DeviceGraph, kernels: BFSKernels, counters) -> None:
     counters.copy_to_device(np.zeros(N_COUNTERS, dtype=np.int64))
     kernels.top_down[1, WARP_SIZE](dg.source.arg, dg.offsets, one, 0, one, counters, none, none,
                                    0, False, dg.bad, one, 1)
-    kernels.long_lists[1, WARP_SIZE](dg.source.arg, dg.offsets, one, one, counters, none, none,
-                                     0, False, dg.bad)
+    kernels.long_lists[1, WARP_SIZE](dg.source.arg, dg.offsets, one, one, one, counters, none,
+                                     none, 0, False, dg.bad)
     kernels.bottom_up[1, WARP_SIZE](dg.source.arg, dg.offsets, counters, none, none, 0, dg.bad)
     cuda.synchronize()
 
@@ -471,11 +482,11 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
             if n_long:
                 # The hubs' lists, set aside by top_down: every warp scans slices of them.
                 hubs = long_lists[:n_long].copy_to_host()
-                slices = int(((host_offsets[hubs + 1] - host_offsets[hubs] + LONG_SLICE - 1)
-                              // LONG_SLICE).sum())
-                kernels.long_lists[launch_geometry(slices)](
-                    source.arg, dg.offsets, long_lists, next_frontier, counters, parents, levels,
-                    depth, direction == "auto", dg.bad)
+                slices = (host_offsets[hubs + 1] - host_offsets[hubs] + LONG_SLICE - 1) // LONG_SLICE
+                first_slice = cuda.to_device(np.concatenate([[0], np.cumsum(slices)]).astype(np.int64))
+                kernels.long_lists[launch_geometry(int(slices.sum()))](
+                    source.arg, dg.offsets, long_lists, first_slice, next_frontier, counters,
+                    parents, levels, depth, direction == "auto", dg.bad)
         dg.check()
         found, frontier_edges, _ = (int(x) for x in counters.copy_to_host())
         steps.append("B" if bottom_up else "T")
