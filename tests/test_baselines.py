@@ -12,8 +12,10 @@ from numba import cuda
 
 from gids.errors import ConfigError, IndexOutOfRangeError, StorageIOError
 from host_daemon.stores import FaultyStore
+from tests.helpers import run_with_warp32
 from workloads import baselines as B
 from workloads.bench import expected_warp_sums
+from workloads.pager import GIDS_PAGER, element_pager
 
 PATHS = B.available_paths()
 # Small pages and caches: several pages per test, evictions on gids, a few batch slots.
@@ -72,6 +74,101 @@ def test_request_chains_match_numpy(name):
             got = o.copy_to_host().reshape(-1, 32).sum(axis=1)
             np.testing.assert_array_equal(got, expected_warp_sums(data, c, steps, elems, n_req, 2))
     assert info["passes"] >= 3
+
+
+def _file_at_offset(tmp_path, data, offset):
+    """``data`` written ``offset`` bytes into a file (the bytes before it are not elements)."""
+    path = tmp_path / "data.bin"
+    with open(path, "wb") as f:
+        f.write(b"\x07" * offset)
+        f.write(data.tobytes())
+    return str(path)
+
+
+@pytest.mark.parametrize("name", PATHS)
+def test_requests_read_a_page_at_a_time_match_numpy(name, tmp_path):
+    """The request kernels read a page at a time (one pin per page through gids, element reads
+    elsewhere) and give numpy's sums on every path: requests smaller than a page, unaligned ones
+    that span two pages, ones longer than a page (3 or 4 pages each), in chains whose next
+    address comes from the page read before; the array 12 bytes into a file (no multiple of
+    the element or the page). (A page never holds part of an element: gids counts pages from
+    element 0, the element sizes (1 to 8 bytes) divide every gids page (512 B to 64 KiB), and
+    cpu_batch refuses a page size they do not divide.)"""
+    data = np.random.default_rng(5).integers(0, 1 << 40, 3000, dtype=np.int64)
+    # 512-byte pages (64 elements); 16 gids slots of the 47 pages: evictions, few waits for a slot.
+    path = B.make_path(name, **dict(OPTIONS, cache_pages=16))
+    with path.open(_file_at_offset(tmp_path, data, 12), np.int64, shape=data.size,
+                   offset=12) as arr:
+        for elems, steps in ((16, 1), (40, 3), (160, 2)):
+            n_req = data.size // elems
+            starts = np.random.default_rng(elems).integers(0, n_req, 5)
+            starts[0] = 1        # elements 16..31, 40..79 (pages 0 and 1), 160..319 (2 to 4)
+            out = cuda.device_array(64, np.int64)
+            path.launch(B.requests_template, arr, 2, 32,
+                        [(cuda.to_device(starts), steps, elems, n_req, out)])
+            got = out.copy_to_host().reshape(-1, 32).sum(axis=1)
+            np.testing.assert_array_equal(
+                got, expected_warp_sums(data, starts, steps, elems, n_req, 2), err_msg=str(elems))
+        # Queue depth 1, as the latency sweep reads: one warp, one request after another.
+        elems, ids = 40, np.array([1, 30, 74])            # 74: the array's last whole request
+        t0, t1 = (cuda.device_array(ids.size * 32, np.int64) for _ in range(2))
+        out = cuda.device_array(32, np.int64)
+        path.launch(B.timed_requests_template, arr, 1, 32,
+                    [(cuda.to_device(ids), elems, t0, t1, out)])
+        want = data[:75 * elems].reshape(75, elems).sum(axis=1)[ids].sum()
+        assert out.copy_to_host().sum() == want
+        assert (t1.copy_to_host() >= t0.copy_to_host()).all()
+
+
+@pytest.mark.parametrize("name", PATHS)
+def test_a_paged_request_out_of_range_is_an_error_on_every_path(name):
+    """A request the page loop cannot pin (past the end, or before the start) is raised after
+    the kernel on every path, and the path reads correctly again afterwards."""
+    data = np.arange(1000, dtype=np.int64)
+    elems = 40
+    path = B.make_path(name, **OPTIONS)
+    with path.open(data) as arr:
+        out = cuda.device_array(32, np.int64)
+        for bad in (25, -1):        # elements 1000..1039; -40..-1
+            with pytest.raises(IndexOutOfRangeError):
+                path.launch(B.requests_template, arr, 1, 32,
+                            [(cuda.to_device(np.array([bad])), 1, elems, 1 << 20, out)])
+        path.launch(B.requests_template, arr, 1, 32,
+                    [(cuda.to_device(np.array([24])), 1, elems, 25, out)])
+        assert out.copy_to_host().sum() == data[960:1000].sum()
+
+
+WARP32_REQUESTS = textwrap.dedent('''
+    from workloads import baselines as B
+    from workloads.bench import expected_warp_sums
+
+    # 64 pages of 512 bytes (64 int64); requests of 40 elements: 1 or 2 pages each.
+    data = np.random.default_rng(6).integers(0, 1 << 40, 64 * 64, dtype=np.int64)
+    elems, n_req = 40, data.size // 40
+    starts = np.array([1, 8, 8, 51], dtype=np.int64)     # 2, 1, 1 and 2 pages; a shared page
+    pages = sum((s * elems + elems - 1) // 64 - s * elems // 64 + 1 for s in starts)
+    path = B.make_path("gids", page_size=512, cache_pages=32, queues=2, queue_depth=32,
+                       timeout=60)
+    with path.open(data) as arr:
+        for rnd in ("misses", "hits"):
+            out = cuda.device_array(128, np.int64)
+            arr.reset_counters()
+            path.launch(B.requests_template, arr, 1, 128,
+                        [(cuda.to_device(starts), 1, elems, n_req, out)])
+            got = out.copy_to_host().reshape(-1, 32).sum(axis=1)
+            assert (got == expected_warp_sums(data, starts, 1, elems, n_req, 4)).all(), rnd
+            st = arr.stats()
+            # One lookup per page per warp, not one per 32 elements (2 per page here).
+            assert st["hits"] + st["misses"] == pages == 6, (rnd, st)
+        assert st["hits"] == pages, st
+    print("REQUESTS32_OK")
+''')
+
+
+def test_emulated_warps_look_a_request_page_up_once():
+    """With 32-lane warps, the gids request kernel makes one cache lookup per page of a request
+    and warp (the lanes share it), misses and hits alike, and reads the right values."""
+    run_with_warp32(WARP32_REQUESTS, "REQUESTS32_OK")
 
 
 def test_cpu_batch_takes_one_pass_per_dependent_step():
@@ -177,6 +274,10 @@ def test_one_kernel_per_template_and_path():
             is B.make_path("gids", queues=4).kernel(B.requests_template))
     assert B.make_path("gids").reader is gids.read
     assert B.make_path("zero_copy").reader is B.plain_read
+    # Templates get the path's pager: real page pins on gids (and nvme), element reads elsewhere.
+    assert B.make_path("gids").pager is GIDS_PAGER and B.make_path("nvme").pager is GIDS_PAGER
+    assert B.make_path("zero_copy").pager is element_pager(B.plain_read)
+    assert B.make_path("cpu_batch").pager.value is element_pager(B.batch_read).value
 
 
 PTX_SCRIPT = textwrap.dedent('''
@@ -190,11 +291,15 @@ PTX_SCRIPT = textwrap.dedent('''
         compute_capability = (9, 0)
     dispatcher.get_current_device = lambda: _Hopper()
 
+    import re
     import gids
+    from tests.helpers import fake_handle
     from workloads import baselines as B
+    from workloads.pager import GIDS_PAGER, element_pager
 
     a = lambda dt: np.zeros(4, dt)
     I64 = types.int64[::1]
+    REQUESTS = (I64, types.int64, types.int64, types.int64, I64)
     for dt in (np.int64, np.float32):
         plain = B.PlainHandle(data=a(dt), n_elems=1, zero=a(dt), err=a(np.int64))
         batch = B.BatchHandle(buf=a(dt), page_slot=a(np.int64), req=a(np.int64),
@@ -202,13 +307,32 @@ PTX_SCRIPT = textwrap.dedent('''
         for h, read in ((plain, B.plain_read), (batch, B.batch_read)):
             sigs = {"gather": (typeof(h), I64, typeof(a(dt))),
                     "element_chains": (typeof(h), I64, types.int64, types.int64, typeof(a(dt))),
-                    "requests": (typeof(h), I64, types.int64, types.int64, types.int64, I64)}
+                    "requests": (typeof(h), *REQUESTS)}
             if dt == np.int64:
                 sigs["timed_requests"] = (typeof(h), I64, types.int64, I64, I64, I64)
             for name, sig in sigs.items():
-                ptx, _ = cuda.compile_ptx(B.TEMPLATES[name](read).py_func, sig, cc=(9, 0))
+                kernel = B.TEMPLATES[name](element_pager(read))
+                ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
                 if name == "timed_requests":
                     assert "%globaltimer" in ptx
+
+    # The gids request kernel looks a page up once per page, not once per element: the lookup
+    # (its pin, an acquire atomic) has one call site, and the loop of pinned loads (weak L2
+    # loads, ld.global.cg) holds no atomic, reduction or warp vote: only loads and adds.
+    h = fake_handle(np.int64)
+    ptx, _ = cuda.compile_ptx(B.requests_template(GIDS_PAGER).py_func, (typeof(h), *REQUESTS),
+                              cc=(9, 0))
+    lines = [l.strip() for l in ptx.splitlines()]
+    labels = {l[:-1]: i for i, l in enumerate(lines) if re.match(r"^\\$L__\\w+:$", l)}
+    loops = [(labels[m.group(1)], i) for i, l in enumerate(lines)
+             for m in [re.search(r"bra(?:\\.uni)?\\s+(\\$L__\\w+);", l)]
+             if m and m.group(1) in labels and labels[m.group(1)] <= i]
+    assert sum("atom.acquire.gpu" in l for l in lines) == 1, "more than one lookup site"
+    lookups = [i for i, l in enumerate(lines) if re.match(r"(atom|red|match)\\.", l)]
+    value_loops = [(s, e) for s, e in loops
+                   if any("ld.global.cg" in lines[i] for i in range(s, e + 1))
+                   and not any(s <= i <= e for i in lookups)]
+    assert value_loops, "no loop of pinned loads free of lookups"
     for k, sig in ((B._assign_slots, (I64, I64, types.int64, types.int64)),
                    (B._clear_slots, (I64, I64, types.int64))):
         cuda.compile_ptx(k.py_func, sig, cc=(9, 0))
@@ -218,7 +342,8 @@ PTX_SCRIPT = textwrap.dedent('''
 
 def test_templates_compile_for_the_gpu():
     """Every template with the memory/zero-copy and cpu_batch readers compiles to PTX (sm_90),
-    so the closures over device functions and the handles type on a GPU too."""
+    so the closures over device functions and the handles type on a GPU too; the gids request
+    kernel pins once per page (one lookup site; no lookup in the loop of pinned loads)."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run([sys.executable, "-c", PTX_SCRIPT], cwd=root, env=env,

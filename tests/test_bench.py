@@ -19,7 +19,7 @@ OPT_INT = (int, type(None))
 OPT_STR = (str, type(None))
 TOP = {"schema_version": int, "simulator": bool, "label": str, "date": str, "command": str,
        "machine": dict, "config": dict, "ceilings": dict, "paths": dict, "results": list,
-       "plots": list}
+       "plots": list, "targets": list}
 MACHINE = {"hostname": str, "gpu": str, "cpu_cores": int, "python": str, "numpy": str,
            "numba": str, "numba_cuda": OPT_STR, "gids": str, "commit": OPT_STR}
 CONFIG = {"paths": list, "sweeps": list, "workloads": list, "data_bytes": int,
@@ -41,6 +41,9 @@ PARAMS = {"request_bytes": int, "page_size": OPT_INT, "threads": int, "block": i
           "queues": OPT_INT, "queue_depth": OPT_INT, "gather_threads": OPT_INT, "steps": int,
           "hot_fraction": OPT_NUM, "data_bytes": int}
 LATENCY = {"p50": float, "p90": float, "p99": float, "mean": float, "max": float}
+TARGET = {"workload": str, "setting": str, "issue_setting": bool, "goal": str, "ratios": list,
+          "met": (bool, type(None))}
+RATIO = {"path": str, "least": float, "ratio": OPT_NUM}
 
 
 def _check(obj, spec, where):
@@ -100,6 +103,11 @@ def test_json_schema_is_stable(result):
         _check(row["params"], PARAMS, f"results[{k}].params")
         if row["latency_us"] is not None:
             _check(row["latency_us"], LATENCY, f"results[{k}].latency_us")
+    assert [t["workload"] for t in result["targets"]] == ["uniform", "chains", "zipf", "hits"]
+    for k, target in enumerate(result["targets"]):
+        _check(target, TARGET, f"targets[{k}]")
+        for ratio in target["ratios"]:
+            _check(ratio, RATIO, f"targets[{k}].ratios")
 
 
 def test_every_figure_is_labelled_a_simulator_figure(result, tmp_path):
@@ -110,9 +118,11 @@ def test_every_figure_is_labelled_a_simulator_figure(result, tmp_path):
     assert table.startswith("**SIMULATOR FIGURES")
     assert "(simulator figures)" in table and table.rstrip().endswith(
         "**(simulator figures: not GPU measurements)**")
-    body = [line for line in table.splitlines() if line.startswith("| ") and "sweep" not in line]
+    rows_table = table.split("| sweep |", 1)[1].split("\n\n", 1)[0]
+    body = [line for line in rows_table.splitlines() if line.startswith("| ")]
     assert len(body) == len(result["results"])
     assert all(line.rstrip().endswith("| simulator |") for line in body)
+    assert "Issue 4's targets" in table
     files = bench.write_outputs(dict(result), str(tmp_path))
     assert (tmp_path / "bench.json").exists() and (tmp_path / "bench.md").exists()
     try:
@@ -122,6 +132,56 @@ def test_every_figure_is_labelled_a_simulator_figure(result, tmp_path):
     except ImportError:
         assert not list(tmp_path.glob("*.png"))
     assert len(files) >= 2
+
+
+def test_zipf_reads_through_a_cache_of_a_tenth_of_the_data(result):
+    """The issue's Zipf setting: a gids cache of 10 % of the data (25 % elsewhere: data 4x the
+    cache), in the row's parameters, the table's cache column and the target's setting."""
+    data = result["config"]["data_bytes"]
+    table = bench.format_table(result)
+    for r in result["results"]:
+        if r["path"] == "gids" and r["sweep"] == "workloads":
+            frac = 0.10 if r["workload"] == "zipf" else 0.25
+            cache = r["params"]["cache_bytes"]
+            assert 0 <= data * frac - cache < r["params"]["page_size"]      # whole pages
+            assert (f"| workloads | {r['workload']} | gids |  | {100 * cache / data:.3g} % |"
+                    in table)
+    zipf = [t for t in result["targets"] if t["workload"] == "zipf"][0]
+    assert zipf["setting"] == "Zipf(0.99) 512 B reads, gids cache 10 % of the data"
+
+
+def _row(workload, path, rps, correct=True):
+    return {"sweep": "workloads", "workload": workload, "path": path, "requests_per_s": rps,
+            "bytes_per_s": rps * 4096, "correct": correct, "error": None}
+
+
+def test_targets_are_ratios_of_the_workload_rows():
+    """Issue 4's four targets from the rows they compare: each ratio, met or missed, and no
+    verdict where a row is missing or wrong; off the issue's settings is said so."""
+    config = dict(sweeps=["workloads"], workloads=list(bench.WORKLOADS), request_bytes=4096,
+                  cache_fraction=0.25, zipf_cache_fraction=0.10, steps=8)
+    rows = [_row("uniform", "gids", 9.0), _row("uniform", "cpu_batch", 4.5),
+            _row("uniform", "zero_copy", 12.0),
+            _row("chains", "gids", 9.0), _row("chains", "cpu_batch", 3.1),
+            _row("zipf", "gids", 30.0), _row("zipf", "zero_copy", 14.0, correct=False),
+            _row("hits", "gids", 80.0), _row("hits", "memory", 160.0)]
+    result = {"config": config, "results": rows}
+    got = {t["workload"]: t for t in bench.evaluate_targets(result)}
+    assert got["uniform"]["met"] is True and got["uniform"]["issue_setting"]
+    assert [x["ratio"] for x in got["uniform"]["ratios"]] == [2.0, 0.75]
+    assert got["uniform"]["setting"] == "uniform random 4 KiB reads, data 4x the gids cache"
+    assert got["chains"]["met"] is False and got["chains"]["ratios"][0]["least"] == 3.0
+    assert got["zipf"]["met"] is None and got["zipf"]["ratios"][0]["ratio"] is None
+    assert got["hits"]["met"] is True and got["hits"]["ratios"][0]["ratio"] == 0.5
+    lines = bench.format_targets(dict(result, targets=list(got.values())))
+    assert any("gids >= 1x cpu_batch (2.00x) and >= 0.5x zero_copy (0.75x) | **yes** |" in line
+               for line in lines)
+    assert any(line.startswith("| Zipf(0.99) 4 KiB reads, gids cache 10 % of the data |")
+               and "| WRONG |" in line and line.endswith("| - |") for line in lines)
+    config["zipf_cache_fraction"] = 0.25
+    zipf = [t for t in bench.evaluate_targets(result) if t["workload"] == "zipf"][0]
+    assert not zipf["issue_setting"] and "cache 25 %" in zipf["setting"]
+    assert bench.evaluate_targets(dict(result, config=dict(config, sweeps=["iops"]))) == []
 
 
 @pytest.mark.parametrize("options, message", [

@@ -546,7 +546,7 @@ _PTX = textwrap.dedent('''
     import gids
     from tests.helpers import fake_handle
     from workloads.graph.gpu_graph import read_device_array
-    from workloads.vector.gpu_search import GIDS_PAGER
+    from workloads.pager import GIDS_PAGER
     from workloads.graph.gpu_bfs import make_bfs_kernels
     from workloads.graph.gpu_cc import make_cc_kernels
 

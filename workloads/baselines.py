@@ -2,9 +2,12 @@
 
 A data path is a way for a kernel to get at the elements of an array that lives in a store (a
 file, or RAM standing for one). Every path gives kernels the same thing, a handle ``h`` and a
-device function ``read(h, i)`` returning element ``i`` (flat index); a kernel is written once as
-a *template*, a Python function of ``read`` that returns a ``cuda.jit`` kernel, and
-:meth:`DataPath.kernel` specialises it for a path by closing over that path's reader.
+:class:`~workloads.pager.Pager`: device functions that read element ``i`` (flat index),
+``pager.read(h, i)``, or a page at a time (``pin``, ``value``, ``unpin``: one cache lookup per
+page and warp through gids; on the other paths the path's own ``read(h, i)`` per element, by
+:func:`~workloads.pager.element_pager`). A kernel is written once as a *template*, a Python
+function of the pager that returns a ``cuda.jit`` kernel, and :meth:`DataPath.kernel`
+specialises it for a path by closing over that path's pager (:attr:`DataPath.pager`).
 
 Paths (:data:`PATHS`):
 
@@ -15,7 +18,8 @@ Paths (:data:`PATHS`):
     a full-BAR device). Templates read requests with a warp's lanes side by side, so the loads
     are coalesced.
 ``gids``
-    ``gids.read`` through a :class:`gids.Runtime` (GPU page cache, host daemon threads).
+    ``gids.read``, and page-level reads (``gids.pin_page``), through a :class:`gids.Runtime`
+    (GPU page cache, host daemon threads).
 ``nvme``
     The same over the direct NVMe path (``Runtime(backend="nvme")``): NVMe commands in
     submission rings, doorbells, completions by phase tag, an emulated controller.
@@ -31,12 +35,14 @@ Paths (:data:`PATHS`):
     memory. Only where ``import kvikio`` works, on a GPU, for file stores.
 
 Kernel templates (:func:`gather_template`, :func:`element_chains_template`,
-:func:`requests_template`, :func:`timed_requests_template`) take ``read`` and return a kernel
-whose first argument is the handle. A template must be *restartable*: the ``cpu_batch`` path runs
-it several times per launch and only the last run's stores count, so it must assign its outputs
-(never accumulate into them across launches or use atomics on them), and a read that misses in a
-pass returns 0 (later reads of that thread may use addresses computed from it: the path fetches
-those pages too, and ignores an out-of-range index in a pass that also missed).
+:func:`requests_template`, :func:`timed_requests_template`) take the path's pager and return a
+kernel whose first argument is the handle; the first two read single elements
+(``pager.read``), the request templates a page at a time. A template must be *restartable*: the
+``cpu_batch`` path runs it several times per launch and only the last run's stores count, so it
+must assign its outputs (never accumulate into them across launches or use atomics on them), and
+a read that misses in a pass returns 0 (later reads of that thread may use addresses computed
+from it: the path fetches those pages too, and ignores an out-of-range index in a pass that also
+missed).
 
 Example::
 
@@ -53,6 +59,7 @@ Example::
 import gids  # first: picks the GPU or the simulator before numba.cuda loads
 
 import collections
+import functools
 import inspect
 import math
 import os
@@ -68,7 +75,8 @@ from gids.array import SUPPORTED_DTYPES
 from gids.errors import ConfigError, IndexOutOfRangeError, StorageIOError
 from host_daemon.daemon import serve_page
 from host_daemon.stores import T_COLUMNS, FileStore, MemoryStore, MmapStore, Store, open_file_store
-from kernels.platform import SIMULATOR
+from kernels.platform import SIMULATOR, device_helper
+from workloads.pager import GIDS_PAGER, element_pager, room_in_page
 
 #: Lanes that read one request together: a warp on the GPU (also in the simulator, where the
 #: lanes are just 32 consecutive threads; no warp intrinsic is used).
@@ -106,9 +114,17 @@ from kernels.sync import atomic_add, atomic_cas  # noqa: E402
 
 
 # ------------------------------------------------------------------ kernel templates
+#
+# A template takes its path's pager (workloads/pager.py) and returns the kernel. Templates that
+# read single elements use ``pager.read``; the request templates read a request a page at a
+# time (``_request_sum``), so that through gids a 4 KiB request costs one cache lookup per warp
+# where 16 ``gids.read`` calls cost 16 (what bounded the bench's hit and Zipf figures on the
+# H200), while every other path reads the same elements through its reader, as before.
 
-def gather_template(read):
+def gather_template(pager):
     """``out[k] = a[idx[k]]`` (grid-stride). Kernel ``(h, idx, out)``."""
+    read = pager.read
+
     @gids.jit
     def gather(h, idx, out):
         start = cuda.grid(1)
@@ -117,13 +133,15 @@ def gather_template(read):
     return gather
 
 
-def element_chains_template(read):
+def element_chains_template(pager):
     """Each thread follows chains of ``steps`` dependent single-element reads.
 
     Kernel ``(h, starts, steps, n, out)``: chain ``c`` starts at element ``starts[c]``; each
     value read, as an integer modulo ``n``, is the next index; ``out[c * steps + s]`` is the
     value read at step ``s``. Values must be non-negative.
     """
+    read = pager.read
+
     @gids.jit
     def element_chains(h, starts, steps, n, out):
         start = cuda.grid(1)
@@ -136,17 +154,58 @@ def element_chains_template(read):
     return element_chains
 
 
-def requests_template(read):
-    """Warps read whole requests (runs of ``elems`` elements), lanes side by side.
+@functools.lru_cache(maxsize=None)
+def _request_sum(pager):
+    """``request_sum(h, base, elems, lane, want_first) -> (total, first)`` for ``pager``.
+
+    A warp's read of one request, elements ``base .. base + elems - 1``, a page at a time: the
+    whole warp pins the page holding the next element it needs (every lane names the same
+    element, so through gids that is one lookup), lane ``l`` adds elements ``l, l + 32, ...`` of
+    what the request has on that page (a warp's loads are contiguous), and the warp gives the
+    pin back. A request may start anywhere in a page and span any number of pages (requests
+    larger than the page, or not aligned to it): each page is pinned once. ``total`` is the
+    lane's sum; ``first`` is element ``base``, read by every lane while its page is pinned
+    (``want_first``: a chain's next address), else 0. Collective: the warp's lanes call it
+    together with the same ``base`` and ``elems``.
+    """
+    pin, value, unpin, page_elems = pager.pin, pager.value, pager.unpin, pager.page_elems
+
+    @device_helper
+    def request_sum(h, base, elems, lane, want_first):
+        pe = page_elems(h)
+        total = 0
+        first = 0
+        e = 0
+        while e < elems:
+            i = base + e
+            at = pin(h, i)
+            n = min(room_in_page(pe, i), elems - e)
+            if at >= 0:      # else the page could not be had: the path recorded why
+                for j in range(lane, n, GROUP):
+                    total += value(h, at + j)
+                if want_first and e == 0:
+                    first = value(h, at)
+            unpin(h, i, at)
+            e += n
+        return total, first
+    return request_sum
+
+
+def requests_template(pager):
+    """Warps read whole requests (runs of ``elems`` elements), lanes side by side, a page at a
+    time.
 
     Kernel ``(h, starts, steps, elems, n_req, out)``. Item ``k`` (grid-stride over warps) is a
     chain of ``steps`` requests starting at request ``starts[k]``; request ``r`` is elements
     ``[r * elems, (r + 1) * elems)``. With ``steps > 1`` the next request is the first element of
     the one just read, as an integer modulo ``n_req`` (non-negative data). Lane ``l`` reads
-    elements ``l, l + 32, ...`` of each request, so a warp's loads are contiguous, and adds them
-    up; ``out[t]`` is thread ``t``'s sum (integer data: wrapping, order-free, so it checks
-    exactly against numpy).
+    elements ``l, l + 32, ...`` of each page of a request, so a warp's loads are contiguous,
+    and adds them up; ``out[t]`` is thread ``t``'s sum (integer data: wrapping, order-free, so it
+    checks exactly against numpy). Through gids each page of a request is one lookup per warp
+    (:func:`_request_sum`).
     """
+    request_sum = _request_sum(pager)
+
     @gids.jit
     def requests(h, starts, steps, elems, n_req, out):
         t = cuda.grid(1)
@@ -156,32 +215,32 @@ def requests_template(read):
         for k in range(t // GROUP, starts.size, n_warps):
             r = starts[k]
             for s in range(steps):
-                base = r * elems
-                for e in range(lane, elems, GROUP):
-                    acc += read(h, base + e)
-                if s + 1 < steps:
-                    r = np.int64(read(h, base)) % n_req
+                total, first = request_sum(h, r * elems, elems, lane, s + 1 < steps)
+                acc += total
+                r = np.int64(first) % n_req
         if t < out.size:
             out[t] = acc
     return requests
 
 
-def timed_requests_template(read):
-    """One warp reads requests one after another and times each: queue depth 1.
+def timed_requests_template(pager):
+    """One warp reads requests one after another, a page at a time, and times each: queue
+    depth 1.
 
     Kernel ``(h, ids, elems, t0, t1, out)``, launched as one block of 32 threads: lane ``l``
     stores its start and end times of request ``k`` at ``t0[k * 32 + l]``, ``t1[k * 32 + l]``
     (request latency: the latest end minus the earliest start), and its sum at ``out[l]``.
     """
+    request_sum = _request_sum(pager)
+
     @gids.jit
     def timed_requests(h, ids, elems, t0, t1, out):
         lane = cuda.threadIdx.x
         acc = 0
         for k in range(ids.size):
             start = timer_after(acc)
-            base = ids[k] * elems
-            for e in range(lane, elems, GROUP):
-                acc += read(h, base + e)
+            total, _ = request_sum(h, ids[k] * elems, elems, lane, False)
+            acc += total
             t0[k * GROUP + lane] = start
             t1[k * GROUP + lane] = timer_after(acc)
         out[lane] = acc
@@ -550,13 +609,13 @@ class _BatchArray(OpenedArray):
 
 # ------------------------------------------------------------------ data paths
 
-_KERNELS = {}   # (template, reader) -> kernel
+_KERNELS = {}   # (template, pager) -> kernel
 
 class DataPath:
     """A way for kernels to read an array; subclasses are the paths of :data:`PATHS`.
 
     Use :meth:`open` to put an array on the path, :meth:`kernel` to specialise a kernel
-    template with the path's reader, and :meth:`launch` to run it.
+    template with the path's pager, and :meth:`launch` to run it.
     """
 
     #: Name in :data:`PATHS` and in results.
@@ -611,15 +670,22 @@ class DataPath:
     def _open(self, store, dtype, shape, offset, owned):
         raise NotImplementedError
 
-    def kernel(self, template):
-        """``template(self.reader)``: the template's kernel for this path's reader.
+    @property
+    def pager(self):
+        """The :class:`~workloads.pager.Pager` kernel templates get: by default
+        :func:`~workloads.pager.element_pager` over :attr:`reader` (every value a read); a
+        path with a page cache of its own gives real page pins (gids: ``GIDS_PAGER``)."""
+        return element_pager(self.reader)
 
-        Shared by every path object with the same reader (a Numba dispatcher compiles once per
+    def kernel(self, template):
+        """``template(self.pager)``: the template's kernel for this path.
+
+        Shared by every path object with the same pager (a Numba dispatcher compiles once per
         argument types; a gids kernel takes seconds to compile on a GPU).
         """
-        key = (template, self.reader)
+        key = (template, self.pager)
         if key not in _KERNELS:
-            _KERNELS[key] = template(self.reader)
+            _KERNELS[key] = template(self.pager)
         return _KERNELS[key]
 
     def launch(self, template, array, griddim, blockdim, batches):
@@ -628,7 +694,7 @@ class DataPath:
         Parameters
         ----------
         template : callable
-            A kernel template (``template(read)`` returns a kernel ``(h, *args)``).
+            A kernel template (``template(pager)`` returns a kernel ``(h, *args)``).
         array : OpenedArray
             Opened on this path.
         griddim, blockdim : int
@@ -718,6 +784,11 @@ class GidsPath(DataPath):
     @property
     def reader(self):
         return gids.read
+
+    @property
+    def pager(self):
+        # Page-level reads: a warp pins a page once and reads what it needs of it.
+        return GIDS_PAGER
 
     def _open(self, store, dtype, shape, offset, owned):
         if owned and isinstance(store, MemoryStore) and not self.zero_copy_serve:

@@ -12,7 +12,9 @@ Sweeps (each over the data paths; ``all`` runs every one):
     request is the first element of the one just read), ``pointer_chase`` (each thread follows a
     chain of 8 dependent random 8-byte reads; a page I/O each for gids and cpu_batch),
     ``zipf`` (Zipf(0.99) requests, a gids cache of 10 % of the data), ``hits`` (requests to a
-    warmed set that fits in the gids cache: 100 % hits).
+    warmed set that fits in the gids cache: 100 % hits). Issue 4's four targets are ratios of
+    these rows (:data:`TARGETS`): the report ends with them, each ratio and whether it is met.
+    ``gids bench workloads --quick`` measures them in a few minutes on the H200.
 ``iops``
     Uniform random requests against GPU threads (all paths), and for gids queues, queue depth
     and daemon threads; for cpu_batch, host gather threads stand in for daemon threads.
@@ -27,7 +29,9 @@ Sweeps (each over the data paths; ``all`` runs every one):
     (its kernel runs, the host gathers and copies, the kernel runs again: that is its QD1 cost).
 
 A *request* is ``request_bytes`` contiguous bytes at a multiple of ``request_bytes``, read by the
-32 lanes of a warp side by side (coalesced on every path). Data are random int64 in [0, 2**40).
+32 lanes of a warp side by side (coalesced on every path), a page at a time: through gids a warp
+pins each page of a request once (one cache lookup; ``workloads/pager.py``), on the other paths
+it reads the same elements through the path's reader. Data are random int64 in [0, 2**40).
 Every path runs the same launches: the work is split into launches that fit the cpu_batch
 buffer (``batch_bytes``), so cpu_batch runs with batches as large as it is given while the other
 paths pay the same few launches. Every result is checked against numpy (``correct``).
@@ -79,6 +83,14 @@ apply; new keys may be added, none removed or retyped without a new version):
                       correct bool: every value equals numpy's,
                       label str, error str|null: why the point failed}]
     plots           [str]: PNG files written (one per sweep; none without matplotlib)
+    targets         [{workload str, setting str: the run's setting of it,
+                      issue_setting bool: the setting is the issue's (4 KiB requests; uniform:
+                                          data 4x the gids cache; chains of 8; Zipf: cache 10 %),
+                      goal str, ratios [{path str, least float, ratio float|null}]: gids bytes/s
+                                        over that path's, in the workloads sweep,
+                      met bool|null: every ratio at least its least (null: a row is missing,
+                                     failed or wrong)}]
+                    (added after version 1's first keys; [] without a workloads sweep)
 """
 import gids  # noqa: F401  (first: picks the GPU or the simulator before numba.cuda loads)
 
@@ -129,7 +141,7 @@ SIM_DEFAULTS = dict(
     request_sizes=[256, 512, 2048], hit_rates=[0.0, 1.0])
 #: ``--quick`` on a GPU: a first, short run (a few minutes with every sweep).
 GPU_QUICK = dict(
-    data_bytes=512 << 20, requests=1 << 16, batch_bytes=128 << 20, reps=2, latency_requests=200,
+    data_bytes=512 << 20, requests=1 << 16, batch_bytes=128 << 20, reps=3, latency_requests=200,
     iops_threads=[1 << 12, 1 << 15, 132 * 2048], queues=[32, 128], queue_depths=[32, 128],
     daemon_threads=sorted({1, 4, max(1, _CORES - 2)}), request_sizes=[512, 4096, 65536, 1 << 20],
     hit_rates=[0.0, 0.5, 0.9, 1.0])
@@ -864,7 +876,7 @@ def run_bench(config, command="gids bench", progress=True, stream=None):
         "paths": {name: {"available": cls.unavailable_reason() is None,
                          "reason": cls.unavailable_reason(), "description": cls.description}
                   for name, cls in B.PATHS.items()},
-        "results": [], "plots": [],
+        "results": [], "plots": [], "targets": [],
     }
     points = plan_points(config)
     bar = Progress(len(points) + 1, stream=stream, enabled=progress)
@@ -884,7 +896,120 @@ def run_bench(config, command="gids bench", progress=True, stream=None):
     finally:
         runner.close()
         bar.finish()
+    result["targets"] = evaluate_targets(result)
     return result
+
+
+# ------------------------------------------------------------------ issue 4's targets
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One of issue 4's targets: on ``workload`` (the ``workloads`` sweep), gids's bytes/s over
+    each ``path``'s must be at least ``least``, for every ``(path, least)`` of ``bounds``."""
+
+    workload: str
+    bounds: tuple
+
+
+#: Issue 4's targets, in the issue's order. Ratios of bytes/s of the same requests (so of
+#: requests/s too); "all-in-GPU-memory bandwidth" is the memory path's row.
+TARGETS = (
+    Target("uniform", (("cpu_batch", 1.0), ("zero_copy", 0.5))),
+    Target("chains", (("cpu_batch", 3.0),)),
+    Target("zipf", (("zero_copy", 2.0),)),
+    Target("hits", (("memory", 0.5),)),
+)
+#: The issue's settings for them: 4 KiB requests; uniform: data 4x the gids cache; chains of 8
+#: dependent requests; Zipf(0.99) through a cache of 10 % of the data.
+ISSUE_SETTINGS = dict(request_bytes=4096, cache_fraction=0.25, steps=8, zipf_cache_fraction=0.10)
+
+
+def _size_text(nbytes):
+    for unit, name in ((1 << 20, "MiB"), (1 << 10, "KiB")):
+        if nbytes % unit == 0:
+            return f"{nbytes // unit} {name}"
+    return f"{nbytes} B"
+
+
+def target_setting(workload, config):
+    """``(text, issue_setting)``: what the run's ``config`` (a dict, as in the JSON) made of
+    ``workload``, and whether that is the issue's setting (:data:`ISSUE_SETTINGS`)."""
+    size = _size_text(config["request_bytes"])
+    ok = config["request_bytes"] == ISSUE_SETTINGS["request_bytes"]
+    if workload == "uniform":
+        cf = config["cache_fraction"]
+        ok = ok and cf == ISSUE_SETTINGS["cache_fraction"]
+        return f"uniform random {size} reads, data {1 / cf:.3g}x the gids cache", ok
+    if workload == "chains":
+        ok = ok and config["steps"] == ISSUE_SETTINGS["steps"]
+        return f"chains of {config['steps']} dependent {size} reads", ok
+    if workload == "zipf":
+        zcf = config["zipf_cache_fraction"]
+        ok = ok and zcf == ISSUE_SETTINGS["zipf_cache_fraction"]
+        return f"Zipf({ZIPF_S}) {size} reads, gids cache {100 * zcf:.3g} % of the data", ok
+    if workload == "hits":
+        return f"100 % hits, {size} reads", ok
+    raise ValueError(f"no target on workload {workload!r}")
+
+
+def _usable(row):
+    return row is not None and row["correct"] and bool(row["bytes_per_s"])
+
+
+def evaluate_targets(result):
+    """Issue 4's targets from a run's ``workloads`` rows (``result`` as :func:`run_bench`
+    returns it, or its JSON read back): the ``targets`` list of the JSON schema."""
+    c = result["config"]
+    if "workloads" not in c["sweeps"]:
+        return []
+    rows = {(r["workload"], r["path"]): r for r in result["results"] if r["sweep"] == "workloads"}
+    out = []
+    for t in TARGETS:
+        if t.workload not in c["workloads"]:
+            continue
+        setting, issue = target_setting(t.workload, c)
+        mine = rows.get((t.workload, "gids"))
+        ratios = []
+        for path, least in t.bounds:
+            other = rows.get((t.workload, path))
+            ratio = (mine["bytes_per_s"] / other["bytes_per_s"]
+                     if _usable(mine) and _usable(other) else None)
+            ratios.append({"path": path, "least": float(least), "ratio": ratio})
+        met = (None if any(r["ratio"] is None for r in ratios)
+               else all(r["ratio"] >= r["least"] for r in ratios))
+        goal = "gids >= " + " and >= ".join(f"{least:g}x {path}" for path, least in t.bounds)
+        out.append({"workload": t.workload, "setting": setting, "issue_setting": issue,
+                    "goal": goal, "ratios": ratios, "met": met})
+    return out
+
+
+def format_targets(result):
+    """Issue 4's targets as a Markdown table: the rows they compare, each ratio, met or not."""
+    # A result written before targets were part of the JSON gets them computed here.
+    targets = result["targets"] if "targets" in result else evaluate_targets(result)
+    if not targets:
+        return []
+    rows = {(r["workload"], r["path"]): r for r in result["results"] if r["sweep"] == "workloads"}
+    paths = ["memory", "zero_copy", "gids", "cpu_batch"]
+    lines = ["", "Issue 4's targets (gids's bytes/s over the named path's, same requests; "
+                 "requests/s per path):", "",
+             "| workload | " + " | ".join(paths) + " | target (ratio) | met |",
+             "|---" * (len(paths) + 3) + "|"]
+    for t in targets:
+        cells = []
+        for p in paths:
+            r = rows.get((t["workload"], p))
+            cells.append("-" if r is None else
+                         _fmt_rate(r["requests_per_s"]) if r["correct"] else
+                         ("ERROR" if r["error"] else "WRONG"))
+        goal = "gids " + " and ".join(
+            f">= {x['least']:g}x {x['path']} "
+            f"({'-' if x['ratio'] is None else format(x['ratio'], '.2f') + 'x'})"
+            for x in t["ratios"])
+        met = {True: "**yes**", False: "no", None: "-"}[t["met"]]
+        name = t["setting"] + ("" if t["issue_setting"] else " (not the issue's setting)")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {goal} | {met} |")
+    return lines
 
 
 # ------------------------------------------------------------------ reporting
@@ -917,16 +1042,18 @@ def format_table(result):
         lines.append(f"Ceilings in this run{' (simulator figures)' if sim else ''}: pinned H2D "
                      f"copy {c['h2d_pinned_Bps'] / 1e9:.3g} GB/s; device-to-device copy "
                      f"{c['d2d_Bps'] / 1e9:.3g} GB/s (read + write).")
-    lines += ["", "| sweep | workload | path | x | requests/s | bytes/s | of H2D | of D2D | "
-                  "hit rate | p50 / p99 us | ok | figure |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| sweep | workload | path | x | gids cache | requests/s | bytes/s | of H2D | "
+                  "of D2D | hit rate | p50 / p99 us | ok | figure |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["results"]:
         x = "" if r["x"] is None else f"{r['x_name']}={r['x']:g}"
         lat = r["latency_us"]
         lat_s = "-" if lat is None else f"{lat['p50']:.3g} / {lat['p99']:.3g}"
         ok = "yes" if r["correct"] else ("ERROR" if r["error"] else "WRONG")
         hit = "-" if r["hit_rate"] is None else f"{r['hit_rate']:.2f}"
-        lines.append(f"| {r['sweep']} | {r['workload']} | {r['path']} | {x} | "
+        cache = r["params"]["cache_bytes"]     # of the data, for the paths with a page cache
+        cache_s = "-" if cache is None else f"{100 * cache / r['params']['data_bytes']:.3g} %"
+        lines.append(f"| {r['sweep']} | {r['workload']} | {r['path']} | {x} | {cache_s} | "
                      f"{_fmt_rate(r['requests_per_s'])} | {_fmt_rate(r['bytes_per_s'], 'B/s')} | "
                      f"{_fmt_frac(r['fraction_of_h2d'])} | {_fmt_frac(r['fraction_of_d2d'])} | "
                      f"{hit} | {lat_s} | {ok} | {'simulator' if sim else 'GPU'} |")
@@ -934,6 +1061,7 @@ def format_table(result):
     for r in errors:
         lines.append(f"\nerror in {r['sweep']}/{r['workload']}/{r['path']} x={r['x']}: "
                      f"{r['error']}")
+    lines += format_targets(result)
     if sim:
         lines += ["", "**(simulator figures: not GPU measurements)**"]
     return "\n".join(lines) + "\n"
@@ -1079,7 +1207,10 @@ def add_bench_arguments(subparsers):
     p.add_argument("--data-bytes", type=_size, help=f"data size (default {g['data_bytes']})")
     p.add_argument("--request-bytes", type=_size,
                    help=f"request size (default {g['request_bytes']})")
-    p.add_argument("--cache-fraction", type=float, help="gids cache / data (default 0.25)")
+    p.add_argument("--cache-fraction", type=float,
+                   help="gids cache / data (default 0.25: data 4x the cache)")
+    p.add_argument("--zipf-cache-fraction", type=float,
+                   help="gids cache / data for the zipf workload (default 0.10, the issue's)")
     p.add_argument("--threads", type=_size, help=f"GPU threads (default {g['threads']})")
     p.add_argument("--block", type=int, help=f"threads per block (default {g['block']})")
     p.add_argument("--requests", type=_size, help=f"requests per run (default {g['requests']})")
@@ -1112,6 +1243,7 @@ def add_bench_arguments(subparsers):
 
 
 _CONFIG_ARGS = ("paths", "workloads", "data_bytes", "request_bytes", "cache_fraction",
+                "zipf_cache_fraction",
                 "threads", "block", "requests", "batch_bytes", "reps", "steps",
                 "iops_threads", "queues", "queue_depths", "daemon_threads", "gather_threads",
                 "request_sizes", "hit_rates", "latency_requests", "store", "dir", "seed")

@@ -39,7 +39,7 @@ from .csr_file import CSRGraph
 from .gpu_graph import (FULL_MASK, LANE_BITS, Access, DeviceGraph, data_path_options,
                         launch_geometry, open_device_graph, report_bad_entry)
 from .validate import scipy_bfs, traversed_edges, validate_bfs_tree
-from workloads.vector.gpu_search import Pager, element_pager
+from workloads.pager import Pager, element_pager
 
 #: ``counters`` layout (int64[3], device memory): vertices found this level, the sum of their
 #: degrees (the next frontier's edges, for the direction heuristic), and the frontier's long
@@ -118,9 +118,9 @@ def make_bfs_kernels(source) -> BFSKernels:
     ----------
     source : numba.cuda device function or Pager
         ``read_neighbour(arg, k)``: entry ``k`` of the neighbours array (see
-        :mod:`.gpu_graph`), or a :class:`~workloads.vector.gpu_search.Pager` that reads it a
+        :mod:`.gpu_graph`), or a :class:`~workloads.pager.Pager` that reads it a
         page at a time (the gids paths: one cache lookup per page and warp). A plain reader
-        gets :func:`~workloads.vector.gpu_search.element_pager`. Each distinct reader gets its
+        gets :func:`~workloads.pager.element_pager`. Each distinct reader gets its
         own compiled kernels (cached here).
 
     Returns

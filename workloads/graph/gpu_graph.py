@@ -56,7 +56,7 @@ from numba import cuda
 from kernels.access import read as gids_read
 from kernels.platform import SIMULATOR, WARP_SIZE
 from kernels.sync import atomic_cas
-from workloads.vector.gpu_search import GIDS_PAGER
+from workloads.pager import GIDS_PAGER
 
 from ..ssd_options import runtime_emulation
 from .csr_file import CSRGraph, GraphFormatError, open_csr
@@ -181,7 +181,7 @@ class NeighbourSource:
     name = "?"
     label = "?"
     reader = None
-    #: A :class:`~workloads.vector.gpu_search.Pager` for kernels that read a page at a time
+    #: A :class:`~workloads.pager.Pager` for kernels that read a page at a time
     #: (the BFS's top-down step), or None: they then read element by element with ``reader``.
     pager = None
     arg = None

@@ -99,7 +99,7 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -107,6 +107,7 @@ import gids  # first: picks GPU or simulator before numba.cuda loads
 from numba import cuda, float32, float64, int64
 
 from kernels.platform import WARP_SIZE
+from workloads.pager import ELEMENT_PAGE, GIDS_PAGER, Pager, element_pager  # noqa: F401
 
 from .reference import _as_queries, _check_k, probe_lists
 
@@ -258,69 +259,6 @@ def read_memory(h, i):
 def _read_gids(h, i):
     """Reader of the ``"gids"`` data path: element ``i`` through the page cache."""
     return gids.read(h, i)
-
-
-class Pager(NamedTuple):
-    """How the search kernel reads the vectors a page at a time (device functions).
-
-    The kernel stages a tile of vectors page by page: a warp takes a page, ``k = pin(h, i)``
-    at its first element ``i`` it needs, reads ``value(h, k + j)`` for the elements of that page
-    it needs, and ``unpin(h, i, k)``. Through gids that is one cache lookup per page and pass
-    (:func:`gids.pin_page`), where element reads cost one per 32 elements. A data path given as
-    a plain reader gets :func:`element_pager`: pages of :data:`ELEMENT_PAGE` elements, each
-    element read by the reader.
-
-    Attributes
-    ----------
-    read : ``read(h, i) -> float32``, one element (the touch-ahead of a tile's pages uses it).
-    pin : ``pin(h, i) -> k``, ``k < 0`` where the page could not be had (the error recorded).
-    value : ``value(h, k) -> float32``, an element of a pinned page.
-    unpin : ``unpin(h, i, k)``.
-    page_elems : ``page_elems(h) -> int``, elements per page, a power of two.
-    """
-
-    read: object
-    pin: object
-    value: object
-    unpin: object
-    page_elems: object
-
-
-#: Elements per page of an :func:`element_pager`: only the unit in which warps share a tile's
-#: staging (a warp takes 4 KiB of float32 at a time).
-ELEMENT_PAGE = 1024
-
-
-@lru_cache(maxsize=None)
-def element_pager(reader) -> Pager:
-    """A :class:`Pager` over a plain reader: "pinning" is the identity and every value a read."""
-
-    @_device
-    def pin(h, i):
-        return i
-
-    @_device
-    def value(h, k):
-        return reader(h, k)
-
-    @_device
-    def unpin(h, i, k):
-        pass
-
-    @_device
-    def page_elems(h):
-        return ELEMENT_PAGE
-
-    return Pager(reader, pin, value, unpin, page_elems)
-
-
-@_device
-def _gids_page_elems(h):
-    return np.int64(1) << h.elem_shift
-
-
-#: The gids data paths' pager: page-level reads through the cache (one lookup per page).
-GIDS_PAGER = Pager(_read_gids, gids.pin_page, gids.pinned, gids.unpin_page, _gids_page_elems)
 
 
 @_device
