@@ -534,7 +534,7 @@ def emulation_suite(out_dir, n_reads=1 << 18, drive_counts=(1, 2, 4), profile="p
 
 
 def _gpu_name():
-    name = cuda.get_current_device().name
+    name = getattr(cuda.get_current_device(), "name", "CUDA simulator")
     return name.decode() if isinstance(name, bytes) else name
 
 
