@@ -20,10 +20,13 @@ Two options, both off by default:
   each request is timed by the model from the moment the daemon sees it, and its completion is
   posted no earlier than the model's completion time. Completions wait in a min-heap by due
   time, so one slow request does not hold back later, faster ones (completions may then be
-  posted out of ticket order; every GPU thread polls its own);
+  posted out of ticket order; every GPU thread polls its own). Due completions are posted
+  after each request the thread serves (with the clock read that timed the request) and
+  before each queue, so a completion is late by about one request's service at most;
 - tracing (``trace_writer``, a :class:`host_daemon.trace.TraceWriter`): every request is
-  recorded (store byte offset, size, queue, time seen, time completed) into a ring per thread,
-  which a Python thread drains to the file.
+  recorded (store byte offset, size, queue, op, and four times: seen, the host's part done,
+  the device's part done, completion posted; see :mod:`host_daemon.trace`) into a ring per
+  thread, which a Python thread drains to the file.
 """
 import threading
 from collections import namedtuple
@@ -56,14 +59,15 @@ _CLOCK_MONOTONIC = 1   # the clock of Python's time.monotonic_ns()
 
 #: What one daemon thread needs for real-time emulation: ``on`` (0 or 1), the shared model's
 #: state and parameters, and the thread's heap of pending completions (due time -> entry) with
-#: what each pending entry will post.
+#: what each pending entry will post and what its trace record will say.
 Emulation = namedtuple("Emulation", ["on", "state", "params", "due", "entry", "size",
-                                     "status", "source", "ticket", "seen", "offset", "nbytes",
-                                     "op"])
-#: One thread's trace ring: record fields, ``head`` (written here), ``tail`` (written by the
-#: drain thread), ``dropped`` (records lost because the ring was full), ``on``.
-TraceRing = namedtuple("TraceRing", ["on", "offset", "nbytes", "queue", "seen", "done", "op",
-                                     "head", "tail", "dropped"])
+                                     "status", "source", "ticket", "seen", "ready", "device",
+                                     "offset", "nbytes", "op"])
+#: One thread's trace ring: record fields (``seen``, ``ready``, ``device``, ``done``: the
+#: record's issue, ready, device and complete times), ``head`` (written here), ``tail``
+#: (written by the drain thread), ``dropped`` (records lost because the ring was full), ``on``.
+TraceRing = namedtuple("TraceRing", ["on", "offset", "nbytes", "queue", "seen", "ready",
+                                     "device", "done", "op", "head", "tail", "dropped"])
 
 #: serve_page's / write_page's answer for a crash fault: the thread's loop returns without posting.
 _CRASH = -1000
@@ -192,8 +196,9 @@ def _now_ns(ts):
 
 
 @njit(nogil=True, cache=True)
-def _record(ring, queue, offset, nbytes, seen, done, op):
-    """Append one I/O to the trace ring (dropped, and counted, if the ring is full)."""
+def _record(ring, queue, offset, nbytes, seen, ready, device, done, op):
+    """Append one I/O to the trace ring (dropped, and counted, if the ring is full): seen
+    (issue), the host's part done, the device's part done, posted (see host_daemon.trace)."""
     head = ring.head[0]
     cap = ring.offset.shape[0]
     if head - load_acquire(ring.tail, 0) >= cap:
@@ -204,19 +209,24 @@ def _record(ring, queue, offset, nbytes, seen, done, op):
     ring.nbytes[k] = nbytes
     ring.queue[k] = queue
     ring.seen[k] = seen
+    ring.ready[k] = ready
+    ring.device[k] = device
     ring.done[k] = done
     ring.op[k] = op
     store_release(ring.head, 0, head + 1)
 
 
 @njit(nogil=True, cache=True)
-def park(emu, entry, due, status, source, ticket, seen, offset, nbytes, op):
+def park(emu, entry, due, status, source, ticket, seen, ready, device, offset, nbytes, op):
     """Hold entry ``entry``'s completion in the thread's heap until ``due`` (ns): what it will
-    post, and what its trace record will say."""
+    post, and what its trace record will say (``device``: the model's completion time, which
+    ``due`` may exceed)."""
     emu.status[entry] = status
     emu.source[entry] = source
     emu.ticket[entry] = ticket
     emu.seen[entry] = seen
+    emu.ready[entry] = ready
+    emu.device[entry] = device
     emu.offset[entry] = offset
     emu.nbytes[entry] = nbytes
     emu.op[entry] = op
@@ -241,7 +251,7 @@ def _post_due(cq, emu, ring, depth, now):
         _post(cq, entry, emu.ticket[entry], emu.status[entry], emu.source[entry])
         if ring.on:
             _record(ring, entry // depth, emu.offset[entry], emu.nbytes[entry], emu.seen[entry],
-                    now, emu.op[entry])
+                    emu.ready[entry], emu.device[entry], now, emu.op[entry])
         n += 1
     return n
 
@@ -285,15 +295,31 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                 offset = 0
                 if timed and 0 <= array_id < table.shape[0]:
                     offset = table[array_id, T_OFFSET] + page * page_size
-                due = 0
                 if emu.on:
                     due = model_submit_locked(emu.state, emu.params, seen, offset, page_size)
-                if emu.on and due > _now_ns(clock):
-                    park(emu, entry, due, status, source, ticket, seen, offset, page_size, op)
+                    # The host's own part (the store call, the model's timing) ends here; the
+                    # modelled drive's at ``due``: the completion is posted after both.
+                    ready = _now_ns(clock)
+                    if due > ready:
+                        park(emu, entry, due, status, source, ticket, seen, ready, due, offset,
+                             page_size, op)
+                    else:
+                        _post(cq, entry, ticket, status, source)
+                        if ring.on:
+                            _record(ring, q, offset, page_size, seen, ready, due, ready, op)
+                    # And after each request, with the clock read that just timed it: a
+                    # thread serving a backlog (up to BATCH requests a queue, each taking the
+                    # model's lock) otherwise posted due completions late by up to a batch's
+                    # service, which a replay of the trace cannot know of unless recorded
+                    # (docs/ssd_models.md, "Replay").
+                    if emu.size[0] > 0 and emu.due[0] <= ready:
+                        _post_due(cq, emu, ring, depth, ready)
                 else:
                     _post(cq, entry, ticket, status, source)
                     if ring.on:
-                        _record(ring, q, offset, page_size, seen, _now_ns(clock), op)
+                        # No model: the store is the device, and the host has no part of its own.
+                        done = _now_ns(clock)
+                        _record(ring, q, offset, page_size, seen, seen, done, done, op)
                 heads[k] = ticket + 1
                 served[0] += 1
                 progressed = True
@@ -312,15 +338,16 @@ def _emulation(model, n_entries):
     z = lambda: np.zeros(size, dtype=np.int64)   # noqa: E731
     return Emulation(on=int(model is not None), state=state, params=params, due=z(), entry=z(),
                      size=private_array(1), status=z(), source=z(), ticket=z(),
-                     seen=z(), offset=z(), nbytes=z(), op=z())
+                     seen=z(), ready=z(), device=z(), offset=z(), nbytes=z(), op=z())
 
 
 def _trace_ring(on):
     size = TRACE_RING if on else 1
     z = lambda: np.zeros(size, dtype=np.int64)   # noqa: E731
     # head: written by the thread per record; tail: by the drain thread, every DRAIN_S.
-    return TraceRing(on=int(on), offset=z(), nbytes=z(), queue=z(), seen=z(), done=z(), op=z(),
-                     head=private_array(1), tail=private_array(1), dropped=private_array(1))
+    return TraceRing(on=int(on), offset=z(), nbytes=z(), queue=z(), seen=z(), ready=z(),
+                     device=z(), done=z(), op=z(), head=private_array(1), tail=private_array(1),
+                     dropped=private_array(1))
 
 
 class HostDaemon:
@@ -445,6 +472,8 @@ class HostDaemon:
             records["nbytes"] = ring.nbytes[k]
             records["queue"] = ring.queue[k]
             records["issue_ns"] = ring.seen[k]
+            records["ready_ns"] = ring.ready[k]
+            records["device_ns"] = ring.device[k]
             records["complete_ns"] = ring.done[k]
             records["op"] = ring.op[k]
             ring.tail[0] = head   # the ring's slots are free once copied out

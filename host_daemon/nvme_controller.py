@@ -216,8 +216,8 @@ def _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters, now):
             emu.size[0] = heap_push(emu.due, emu.entry, emu.size[0], now + 1000, slot)
             break
         if trace.on:
-            _record(trace, q, emu.offset[slot], emu.nbytes[slot], emu.seen[slot], now,
-                    emu.op[slot])
+            _record(trace, q, emu.offset[slot], emu.nbytes[slot], emu.seen[slot],
+                    emu.ready[slot], emu.device[slot], now, emu.op[slot])
         n += 1
     return n
 
@@ -255,17 +255,22 @@ def _complete_held(held, n, q, qs, cq, db, ring, depth, seen, emu, trace, counte
     for i in range(n):
         cid = held[i, H_CID]
         due = held[i, H_DUE]
+        device = max(due, seen)   # a failed command has no model time (due 0)
         posted = False
         if due <= now:
             posted = post_cqe(cq, db, ring, q, qs, cid, held[i, H_STATUS], held[i, H_ORDER],
                               held[i, H_OP], counters)
             if posted and trace.on:
-                _record(trace, q, held[i, H_OFFSET], held[i, H_NBYTES], seen, now, held[i, H_OP])
+                # The batch's host part (run, then timed) ended at ``now``; the device's at
+                # ``due``.
+                _record(trace, q, held[i, H_OFFSET], held[i, H_NBYTES], seen, now, device, now,
+                        held[i, H_OP])
         if not posted:
             # The heap's fields as the controller uses them: source = CID, ticket = the
             # command's place in SQ order.
             park(emu, q * depth + cid % depth, max(due, now), held[i, H_STATUS], cid,
-                 held[i, H_ORDER], seen, held[i, H_OFFSET], held[i, H_NBYTES], held[i, H_OP])
+                 held[i, H_ORDER], seen, now, device, held[i, H_OFFSET],
+                 held[i, H_NBYTES], held[i, H_OP])
 
 
 @_per_command
@@ -296,6 +301,10 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
             qs = state[k]
             # The commands up to this doorbell value arrived together: one clock read for all.
             seen = _now_ns(clock) if timed else 0
+            # Completions that fell due during this pass are posted now, not at the next pass
+            # (a pass over many busy queues takes long enough to post them late).
+            if timed and emu.size[0] > 0 and emu.due[0] <= seen:
+                _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters, seen)
             n = 0
             while n < BATCH and qs[Q_SQ_HEAD] != tail:
                 head = qs[Q_SQ_HEAD]
@@ -329,10 +338,12 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
                     held[n, H_OP] = op
                 elif post_cqe(cq, db, ring, q, qs, cid, status, order, op, counters):
                     if trace.on:
-                        _record(trace, q, offset, nbytes, seen, _now_ns(clock), op)
+                        # No model: the store is the device; the host has no part of its own.
+                        done = _now_ns(clock)
+                        _record(trace, q, offset, nbytes, seen, seen, done, done, op)
                 else:   # the CQ is full: post it from the heap once the host makes room
-                    park(emu, q * depth + cid % depth, now, status, cid, order, seen, offset,
-                         nbytes, op)
+                    park(emu, q * depth + cid % depth, now, status, cid, order, seen, seen,
+                         seen, offset, nbytes, op)
                 n += 1
             if hold:
                 _complete_held(held, n, q, qs, cq, db, ring, depth, seen, emu, trace, counters,

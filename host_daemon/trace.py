@@ -1,9 +1,23 @@
 """I/O traces: the record layout, writing and reading trace files, and replaying them through an
 SSD model (:mod:`host_daemon.ssd_model`) to predict time, IOPS, bandwidth and latency.
 
-File layout (little-endian; documented in ``docs/ssd_models.md``): a 24-byte header
+File layout (little-endian; documented in ``docs/formats.md``): a 24-byte header
 (:data:`HEADER_DTYPE`: magic, version, record size, record count) followed by ``count`` records
-of :data:`TRACE_DTYPE` (32 bytes each).
+of :data:`TRACE_DTYPE` (48 bytes each). Version 1 files (32-byte records, without ``ready_ns``
+and ``device_ns``) are still read.
+
+What a record's four times say, and what a replay keeps of them: a request arrives
+(``issue_ns``), the device is done with it (``device_ns``: the SSD model's completion time under
+real-time emulation), the host has done its own part (``ready_ns``: under emulation the store
+call that stands in for the data and the model call that times it; without, nothing beyond the
+device), and the completion is posted (``complete_ns``). A replay replaces the device's part
+only: each request completes, as its issuer sees it, at
+``max(issue + host part, modelled device completion) + post delay``, with the host part
+(``ready - issue``) and the post delay (``complete - max(ready, device)``: a busy daemon posts
+a due completion late) taken from the record. Version 1 traces had neither, and a closed-loop
+replay of them ran ahead of the run by the post delay on every link of every slot chain (below):
+the 10-18 % by which replays of the H200's emulated runs fell short (``docs/ssd_models.md``,
+"Replay").
 
 Replay modes:
 
@@ -40,7 +54,7 @@ from host_daemon.ssd_model import (DEFAULT_HOST_LINK_GBPS, DEFAULT_STRIPE_BYTES,
 #: First 8 bytes of every trace file.
 MAGIC = b"GIDSTRCE"
 #: Layout version; bump when TRACE_DTYPE or HEADER_DTYPE change.
-VERSION = 1
+VERSION = 2
 
 #: File header. ``count`` is rewritten after every appended chunk, so a trace cut short by a
 #: crash still says how many whole records it holds.
@@ -56,12 +70,26 @@ _COUNT_OFFSET = HEADER_DTYPE.fields["count"][1]
 #: One I/O. Times are ns on the recorder's monotonic clock; only differences matter.
 TRACE_DTYPE = np.dtype([
     ("offset", "<u8"),       # byte offset in the array's storage (page id * page size; LBA * 512)
-    ("issue_ns", "<i8"),     # when the request was issued (entered its queue)
+    ("issue_ns", "<i8"),     # when the request was issued (the daemon saw it)
+    ("ready_ns", "<i8"),     # when the host's own part was done (= issue_ns if it has none)
+    ("device_ns", "<i8"),    # when the device was done (the SSD model's time under emulation)
     ("complete_ns", "<i8"),  # when its completion was posted
     ("nbytes", "<u4"),       # request size
     ("queue", "<u2"),        # submission queue id
     ("op", "<u2"),           # OP_READ or OP_WRITE
 ])
+
+#: Version 1's record: no ``ready_ns`` or ``device_ns`` (read as ``issue_ns`` and
+#: ``complete_ns``: no host part, no post delay, which is what a replay of it assumed).
+TRACE_DTYPE_V1 = np.dtype([
+    ("offset", "<u8"),
+    ("issue_ns", "<i8"),
+    ("complete_ns", "<i8"),
+    ("nbytes", "<u4"),
+    ("queue", "<u2"),
+    ("op", "<u2"),
+])
+_RECORD_DTYPES = {1: TRACE_DTYPE_V1, 2: TRACE_DTYPE}
 
 REPLAY_MODES = ("closed", "open")
 
@@ -71,11 +99,30 @@ class TraceFormatError(ValueError):
     truncated, trailing bytes, or impossible records."""
 
 
+def upgrade_records(records: np.ndarray) -> np.ndarray:
+    """Version 1 records as :data:`TRACE_DTYPE` (``ready_ns = issue_ns``,
+    ``device_ns = complete_ns``); records of :data:`TRACE_DTYPE` are returned as they are."""
+    if records.dtype == TRACE_DTYPE:
+        return records
+    if records.dtype != TRACE_DTYPE_V1:
+        raise TypeError(f"not trace records: {records.dtype}")
+    out = np.zeros(len(records), dtype=TRACE_DTYPE)
+    for name in TRACE_DTYPE_V1.names:
+        out[name] = records[name]
+    out["ready_ns"] = records["issue_ns"]
+    out["device_ns"] = records["complete_ns"]
+    return out
+
+
 def _check_records(records, where):
     """Raise TraceFormatError naming the first impossible record of ``records``."""
     checks = (
         (records["nbytes"] == 0, "nbytes is 0"),
         (records["complete_ns"] < records["issue_ns"], "completes before it is issued"),
+        (records["ready_ns"] < records["issue_ns"], "is ready before it is issued"),
+        (records["device_ns"] < records["issue_ns"], "leaves the device before it is issued"),
+        (records["complete_ns"] < np.maximum(records["ready_ns"], records["device_ns"]),
+         "is posted before the host and the device are done with it"),
         ((records["op"] != OP_READ) & (records["op"] != OP_WRITE), "unknown op"),
     )
     for bad, what in checks:
@@ -175,14 +222,16 @@ def read_trace(path, strict: bool = True) -> np.ndarray:
     if header["magic"] != MAGIC:
         raise TraceFormatError(f"{path}: not a gids I/O trace (starts with "
                                f"{bytes(header['magic'])!r}, expected {MAGIC!r})")
-    if header["version"] != VERSION:
-        raise TraceFormatError(f"{path}: trace format version {header['version']}, this gids "
-                               f"reads version {VERSION}")
-    if header["record_bytes"] != TRACE_DTYPE.itemsize:
+    version = int(header["version"])
+    if version not in _RECORD_DTYPES:
+        raise TraceFormatError(f"{path}: trace format version {version}, this gids reads "
+                               f"versions {', '.join(map(str, sorted(_RECORD_DTYPES)))}")
+    dtype = _RECORD_DTYPES[version]
+    if header["record_bytes"] != dtype.itemsize:
         raise TraceFormatError(f"{path}: {header['record_bytes']}-byte records, expected "
-                               f"{TRACE_DTYPE.itemsize}")
+                               f"{dtype.itemsize} (version {version})")
     count = int(header["count"])
-    body, expected = size - HEADER_BYTES, count * TRACE_DTYPE.itemsize
+    body, expected = size - HEADER_BYTES, count * dtype.itemsize
     if body < expected:
         raise TraceFormatError(f"{path}: truncated: the header counts {count} records "
                                f"({expected} bytes) but only {body} bytes follow it")
@@ -190,7 +239,7 @@ def read_trace(path, strict: bool = True) -> np.ndarray:
         raise TraceFormatError(f"{path}: {body - expected} bytes after the {count} records the "
                                f"header counts (a writer interrupted mid-append?); "
                                f"read_trace(path, strict=False) returns the counted records")
-    records = np.fromfile(path, dtype=TRACE_DTYPE, count=count, offset=HEADER_BYTES)
+    records = upgrade_records(np.fromfile(path, dtype=dtype, count=count, offset=HEADER_BYTES))
     _check_records(records, path)
     return records
 
@@ -228,8 +277,8 @@ def synthetic_trace(n_requests: int, queue_depth: int = 1, nbytes: int = 4096,
     records = np.zeros(n_requests, dtype=TRACE_DTYPE)
     records["offset"] = block * nbytes
     records["nbytes"] = nbytes
-    records["issue_ns"] = (index // queue_depth) * latency_ns
-    records["complete_ns"] = records["issue_ns"] + latency_ns
+    records["issue_ns"] = records["ready_ns"] = (index // queue_depth) * latency_ns
+    records["complete_ns"] = records["device_ns"] = records["issue_ns"] + latency_ns
     records["queue"] = index % queue_depth
     records["op"] = OP_READ
     return records
@@ -265,13 +314,16 @@ def _slot_chains(issue, complete):
 
 
 @numba.njit(nogil=True, cache=False)
-def _replay_events(state, params, offsets, sizes, head_ns, successor, think_ns, issue_out,
-                   complete_out):
+def _replay_events(state, params, offsets, sizes, head_ns, successor, think_ns, host_ns, post_ns,
+                   issue_out, device_out, complete_out):
     """Issue every request through :func:`model_submit` in time order.
 
     Heads (``head_ns >= 0``) are issued at ``head_ns``; the successor of a request is issued
-    ``think_ns[successor]`` after that request completes. Fills ``issue_out`` and
-    ``complete_out``.
+    ``think_ns[successor]`` after that request completes. A request completes at
+    ``max(issue + host_ns, device) + post_ns``: its host part runs beside the modelled device,
+    and its completion reaches the issuer ``post_ns`` after both are done (the recorded host
+    costs, see the module docstring). Fills ``issue_out``, ``device_out`` (the model's
+    completion) and ``complete_out``.
     """
     n = offsets.shape[0]
     keys = np.empty(n, dtype=np.int64)
@@ -282,8 +334,10 @@ def _replay_events(state, params, offsets, sizes, head_ns, successor, think_ns, 
             size = heap_push(keys, items, size, head_ns[i], i)
     while size > 0:
         now, i, size = heap_pop(keys, items, size)
-        done = model_submit(state, params, now, offsets[i], sizes[i])
+        device = model_submit(state, params, now, offsets[i], sizes[i])
+        done = max(now + host_ns[i], device) + post_ns[i]
         issue_out[i] = now
+        device_out[i] = device
         complete_out[i] = done
         nxt = successor[i]
         if nxt >= 0:
@@ -324,8 +378,12 @@ def _inflight_stats(starts, ends):
 class ReplayReport:
     """What a replay predicts. Times in the model's ns; bandwidth in GB/s (1e9 B/s).
 
-    ``issue_ns`` and ``complete_ns`` hold each request's predicted times, in the trace's
-    (issue-sorted) order, starting at 0.
+    ``issue_ns``, ``device_ns`` (the modelled device's completion) and ``complete_ns`` (when
+    the issuer sees it: the device's, plus the host costs the trace recorded) hold each
+    request's predicted times, in the trace's (issue-sorted) order, starting at 0. The time,
+    IOPS, latencies and in-flight figures are the issuer's (so ``mean_inflight = iops x
+    latency_us_mean`` is Little's law); ``device_latency_us_mean`` is the device's part alone
+    and ``host_us_mean`` the mean of what the recorded host costs added to a request.
     """
 
     profile: str
@@ -343,7 +401,10 @@ class ReplayReport:
     latency_us_p999: float
     mean_inflight: float
     peak_inflight: int
+    device_latency_us_mean: float
+    host_us_mean: float
     issue_ns: np.ndarray = field(repr=False, compare=False)
+    device_ns: np.ndarray = field(repr=False, compare=False)
     complete_ns: np.ndarray = field(repr=False, compare=False)
 
     def format(self) -> str:
@@ -357,6 +418,8 @@ class ReplayReport:
             f"latency us  p50 {self.latency_us_p50:.4g}  p90 {self.latency_us_p90:.4g}  "
             f"p99 {self.latency_us_p99:.4g}  p99.9 {self.latency_us_p999:.4g}  "
             f"mean {self.latency_us_mean:.4g}",
+            f"of which    device mean {self.device_latency_us_mean:.4g} us, host mean "
+            f"{self.host_us_mean:.4g} us (recorded host work and posting delays)",
             f"in flight   mean {self.mean_inflight:.4g}, peak {self.peak_inflight}",
         ])
 
@@ -368,8 +431,9 @@ def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
 
     Parameters
     ----------
-    trace : numpy.ndarray of TRACE_DTYPE
-        Reads only (the model times reads); any order (sorted by issue time here).
+    trace : numpy.ndarray of TRACE_DTYPE (or of version 1's TRACE_DTYPE_V1)
+        Reads only (the model times reads); any order (sorted by issue time here). Each
+        request's host part and post delay are kept as recorded (see the module docstring).
     profile : str or SsdProfile
     n_ssd, stripe_bytes, host_link_GBps
         The array, as for :class:`~host_daemon.ssd_model.SsdModel`.
@@ -382,8 +446,9 @@ def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
     """
     if mode not in REPLAY_MODES:
         raise ValueError(f"mode must be one of {REPLAY_MODES}, got {mode!r}")
-    if not isinstance(trace, np.ndarray) or trace.dtype != TRACE_DTYPE:
+    if not isinstance(trace, np.ndarray) or trace.dtype not in (TRACE_DTYPE, TRACE_DTYPE_V1):
         raise TypeError("trace must be a numpy array of TRACE_DTYPE (see read_trace)")
+    trace = upgrade_records(trace)
     if len(trace) == 0:
         raise ValueError("empty trace: nothing to replay")
     _check_records(trace, "trace")
@@ -395,25 +460,30 @@ def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
 
     ordered = trace[np.argsort(trace["issue_ns"], kind="stable")]
     issue = ordered["issue_ns"].astype(np.int64)
+    complete = ordered["complete_ns"].astype(np.int64)
+    ready = ordered["ready_ns"].astype(np.int64)
     start = issue[0]
     if mode == "open":
         head_ns = issue - start
         successor = np.full(len(ordered), -1, dtype=np.int64)
         think_ns = np.zeros(len(ordered), dtype=np.int64)
     else:
-        complete = ordered["complete_ns"].astype(np.int64)
         successor, is_head = _slot_chains(issue, complete)
         head_ns = np.where(is_head, issue - start, -1)
         think_ns = np.zeros(len(ordered), dtype=np.int64)
         has_pred = successor >= 0
         think_ns[successor[has_pred]] = issue[successor[has_pred]] - complete[has_pred]
+    # The host's costs, kept as recorded (the replay replaces the device's part only).
+    host_ns = ready - issue
+    post_ns = complete - np.maximum(ready, ordered["device_ns"].astype(np.int64))
 
     sizes = ordered["nbytes"].astype(np.int64)
     issue_out = np.empty(len(ordered), dtype=np.int64)
+    device_out = np.empty(len(ordered), dtype=np.int64)
     complete_out = np.empty(len(ordered), dtype=np.int64)
     state, params = model.njit_args()
     _replay_events(state, params, ordered["offset"].astype(np.int64), sizes, head_ns, successor,
-                   think_ns, issue_out, complete_out)
+                   think_ns, host_ns, post_ns, issue_out, device_out, complete_out)
 
     span_ns = max(int(complete_out.max() - issue_out.min()), 1)
     latency_us = (complete_out - issue_out) / 1e3
@@ -426,7 +496,10 @@ def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
         bandwidth_GBps=total_bytes / span_ns, latency_us_mean=float(latency_us.mean()),
         latency_us_p50=float(p50), latency_us_p90=float(p90), latency_us_p99=float(p99),
         latency_us_p999=float(p999), mean_inflight=float(mean_inflight),
-        peak_inflight=int(peak_inflight), issue_ns=issue_out, complete_ns=complete_out)
+        peak_inflight=int(peak_inflight),
+        device_latency_us_mean=float((device_out - issue_out).mean() / 1e3),
+        host_us_mean=float((complete_out - device_out).mean() / 1e3),
+        issue_ns=issue_out, device_ns=device_out, complete_ns=complete_out)
 
 
 #: Benchmarks behind :func:`calibrate`: (requests, queue depth, request bytes, pattern). The

@@ -25,6 +25,9 @@ def test_trace_records_every_io(tmp_path):
     assert (trace["offset"] % 512 == 0).all() and (trace["offset"] < 64 * 512).all()
     assert (trace["complete_ns"] >= trace["issue_ns"]).all()
     assert (trace["queue"] < gids.defaults.get("queues")).all()
+    # No model: the store is the device, and the host has no part of its own.
+    np.testing.assert_array_equal(trace["ready_ns"], trace["issue_ns"])
+    np.testing.assert_array_equal(trace["device_ns"], trace["complete_ns"])
 
 
 @pytest.mark.parametrize("profile", ["980pro", "p5800x"])
@@ -32,6 +35,21 @@ def test_completions_wait_for_the_model(tmp_path, profile):
     trace, _ = _run(tmp_path, ssd=profile, n_ssd=2)
     idle_latency = SsdModel(profile, n_ssd=2).submit(0, 0, 512)   # the fastest it can be
     assert ((trace["complete_ns"] - trace["issue_ns"]) >= idle_latency).all()
+    # The record says when the model had it done, and the host (store call and timing):
+    # the completion was posted after both.
+    assert ((trace["device_ns"] - trace["issue_ns"]) >= idle_latency).all()
+    assert (trace["ready_ns"] >= trace["issue_ns"]).all()
+    assert (trace["complete_ns"] >= np.maximum(trace["ready_ns"], trace["device_ns"])).all()
+
+
+def test_replay_through_the_emulated_model_predicts_the_run(tmp_path):
+    """One daemon thread calls the model in the order the replay does, so the replay through
+    the same model predicts the recorded span (first issue to last posting) exactly."""
+    trace, _ = _run(tmp_path, ssd="pm1743", n_ssd=2)
+    span_s = (trace["complete_ns"].max() - trace["issue_ns"].min()) / 1e9
+    for mode in ("closed", "open"):
+        assert gids.replay(trace, "pm1743", n_ssd=2, mode=mode).time_s == pytest.approx(
+            span_s, rel=1e-9)
 
 
 def test_simulate_replays_a_recorded_trace(tmp_path, capsys):
@@ -48,3 +66,17 @@ def test_bad_emulation_arguments():
     with pytest.raises(gids.ConfigError, match="n_ssd"):
         gids.Runtime(cache_pages=2, ssd="ideal", n_ssd=0)
     assert "p5800x" in gids.ssd_profiles()
+
+
+def test_host_harness_replay_predicts_its_run():
+    """The host-only harness (``python -m workloads.emulation_bench``: a CPU thread plays the
+    GPU on the daemon's queues) at a small size: every request is recorded, the replay
+    predicts the trace's span exactly (one daemon thread), and the wall time holds the span."""
+    from workloads.emulation_bench import run_emulated
+    data = np.random.default_rng(0).integers(0, 1 << 62, 4096 * 512, dtype=np.int64)
+    r = run_emulated(data, "pm1743", 2, 20_000, queues=16, depth=64)
+    assert r["requests"] == 20_000 and r["trace_dropped"] == 0
+    assert r["predicted_s"] == pytest.approx(r["trace_span_s"], rel=1e-9)
+    assert r["predicted_open_s"] == pytest.approx(r["trace_span_s"], rel=1e-9)
+    assert r["lead_in_us"] >= 0 and r["tail_us"] >= 0 and r["wall_s"] >= r["trace_span_s"]
+    assert r["device_latency_us_mean"] >= 60 and r["post_delay_us_mean"] >= 0

@@ -58,3 +58,21 @@ def test_stats_time_the_misses_and_not_the_hits():
         delta = rt.stats() - first
         assert delta.hits == 1 and delta.misses == 0
         assert delta.io_ns == 0 and delta.miss_ns == 0 and delta.slot_retries == 0
+
+
+def test_thread_rows_label_each_figure_with_its_own_thread_count():
+    """The NVMe rows are measured at other thread counts than the host rows: each figure
+    stands at the count it was measured at, '-' where a series has none."""
+    def rows(counts, base):
+        return [{"daemon_threads": n, "Mpages_per_s": base + n} for n in counts]
+    r = {"all_miss_zero_copy": rows((1, 2, 4, 8, 14), 10.0),
+         "all_miss_copy": rows((1, 2, 4, 8, 14), 0.5),
+         "all_miss_nvme": rows((4, 8, 14), 0.25)}
+    line, _, _, _, header, _, *table = microbench.format_thread_rows(r)[:-1]
+    assert line.endswith("1: 11.00 zc / 1.50 copy, 2: 12.00 zc / 2.50 copy, "
+                         "4: 14.00 zc / 4.50 copy / 4.25 nvme, 8: 18.00 zc / 8.50 copy / "
+                         "8.25 nvme, 14: 24.00 zc / 14.50 copy / 14.25 nvme")
+    assert header.startswith("| threads | zero-copy | copy | NVMe")
+    assert table[0] == "| 1 | 11.00 | 1.50 | - |"
+    assert table[2] == "| 4 | 14.00 | 4.50 | 4.25 |"
+    assert table[-1] == "| 14 | 24.00 | 14.50 | 14.25 |"

@@ -215,6 +215,11 @@ def test_controller_takes_a_doorbells_commands_as_one_batch(tmp_path):
     assert model.command_free[0] == pytest.approx(arrival + 6 * model.params.command_ns)
     idle = SsdModel("p5800x").submit(0, 0, PAGE)
     assert ((trace["complete_ns"] - trace["issue_ns"]) >= idle).all()
+    # The batch's host part (run, then timed) ended once for all six; the model's times are
+    # the device's, and each completion was posted after both.
+    assert len(set(trace["ready_ns"].tolist())) == 1 and trace["ready_ns"][0] >= arrival
+    assert ((trace["device_ns"] - trace["issue_ns"]) >= idle).all()
+    assert (trace["complete_ns"] >= np.maximum(trace["ready_ns"], trace["device_ns"])).all()
 
 
 def test_private_arrays_share_no_cache_line_pair():
@@ -467,6 +472,8 @@ def test_emulated_ssd_array_and_trace(tmp_path):
     assert (trace["offset"] % 512 == 0).all() and (trace["nbytes"] == 512).all()
     idle = SsdModel("p5800x", n_ssd=4).submit(0, 0, 512)
     assert ((trace["complete_ns"] - trace["issue_ns"]) >= idle).all()
+    assert ((trace["device_ns"] - trace["issue_ns"]) >= idle).all()
+    assert (trace["complete_ns"] >= np.maximum(trace["ready_ns"], trace["device_ns"])).all()
 
 
 def test_dirty_evictions_are_nvme_writes_and_flush_matches_numpy(tmp_path):

@@ -1,22 +1,61 @@
-"""Trace files (round trip, corrupt and truncated files) and replay (closed and open loop,
-Little's law, speed, the CLI)."""
+"""Trace files (round trip, corrupt and truncated files, version 1 files) and replay (closed and
+open loop, the recorded host costs, Little's law, speed, the CLI)."""
+import heapq
 import time
 
 import numpy as np
 import pytest
 
-from host_daemon.trace import (HEADER_BYTES, MAGIC, OP_WRITE, TRACE_DTYPE, TraceFormatError,
-                               TraceWriter, main, read_trace, replay, synthetic_trace)
+from host_daemon.ssd_model import SsdModel
+from host_daemon.trace import (HEADER_BYTES, HEADER_DTYPE, MAGIC, OP_WRITE, TRACE_DTYPE,
+                               TRACE_DTYPE_V1, TraceFormatError, TraceWriter, main, read_trace,
+                               replay, synthetic_trace)
 
 
 def _records(n, seed=0):
+    """Random records with host parts and post delays (as an emulated run records them)."""
     rng = np.random.default_rng(seed)
     records = np.zeros(n, dtype=TRACE_DTYPE)
     records["offset"] = rng.integers(0, 1 << 30, n) * 4096
     records["issue_ns"] = np.sort(rng.integers(0, 10**9, n))
-    records["complete_ns"] = records["issue_ns"] + rng.integers(1, 10**5, n)
+    records["ready_ns"] = records["issue_ns"] + rng.integers(0, 2_000, n)
+    records["device_ns"] = records["issue_ns"] + rng.integers(1, 10**5, n)
+    records["complete_ns"] = (np.maximum(records["ready_ns"], records["device_ns"])
+                              + rng.integers(0, 5_000, n))
     records["nbytes"] = 4096
     records["queue"] = rng.integers(0, 128, n)
+    return records
+
+
+def _without_host_costs(records):
+    """The records as version 1 recorded them: no host part, no post delay."""
+    out = records.copy()
+    out["ready_ns"] = out["issue_ns"]
+    out["device_ns"] = out["complete_ns"]
+    return out
+
+
+def _recorded_closed_loop(profile, n, slots, host_ns, max_post_ns, max_think_ns, seed=0):
+    """What a run under real-time emulation of ``profile`` records: ``slots`` issuers, each
+    issuing its next read ``think`` after its previous one completed; the model times each
+    read from its issue; the host's own part takes ``host_ns`` beside it; the completion is
+    posted up to ``max_post_ns`` late (a busy daemon). Random think and post times."""
+    rng = np.random.default_rng(seed)
+    model = SsdModel(profile)
+    records = np.zeros(n, dtype=TRACE_DTYPE)
+    events = [(int(s * 997), s) for s in range(slots)]
+    taken = {t for t, _ in events}   # issue times stay distinct: the model's order is theirs
+    for i in range(n):
+        issue, slot = heapq.heappop(events)
+        offset = int(rng.integers(0, 1 << 24)) * 4096
+        device = model.submit(issue, offset, 4096)
+        complete = max(issue + host_ns, device) + int(rng.integers(0, max_post_ns))
+        records[i] = (offset, issue, issue + host_ns, device, complete, 4096, slot, 0)
+        nxt = complete + int(rng.integers(1, max_think_ns))
+        while nxt in taken:
+            nxt += 1
+        taken.add(nxt)
+        heapq.heappush(events, (nxt, slot))
     return records
 
 
@@ -32,15 +71,16 @@ def trace_file(tmp_path):
     return path, records
 
 
-def test_record_layout_is_32_bytes_without_padding():
-    assert TRACE_DTYPE.itemsize == 32
-    assert sum(TRACE_DTYPE[name].itemsize for name in TRACE_DTYPE.names) == 32
+def test_record_layout_is_48_bytes_without_padding():
+    assert TRACE_DTYPE.itemsize == 48
+    assert sum(TRACE_DTYPE[name].itemsize for name in TRACE_DTYPE.names) == 48
+    assert TRACE_DTYPE_V1.itemsize == 32
     assert HEADER_BYTES == 24
 
 
 def test_round_trip(trace_file):
     path, records = trace_file
-    assert path.stat().st_size == HEADER_BYTES + 1000 * 32
+    assert path.stat().st_size == HEADER_BYTES + 1000 * 48
     np.testing.assert_array_equal(read_trace(path), records)
 
 
@@ -83,13 +123,50 @@ def test_corrupt_header_is_an_error(trace_file, offset, patch, message):
         read_trace(path)
 
 
-def test_impossible_record_is_an_error(tmp_path):
+@pytest.mark.parametrize("field, delta, message", [
+    ("complete_ns", -1, "completes before it is issued"),
+    ("ready_ns", -1, "is ready before it is issued"),
+    ("device_ns", -1, "leaves the device before it is issued"),
+])
+def test_impossible_record_is_an_error(tmp_path, field, delta, message):
     records = _records(5)
-    records["complete_ns"][3] = records["issue_ns"][3] - 1
+    records[field][3] = records["issue_ns"][3] + delta
     with TraceWriter(tmp_path / "bad.trace") as writer:
         writer.append(records)
-    with pytest.raises(TraceFormatError, match="record 3 completes before it is issued"):
+    with pytest.raises(TraceFormatError, match=f"record 3 {message}"):
         read_trace(tmp_path / "bad.trace")
+
+
+def test_a_completion_posted_before_the_device_is_done_is_an_error(tmp_path):
+    records = _records(5)
+    records["device_ns"][2] = records["complete_ns"][2] + 1
+    with TraceWriter(tmp_path / "bad.trace") as writer:
+        writer.append(records)
+    with pytest.raises(TraceFormatError, match="record 2 is posted before the host and the "
+                                               "device are done"):
+        read_trace(tmp_path / "bad.trace")
+
+
+def test_version_1_files_are_read_without_host_costs(tmp_path):
+    """A version 1 file (32-byte records): read as records whose host part and post delay
+    are 0, which is what replays of them assumed, so they replay as they did."""
+    records = _records(500)
+    old = np.zeros(len(records), dtype=TRACE_DTYPE_V1)
+    for name in TRACE_DTYPE_V1.names:
+        old[name] = records[name]
+    header = np.zeros(1, dtype=HEADER_DTYPE)
+    header["magic"], header["version"], header["record_bytes"] = MAGIC, 1, 32
+    header["count"] = len(old)
+    path = tmp_path / "v1.trace"
+    path.write_bytes(header.tobytes() + old.tobytes())
+    got = read_trace(path)
+    assert got.dtype == TRACE_DTYPE
+    np.testing.assert_array_equal(got, _without_host_costs(records))
+    assert replay(old, "pm1743").time_s == replay(got, "pm1743").time_s
+    header["record_bytes"] = 48
+    path.write_bytes(header.tobytes() + old.tobytes())
+    with pytest.raises(TraceFormatError, match="48-byte records, expected 32 \\(version 1\\)"):
+        read_trace(path)
 
 
 def test_writer_rejects_other_layouts_and_closed_appends(tmp_path):
@@ -124,8 +201,8 @@ def test_open_loop_below_capacity_matches_offered_load():
     n = 100_000
     records = synthetic_trace(n, 1)
     gaps = np.random.default_rng(1).exponential(1e9 / rate, n)
-    records["issue_ns"] = np.cumsum(gaps).astype(np.int64)
-    records["complete_ns"] = records["issue_ns"] + 1
+    records["issue_ns"] = records["ready_ns"] = np.cumsum(gaps).astype(np.int64)
+    records["complete_ns"] = records["device_ns"] = records["issue_ns"] + 1
     report = replay(records, "980pro", mode="open")
     np.testing.assert_array_equal(report.issue_ns, records["issue_ns"] - records["issue_ns"][0])
     assert report.iops == pytest.approx(rate, rel=0.02)
@@ -138,11 +215,46 @@ def test_closed_replay_keeps_think_time():
     replay issues it 100 us after the modelled completion."""
     n = 50
     records = synthetic_trace(n, 1, latency_ns=20_000)
-    records["issue_ns"] = np.arange(n) * 120_000
-    records["complete_ns"] = records["issue_ns"] + 20_000
+    records["issue_ns"] = records["ready_ns"] = np.arange(n) * 120_000
+    records["complete_ns"] = records["device_ns"] = records["issue_ns"] + 20_000
     report = replay(records, "p5800x")
     np.testing.assert_array_equal(report.issue_ns[1:] - report.complete_ns[:-1], 100_000)
     assert report.peak_inflight == 1
+
+
+@pytest.mark.parametrize("mode", ["closed", "open"])
+def test_replay_through_the_recording_model_reproduces_the_run(mode):
+    """A run recorded under emulation, whose host took its own part beside the drive and
+    posted completions late: replayed through the same model, every request is issued and
+    completes exactly when it did. Without the recorded host costs the closed replay runs
+    ahead by the post delays of every link of every slot chain (by almost a fifth here)."""
+    records = _recorded_closed_loop("pm1743", 6000, 64, host_ns=1_000, max_post_ns=40_000,
+                                    max_think_ns=5_000)
+    start = records["issue_ns"].min()
+    span_s = (records["complete_ns"].max() - start) / 1e9
+    report = replay(records, "pm1743", mode=mode)
+    np.testing.assert_array_equal(report.issue_ns, records["issue_ns"] - start)
+    np.testing.assert_array_equal(report.device_ns, records["device_ns"] - start)
+    np.testing.assert_array_equal(report.complete_ns, records["complete_ns"] - start)
+    assert report.time_s == pytest.approx(span_s, rel=1e-12)
+    assert report.device_latency_us_mean == pytest.approx(
+        (records["device_ns"] - records["issue_ns"]).mean() / 1e3)
+    assert report.host_us_mean == pytest.approx(
+        (records["complete_ns"] - records["device_ns"]).mean() / 1e3)
+    if mode == "closed":
+        assert replay(_without_host_costs(records), "pm1743").time_s < 0.85 * span_s
+
+
+def test_host_costs_carry_over_to_another_device():
+    """Replayed on a faster drive, a request still takes its recorded host part beside the
+    drive and its post delay after both: with no post delay and a host part longer than the
+    drive's latency, the host part sets the latency."""
+    records = _recorded_closed_loop("pm1743", 2000, 8, host_ns=30_000, max_post_ns=1,
+                                    max_think_ns=2)
+    report = replay(records, "p5800x")
+    latency = report.complete_ns - report.issue_ns
+    assert (latency >= 30_000).all() and (latency <= 30_001).all()
+    assert report.device_latency_us_mean < 10
 
 
 def test_closed_replay_follows_a_faster_device():
@@ -185,7 +297,8 @@ def test_cli_simulate_prints_the_table(trace_file, capsys):
     path, _ = trace_file
     assert main(["simulate", str(path), "--ssd", "p5800x", "--n-ssd", "2", "--mode", "open"]) == 0
     out = capsys.readouterr().out
-    for word in ("2 x p5800x, open loop", "IOPS", "bandwidth", "p99.9", "in flight"):
+    for word in ("2 x p5800x, open loop", "IOPS", "bandwidth", "p99.9", "in flight",
+                 "device mean", "host mean"):
         assert word in out
 
 
