@@ -27,6 +27,25 @@ if WARP_SIZE not in (1, 32):
 MAX_REGISTERS = int(os.environ.get("GIDS_MAX_REGISTERS", "128")) or None
 
 
+def _ints(name, default):
+    """Comma-separated non-negative integers from environment variable ``name`` (read once,
+    at import: the settings below are for measuring, an A/B in one GPU call)."""
+    text = os.environ.get(name, "")
+    values = tuple(int(v) for v in text.split(",")) if text.strip() else default
+    if len(values) != len(default) or min(values) < 0:
+        raise ValueError(f"{name} must be {len(default)} non-negative integers separated by "
+                         f"commas, got {text!r}")
+    return values
+
+
+#: The completion poll's schedule (ns): ``(first, min, max)``. A warp's polling lane sleeps
+#: ``first`` before its first poll of a completion (a host round trip takes ~4.5 us, so an
+#: earlier poll only spends a PCIe read), then polls with back-off from ``min`` doubling to
+#: ``max``. ``GIDS_POLL_NS=first,min,max`` sets it, read at import; ``0,1024,8192`` is the
+#: schedule before 2026-12-01 (a first poll at once). See :mod:`kernels.queue`.
+POLL_FIRST_NS, POLL_MIN_NS, POLL_MAX_NS = _ints("GIDS_POLL_NS", (3072, 1024, 8192))
+
+
 def jit(func=None, **options):
     """``numba.cuda.jit`` for kernels that call ``gids.read``: registers capped at
     :data:`MAX_REGISTERS` unless ``max_registers`` is given (``None`` or 0: no cap; the
