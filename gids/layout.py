@@ -77,7 +77,8 @@ STAT_WRITEBACKS = 4  # dirty pages written back to the store on eviction (flush 
 STAT_IO_NS = 5
 STAT_MISS_NS = 6
 STAT_SLOT_RETRIES = 7
-N_STATS = 8
+STAT_BULK_COPIES = 8  # pages copied into their slots by bulk copy (TMA; kernels/bulk.py)
+N_STATS = 9
 N_STAT_SHARDS = 64
 
 # --- Store table (one row per open array; read by the daemon) --------------------------------

@@ -38,6 +38,17 @@ def _ints(name, default):
     return values
 
 
+#: A warp whose active lanes number at most this copies each page that arrived from host memory
+#: with the Hopper bulk copy (TMA) through its block's shared-memory buffer
+#: (:mod:`kernels.bulk`; compute capability 9.0 and up, never in the simulator); fuller warps
+#: copy with their own loads. 0 turns the bulk copy off. ``GIDS_BULK_COPY_LANES=N`` sets it,
+#: read at import. Why 8: a lane keeps eight 16-byte loads in flight and each round of loads
+#: from host memory takes about 1.4 us, so a 4 KiB page takes ~44 us / lanes (a lone lane 44 us,
+#: 8 lanes ~5.5 us, 16 lanes ~2.8 us, a full warp one round); one bulk copy took 2.05 us on
+#: the H200 (2026-12-01), but a block has one buffer, so its warps take turns. At 16 lanes the
+#: gain is under a microsecond and not worth the turns; at 8 it is 2.7x.
+BULK_COPY_LANES = _ints("GIDS_BULK_COPY_LANES", (8,))[0]
+
 #: The completion poll's schedule (ns): ``(first, min, max)``. A warp's polling lane sleeps
 #: ``first`` before its first poll of a completion (a host round trip takes ~4.5 us, so an
 #: earlier poll only spends a PCIe read), then polls with back-off from ``min`` doubling to
