@@ -234,8 +234,10 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
         record_error(h, L.ERR_TIMEOUT_IO, page, ticket)
     if completed:
         _add_stat(h, L.STAT_IO_NS, now_ns() - asked_at)
-    # In a warp of few lanes, each page that arrived is copied into its slot by its own lane,
-    # with the bulk copy where it is compiled in (kernels/bulk.py); the warp copies the others.
+    # In a warp of at most BULK_COPY_LANES lanes, each loader whose page arrived (its own
+    # acquire saw the completion, in io_wait) copies it into its slot alone by bulk copy, where
+    # that is compiled in (cc >= 9.0: kernels/bulk.py); the warp copies the rest with its own
+    # loads (elsewhere: all of them, copy_in_bulk being the constant False).
     arrived = completed and status == L.STATUS_OK
     bulk = False
     lanes = popc(mask)
