@@ -81,6 +81,7 @@ class StorageArray:
             stats=rt._stats,
             timeout_ns=int(rt.timeout * 1e9),
             abort=rt._abort,
+            copy_locks=rt._copy_locks,
         )
         if rt.backend == "nvme":   # the handle's type picks the back end's I/O step
             return NvmeHandle(*h, **rt.nvme_handle_fields())

@@ -33,9 +33,11 @@ OP_WRITE = 1    # write-back of a dirty page on eviction; the page is in the ent
 
 # --- Completion queue record (written by a host daemon thread) -------------------------------
 CQ_SEQ = 0      # ticket + 1; stored last (release): the completion is ready
-CQ_STATUS = 1   # STATUS_OK or a negative STATUS_* code
-CQ_SOURCE = 2   # SOURCE_STAGING: the page is in the entry's staging buffer; >= 0: word offset
+CQ_STATUS = 2   # STATUS_OK or a negative STATUS_* code
+CQ_SOURCE = 3   # SOURCE_STAGING: the page is in the entry's staging buffer; >= 0: word offset
                 # of the page in the array's zero-copy store buffer (no CPU copy was made)
+                # (words 2 and 3: one 16-byte aligned pair, which the GPU reads in one load;
+                # word 1 is unused)
 CQ_WORDS = 4
 
 SOURCE_STAGING = -1
@@ -75,7 +77,8 @@ STAT_WRITEBACKS = 4  # dirty pages written back to the store on eviction (flush 
 STAT_IO_NS = 5
 STAT_MISS_NS = 6
 STAT_SLOT_RETRIES = 7
-N_STATS = 8
+STAT_BULK_COPIES = 8  # pages copied into their slots by bulk copy (TMA; kernels/bulk.py)
+N_STATS = 9
 N_STAT_SHARDS = 64
 
 # --- Store table (one row per open array; read by the daemon) --------------------------------

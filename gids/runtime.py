@@ -45,6 +45,27 @@ _TIMEOUT_WHAT = {
 }
 
 
+#: The bulk page copy's locks (kernels/bulk.py), one array per CUDA context for the whole
+#: process: ``id(context) -> (context, array)``.
+_COPY_LOCKS = {}
+
+
+def _copy_locks():
+    """The current context's lock words of the blocks' bulk-copy buffers (zeros when made).
+
+    Not one array per Runtime: a kernel has one shared-memory buffer per block whichever
+    Runtimes its handles come from, so every Runtime's reads must take the same locks. A lock
+    is free again whenever a copy ends; one is kept only after a bulk copy timed out (its block
+    then copies with the warp's loads), so the array is never reset.
+    """
+    from kernels.bulk import N_LOCKS
+    ctx = cuda.current_context()
+    held = _COPY_LOCKS.get(id(ctx))
+    if held is None or held[0] is not ctx:
+        held = _COPY_LOCKS[id(ctx)] = (ctx, cuda.to_device(np.zeros(N_LOCKS, dtype=np.uint32)))
+    return held[1]
+
+
 def _is_device_array(obj):
     """A Numba/CuPy/PyTorch device array (or the simulator's stand-in for one)."""
     if SIMULATOR:
@@ -221,6 +242,7 @@ class Runtime:
         self._err = self._to_device(np.zeros(L.ERR_WORDS, dtype=np.int64))
         self._stats = self._to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
         self._no_zero_copy = self._to_device(np.zeros(1, dtype=np.uint64))
+        self._copy_locks = _copy_locks()
         # Mapped, so the host can raise it while kernels run (abort(), Ctrl-C in sync()).
         self._abort = cuda.mapped_array(1, dtype=np.int64)
         host_view(self._abort)[0] = 0
@@ -927,7 +949,8 @@ class Runtime:
                      writebacks=writebacks, flushed=self._flushed_pages,
                      bytes_written=(writebacks + self._flushed_pages) * self.page_size,
                      io_ns=int(counts[L.STAT_IO_NS]), miss_ns=int(counts[L.STAT_MISS_NS]),
-                     slot_retries=int(counts[L.STAT_SLOT_RETRIES]))
+                     slot_retries=int(counts[L.STAT_SLOT_RETRIES]),
+                     bulk_copies=int(counts[L.STAT_BULK_COPIES]))
 
     def reset_stats(self):
         self._check_open()

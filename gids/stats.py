@@ -19,6 +19,10 @@ class Stats:
     path (a slot, a write-back, the request and the page copy, or the wait for another warp's
     load: ``miss_ns / misses``). ``slot_retries`` counts the rounds in which a loader found no
     evictable slot (too many pages in use or in flight for the cache).
+
+    ``bulk_copies`` counts the pages (among ``ios``) that a warp of few lanes copied from host
+    memory into the cache by bulk copy (TMA, compute capability 9.0 and up; the others were
+    copied by the warp's own loads).
     """
 
     hits: int = 0
@@ -32,6 +36,7 @@ class Stats:
     io_ns: int = 0
     miss_ns: int = 0
     slot_retries: int = 0
+    bulk_copies: int = 0
 
     @property
     def lookups(self):
@@ -60,4 +65,5 @@ class Stats:
                 f"bytes read {self.bytes_read:,}, evictions {self.evictions:,} "
                 f"(write-backs {self.writebacks:,}), flushed {self.flushed:,}, "
                 f"bytes written {self.bytes_written:,}, mean I/O {self.io_latency_us:.1f} us, "
-                f"mean miss {self.miss_latency_us:.1f} us, slot retries {self.slot_retries:,}")
+                f"mean miss {self.miss_latency_us:.1f} us, slot retries {self.slot_retries:,}, "
+                f"bulk copies {self.bulk_copies:,}")

@@ -38,12 +38,14 @@ from numba import cuda
 
 from gids import layout as L
 from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait,
-                           claim_slot, finish_write_back, give_up_load, keep_dirty_victim,
-                           mark_dirty, publish, try_pin, unpin, warp_copy_out, warp_copy_page)
+                           claim_slot, copy_in_bulk, finish_write_back, give_up_load,
+                           keep_dirty_victim, mark_dirty, publish, try_pin, unpin, warp_copy_out,
+                           warp_copy_page)
 from kernels.backend import io_submit, io_wait
 from kernels.queue import (expired, lowest_lane, queue_of_warp, release_entry, staging_word,
                            take_tickets, wait_turn)
 from kernels.sync import atomic_cas, ld_relaxed_gpu, ld_weak_l2, now_ns, red_add, zero_of
+from kernels.platform import BULK_COPY_LANES
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
 
 #: Sleep between rounds for a lane waiting on another warp's load (doubles up to the max).
@@ -232,8 +234,23 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
         record_error(h, L.ERR_TIMEOUT_IO, page, ticket)
     if completed:
         _add_stat(h, L.STAT_IO_NS, now_ns() - asked_at)
-    # The warp copies every page that arrived into its slot.
-    to_copy = ballot_sync(mask, completed and status == L.STATUS_OK)
+    # In a warp of at most BULK_COPY_LANES lanes, each loader whose page arrived (its own
+    # acquire saw the completion, in io_wait) copies it into its slot alone by bulk copy, where
+    # that is compiled in (cc >= 9.0: kernels/bulk.py); the warp copies the rest with its own
+    # loads (elsewhere: all of them, copy_in_bulk being the constant False).
+    arrived = completed and status == L.STATUS_OK
+    bulk = False
+    lanes = popc(mask)
+    if arrived and lanes <= BULK_COPY_LANES:
+        src = h.staging
+        src_word = staging_word(h, q, ticket)
+        if source != L.SOURCE_STAGING:
+            src = h.zero_copy
+            src_word = source
+        bulk = copy_in_bulk(h, lanes, src, src_word, slot)
+        if bulk:
+            _add_stat(h, L.STAT_BULK_COPIES, 1)
+    to_copy = ballot_sync(mask, arrived and not bulk)
     while to_copy != 0:
         src_lane = lowest_lane(to_copy)
         src_source = shfl_sync(mask, source, src_lane)

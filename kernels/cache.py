@@ -33,7 +33,8 @@ from gids import layout as L
 from kernels.sync import (atomic_add, atomic_add_acquire_gpu, atomic_add_release_gpu, atomic_and,
                           atomic_cas, atomic_exch, atomic_or, ld_acquire_gpu, ld_pair,
                           ld_relaxed_gpu, red_add_release_gpu)
-from kernels.platform import device_helper
+from kernels.bulk import bulk_copy_available, bulk_copy_page
+from kernels.platform import SIMULATOR, device_helper
 from kernels.warp import lanemask_lt, popc
 
 PIN_HIT = 0      # pinned: the page is resident
@@ -251,6 +252,43 @@ def warp_copy_page(mask, src, src_word, dst, dst_word, n_words):
         a0, a1 = ld_pair(src, src_word + j)
         _store_pair(dst, dst_word + j, a0, a1)
         j += stride
+
+
+if SIMULATOR:
+    def copy_in_bulk(h, lanes, src, src_word, slot):
+        return False   # the simulator copies with the warp's own loads, as before
+else:
+    from numba.cuda.extending import overload
+
+    def copy_in_bulk(h, lanes, src, src_word, slot):
+        """Copy the page at word ``src_word`` of ``src`` (mapped host memory: a staging page,
+        a bounce buffer or a zero-copy store), which the calling lane loaded and whose
+        completion it acquired, into cache slot ``slot`` by bulk copy, alone
+        (:func:`kernels.bulk.bulk_copy_page`; ``lanes``: its warp's active lanes). True if
+        done; False if its warp must copy the page with its own loads (:func:`warp_copy_page`):
+        the block's buffer stayed busy, or an address is not 16-byte aligned (a zero-copy
+        array at an 8-byte offset).
+
+        Compiled in only where :func:`kernels.bulk.bulk_copy_available` (compute capability
+        9.0 and up, ``BULK_COPY_LANES`` > 0); elsewhere (older GPUs; the simulator) it is the
+        constant False, chosen when Numba types the call, so that the caller's code is the
+        warp copy's alone.
+        """
+        raise NotImplementedError("device function: call it from a kernel")
+
+    @cuda.jit(device=True)
+    def _copy_in_bulk(h, lanes, src, src_word, slot):
+        return bulk_copy_page(h, lanes, src, src_word, h.cache_words, slot * h.page_words,
+                              h.page_words) != 0
+
+    @cuda.jit(device=True)
+    def _no_bulk_copy(h, lanes, src, src_word, slot):
+        return False
+
+    @overload(copy_in_bulk, target="cuda")
+    def _copy_in_bulk_overload(h, lanes, src, src_word, slot):
+        impl = _copy_in_bulk if bulk_copy_available() else _no_bulk_copy
+        return lambda h, lanes, src, src_word, slot: impl(h, lanes, src, src_word, slot)
 
 
 @device_helper

@@ -41,6 +41,9 @@ ArrayHandle = namedtuple("ArrayHandle", [
     "stats",        # uint64[N_STAT_SHARDS * N_STATS] counters
     "timeout_ns",   # bound on any one wait inside gids.read
     "abort",        # int64[1], mapped host memory: non-zero asks every waiting thread to give up
+    # --- the bulk page copy (kernels/bulk.py) ---
+    "copy_locks",   # uint32[N_LOCKS] (device, one array per CUDA context): lock b % N_LOCKS
+                    # is held by a lane copying a page through block b's shared-memory buffer
 ])
 
 #: Fields of the NVMe queue pairs (``backend="nvme"``), after ArrayHandle's. A command slot

@@ -27,6 +27,36 @@ if WARP_SIZE not in (1, 32):
 MAX_REGISTERS = int(os.environ.get("GIDS_MAX_REGISTERS", "128")) or None
 
 
+def _ints(name, default):
+    """Comma-separated non-negative integers from environment variable ``name`` (read once,
+    at import: the settings below are for measuring, an A/B in one GPU call)."""
+    text = os.environ.get(name, "")
+    values = tuple(int(v) for v in text.split(",")) if text.strip() else default
+    if len(values) != len(default) or min(values) < 0:
+        raise ValueError(f"{name} must be {len(default)} non-negative integers separated by "
+                         f"commas, got {text!r}")
+    return values
+
+
+#: A warp whose active lanes number at most this copies each page that arrived from host memory
+#: with the Hopper bulk copy (TMA) through its block's shared-memory buffer
+#: (:mod:`kernels.bulk`; compute capability 9.0 and up, never in the simulator); fuller warps
+#: copy with their own loads. 0 turns the bulk copy off. ``GIDS_BULK_COPY_LANES=N`` sets it,
+#: read at import. Why 8: a lane keeps eight 16-byte loads in flight and each round of loads
+#: from host memory takes about 1.4 us, so a 4 KiB page takes ~44 us / lanes (a lone lane 44 us,
+#: 8 lanes ~5.5 us, 16 lanes ~2.8 us, a full warp one round); one bulk copy took 2.05 us on
+#: the H200 (2026-12-01), but a block has one buffer, so its warps take turns. At 16 lanes the
+#: gain is under a microsecond and not worth the turns; at 8 it is 2.7x.
+BULK_COPY_LANES = _ints("GIDS_BULK_COPY_LANES", (8,))[0]
+
+#: The completion poll's schedule (ns): ``(first, min, max)``. A warp's polling lane sleeps
+#: ``first`` before its first poll of a completion (a host round trip takes ~4.5 us, so an
+#: earlier poll only spends a PCIe read), then polls with back-off from ``min`` doubling to
+#: ``max``. ``GIDS_POLL_NS=first,min,max`` sets it, read at import; ``0,1024,8192`` is the
+#: schedule before 2026-12-01 (a first poll at once). See :mod:`kernels.queue`.
+POLL_FIRST_NS, POLL_MIN_NS, POLL_MAX_NS = _ints("GIDS_POLL_NS", (3072, 1024, 8192))
+
+
 def jit(func=None, **options):
     """``numba.cuda.jit`` for kernels that call ``gids.read``: registers capped at
     :data:`MAX_REGISTERS` unless ``max_registers`` is given (``None`` or 0: no cap; the

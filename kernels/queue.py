@@ -12,16 +12,24 @@ than its own, or on the host.
 from numba import cuda
 
 from gids import layout as L
-from kernels.sync import atomic_add, ld_acquire_gpu, ld_acquire_sys, ld_relaxed_sys, now_ns, st_release_gpu, st_release_sys
+from kernels.sync import (atomic_add, ld_acquire_gpu, ld_acquire_sys, ld_relaxed_sys_pair, now_ns,
+                          st_release_gpu, st_release_sys)
 from kernels.warp import ballot_sync, lanemask_lt, laneid, nanosleep, popc, shfl_sync, syncwarp
-from kernels.platform import SIMULATOR, WARP_SIZE, device_helper
+from kernels.platform import (POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS, SIMULATOR, WARP_SIZE,
+                              device_helper)
 
-#: Back-off bounds for polls (ns). Every poll of a completion is a PCIe read, and under load
-#: thousands of warps poll at once: polls every 64 ns to 2 us took so many of the GPU's PCIe
-#: read requests that page copies starved (all-miss 2.9 M pages/s on the H200; 1 to 8 us: 4.2 M,
-#: with 512 queues 11.2 M; 2026-11-29). A host round trip is about 5 us anyway.
-POLL_MIN_NS = 1024
-POLL_MAX_NS = 8192
+# Back-off bounds for polls (ns; kernels/platform.py, ``GIDS_POLL_NS``): POLL_MIN_NS doubling
+# to POLL_MAX_NS. Every poll of a completion is a PCIe read, and under load thousands of warps
+# poll at once: polls every 64 ns to 2 us took so many of the GPU's PCIe read requests that
+# page copies starved (all-miss 2.9 M pages/s on the H200; 1 to 8 us: 4.2 M, with 512 queues
+# 11.2 M; 2026-11-29). A host round trip is about 4.5 us anyway, so the polling lane of a
+# warp sleeps POLL_FIRST_NS before its first poll of a completion (:func:`wait_warp`): a poll
+# sooner cannot find it, and one lone request's completion is then seen at ~5-6 us, not after
+# the 1, 2 and 4 us naps at ~10 us. Under load that costs no extra poll (it replaces the poll
+# at once and the one after 1 us, which never found a completion either).
+#: The first poll's delay as used: none in the simulator, whose round trips take milliseconds
+#: (and whose emulated warps sleep at least 10 ms per nap), so that it runs as before.
+FIRST_POLL_NS = 0 if SIMULATOR else POLL_FIRST_NS
 
 #: A wait reads the host's abort word on one poll in ``ABORT_POLL_MASK + 1``. That word is one
 #: line of host memory that every waiting warp of every kernel reads across PCIe, and reads of
@@ -144,10 +152,18 @@ def submit_lane(h, mask, q, ticket, want, array_id, page, op, deadline):
 
 
 @cuda.jit(device=True)
-def wait_completion(h, q, ticket, deadline):
-    """Poll the ticket's completion. Returns (done, status, source); done is False on timeout."""
+def wait_completion(h, q, ticket, deadline, first_ns):
+    """Poll the ticket's completion, the first time after ``first_ns`` (0: at once). Returns
+    (done, status, source); done is False on timeout.
+
+    Status and source are one 16-byte load (:data:`~kernels.sync.ld_relaxed_sys_pair`), after
+    the acquire that saw the sequence word: each strong load from host memory is a PCIe round
+    trip of about a microsecond, and a thread's strong loads are served one after another.
+    """
     entry = q * h.depth + ticket % h.depth
     rec = entry * L.CQ_WORDS
+    if first_ns > 0:
+        nanosleep(first_ns)
     pause = POLL_MIN_NS
     polls = 0
     while ld_acquire_sys(h.cq, rec + L.CQ_SEQ) != ticket + 1:
@@ -155,7 +171,8 @@ def wait_completion(h, q, ticket, deadline):
         give_up, pause = back_off(h, deadline, polls, pause)
         if give_up:
             return False, 0, 0
-    return True, ld_relaxed_sys(h.cq, rec + L.CQ_STATUS), ld_relaxed_sys(h.cq, rec + L.CQ_SOURCE)
+    status, source = ld_relaxed_sys_pair(h.cq, rec + L.CQ_STATUS)
+    return True, status, source
 
 
 @cuda.jit(device=True)
@@ -164,15 +181,22 @@ def wait_warp(h, mask, lane, q, ticket, submitted, deadline):
     completed is False on timeout (or for a lane that did not submit).
 
     The daemon serves a queue in ticket order, so once the warp's highest ticket is complete
-    all of its tickets are: one lane polls the host, not 32.
+    all of its tickets are: one lane polls the host, not 32, starting ``FIRST_POLL_NS`` after
+    the submission (no host answers sooner), and keeps what it found; the others then read
+    their own completions, at once. (Under SSD emulation completions may come out of order:
+    a lane whose own is not there yet polls on.)
     """
     posted = ballot_sync(mask, submitted)
-    if posted != 0 and lane == highest_lane(posted):
-        wait_completion(h, q, ticket, deadline)
+    polled = posted != 0 and lane == highest_lane(posted)
+    done = False
+    status = 0
+    source = 0
+    if polled:
+        done, status, source = wait_completion(h, q, ticket, deadline, FIRST_POLL_NS)
     syncwarp(mask)
-    if submitted:
-        return wait_completion(h, q, ticket, deadline)
-    return False, 0, 0
+    if submitted and not polled:
+        done, status, source = wait_completion(h, q, ticket, deadline, 0)
+    return done, status, source
 
 
 @cuda.jit(device=True)

@@ -95,6 +95,12 @@ if SIMULATOR:
     def ld_pair(arr, i):
         return arr[i], arr[i + 1]
 
+    ld_relaxed_sys_pair = ld_pair
+    atomic_cas_acquire_gpu = atomic_cas
+
+    def fence_proxy_async():
+        pass
+
 else:
     from llvmlite import ir
     from numba import types
@@ -258,13 +264,14 @@ else:
     #: the pin and the unpin; the hardware still overlaps the loads themselves.
     ld_weak_l2 = _make_weak_l2_load()
 
-    def _make_pair_load(op):
+    def _make_pair_load(op, strong=False):
         """``{op}.v2.b64`` of words ``i`` and ``i + 1`` (16-byte aligned) of a 64-bit array.
 
-        Unlike the loads above, this asm has no side effect and no memory clobber, so the
-        compiler may issue many of them before their results are used (one lane then has many
-        PCIe reads in flight). Ordering comes from the caller: a page copy runs only after an
-        acquire of the completion, on which it is control-dependent.
+        Unless ``strong``, unlike the loads above, this asm has no side effect and no memory
+        clobber, so the compiler may issue many of them before their results are used (one lane
+        then has many PCIe reads in flight). Ordering comes from the caller: a page copy runs
+        only after an acquire of the completion, on which it is control-dependent. A ``strong``
+        one is side-effecting asm with a memory clobber, as the single-word loads above.
         """
         @intrinsic
         def load_pair(typingctx, arr, idx):
@@ -277,8 +284,9 @@ else:
                 ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1])
                 i64 = ir.IntType(64)
                 fnty = ir.FunctionType(ir.LiteralStructType([i64, i64]), [ptr.type])
-                asm = ir.InlineAsm(fnty, f"{op}.v2.b64 {{$0, $1}}, [$2];", "=l,=l,l",
-                                   side_effect=False)
+                asm = ir.InlineAsm(fnty, f"{op}.v2.b64 {{$0, $1}}, [$2];",
+                                   "=l,=l,l,~{memory}" if strong else "=l,=l,l",
+                                   side_effect=strong)
                 pair = builder.call(asm, [ptr])
                 ty = context.get_value_type(dtype)
                 words = [builder.bitcast(builder.extract_value(pair, k), ty) for k in range(2)]
@@ -293,6 +301,47 @@ else:
     #: host's writes happen before it, and for the warp's other lanes the ``syncwarp`` after
     #: the acquire carries that order on (causality order is transitive in the PTX model).
     ld_pair = _make_pair_load("ld.global")
+
+    #: ``ld.relaxed.sys.global.v2.b64``: two words the host wrote (a completion's status and
+    #: source) in one strong 16-byte load, one PCIe round trip where two single-word loads of a
+    #: thread take two, one after the other. After the acquire that saw the completion.
+    ld_relaxed_sys_pair = _make_pair_load("ld.relaxed.sys.global", strong=True)
+
+    @intrinsic
+    def atomic_cas_acquire_gpu(typingctx, arr, idx, expected, value):
+        """``atom.acquire.gpu.global.cas`` on a 32- or 64-bit word: returns the old value; the
+        caller's later accesses cannot move before it (a try-lock's acquire)."""
+        bits = _check_word(arr)
+        sig = arr.dtype(arr, types.intp, arr.dtype, arr.dtype)
+
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+            dtype = sig.args[0].dtype
+            old = context.cast(builder, args[2], sig.args[2], dtype)
+            new = context.cast(builder, args[3], sig.args[3], dtype)
+            reg = "l" if bits == 64 else "r"
+            fnty = ir.FunctionType(ir.IntType(bits), [ptr.type, ir.IntType(bits), ir.IntType(bits)])
+            asm = ir.InlineAsm(fnty, f"atom.acquire.gpu.global.cas.b{bits} $0, [$1], $2, $3;",
+                               f"={reg},l,{reg},{reg},~{{memory}}", side_effect=True)
+            return builder.call(asm, [ptr, old, new])
+        return sig, codegen
+
+    @intrinsic
+    def fence_proxy_async(typingctx):
+        """``fence.proxy.async``: a bidirectional fence between the generic proxy (ordinary
+        loads and stores) and the async proxy (``cp.async.bulk``, TMA) for this thread, over
+        every state space. The PTX memory model orders accesses to one location through two
+        proxies only across such a fence ("Proxies" in the PTX ISA's memory consistency model;
+        ``fence.proxy.async`` in "Parallel synchronization: membar/fence"): see
+        :mod:`kernels.bulk` for where a bulk page copy needs it."""
+        sig = types.void()
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.VoidType(), [])
+            asm = ir.InlineAsm(fnty, "fence.proxy.async;", "~{memory}", side_effect=True)
+            builder.call(asm, [])
+            return context.get_dummy_value()
+        return sig, codegen
 
     @intrinsic
     def st_pair(typingctx, arr, idx, a, b):

@@ -76,3 +76,20 @@ def test_thread_rows_label_each_figure_with_its_own_thread_count():
     assert table[0] == "| 1 | 11.00 | 1.50 | - |"
     assert table[2] == "| 4 | 14.00 | 4.50 | 4.25 |"
     assert table[-1] == "| 14 | 24.00 | 14.50 | 14.25 |"
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="tiny sizes: a check that the A/B runs")
+def test_latency_ab_runs_each_variant_in_a_process_of_its_own(tmp_path):
+    variants = {"before": "GIDS_BULK_COPY_LANES=0 GIDS_POLL_NS=0,1024,8192 GIDS_HOT_QUEUE_EVERY=0",
+                "defaults": ""}
+    rows = microbench.latency_suite(str(tmp_path), variants=variants, n_misses=8)
+    assert [r["variant"] for r in rows] == ["before", "defaults"]
+    before, defaults = rows[0]["settings"], rows[1]["settings"]
+    assert before == {"bulk_copy_lanes": 0, "poll_ns": [0, 1024, 8192], "hot_queue_every": 0}
+    assert defaults["hot_queue_every"] > 0 and defaults["bulk_copy_lanes"] > 0
+    for r in rows:
+        for key in ("zero_copy", "copy"):
+            assert r[key]["ios"] == 8 and r[key]["bulk_copies"] == 0   # never in the simulator
+            assert r[key]["values_ok"]
+    with open(os.path.join(tmp_path, "latency_suite.json")) as f:
+        assert len(json.load(f)["rows"]) == 2

@@ -194,3 +194,81 @@ def test_poll_load_stays_in_the_loop_and_read_compiles():
     assert "NVME_OK" in proc.stdout, proc.stderr[-3000:]
     assert "NVME_WRITE_OK" in proc.stdout, proc.stderr[-3000:]
     assert "WRITE_OK" in proc.stdout, proc.stderr[-3000:]
+
+
+# The bulk page copy (kernels/bulk.py): compiled in for compute capability 9.0 and up, and only
+# there. The compute capability is the one numba-cuda compiles device functions for, the current
+# device's; the script stands in for a device of the capability under test.
+BULK_SCRIPT = textwrap.dedent('''
+    import os, re, sys
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    import numpy as np
+    import numba.cuda.dispatcher as dispatcher
+    from numba import cuda, typeof, types
+
+    CC = tuple(int(x) for x in sys.argv[1].split("."))
+
+    class _Device:
+        compute_capability = CC
+    dispatcher.get_current_device = lambda: _Device()
+
+    from tests.helpers import fake_handle
+    from gids.kernels_host import gather_kernel
+
+    h = fake_handle(np.int64)
+    ptx, _ = cuda.compile_ptx(gather_kernel.py_func,
+                              (typeof(h), types.int64[::1], typeof(np.zeros(4, np.int64))), cc=CC)
+    lines = [l.strip() for l in ptx.splitlines()]
+    # A completion's status and source: one 16-byte load after the acquire, whatever the GPU.
+    assert any(l.startswith("ld.relaxed.sys.global.v2.b64") for l in lines), "status/source"
+    if "cp.async.bulk" not in ptx:
+        assert "mbarrier" not in ptx and "fence.proxy.async" not in ptx
+        assert not [l for l in lines if ".shared" in l and l.endswith("];")], "shared memory"
+        print("NO_BULK")
+        raise SystemExit(0)
+
+    labels = {l[:-1]: i for i, l in enumerate(lines) if re.match(r"^\\$L__\\w+:$", l)}
+    back = [(labels[m.group(1)], i) for i, l in enumerate(lines)
+            for m in [re.search(r"bra(?:\\.uni)?\\s+(\\$L__\\w+);", l)]
+            if m and m.group(1) in labels and labels[m.group(1)] <= i]
+    at = lambda text: [i for i, l in enumerate(lines) if text in l]   # noqa: E731
+    init, load, wait = at("mbarrier.init.shared"), at("cp.async.bulk.shared::cluster.global"), \\
+        at("mbarrier.try_wait.parity")
+    store, done = at("cp.async.bulk.global.shared::cta.bulk_group"), \\
+        at("cp.async.bulk.wait_group 0;")
+    fence = [i for i, l in enumerate(lines) if l == "fence.proxy.async;"]
+    assert init and load and wait and store and done and fence, (init, load, wait, store, done)
+    # The arrival of a chunk is awaited in a loop (the wait is re-read, not hoisted).
+    assert any(a <= w < b for w in wait for a, b in back), "mbarrier wait not in a loop"
+    # Generic -> async proxy fence after the mbarrier's init, before the first bulk load.
+    assert any(min(init) < f < min(load) for f in fence), "no proxy fence before the bulk load"
+    # Async -> generic proxy fence after the stores completed, before the lock is released (and
+    # so before the loader's release of VALID, which follows in program order).
+    release = at("st.release.gpu.b32")
+    assert any(d < f < r for d in done for f in fence for r in release), \
+        "no proxy fence after the stores"
+    # Static shared memory: the one 4 KiB buffer and its mbarrier, one symbol for the kernel.
+    shared = [l for l in lines if ".shared" in l and l.endswith("];")]
+    assert shared == [".weak .shared .align 16 .b8 gids_bulk_buffer[4104];"], shared
+    print("BULK")
+''')
+
+
+@pytest.mark.parametrize("cc, lanes, bulk", [("9.0", None, True), ("8.0", None, False),
+                                             ("9.0", "0", False)])
+def test_bulk_page_copy_is_compiled_in_for_hopper_only(cc, lanes, bulk):
+    """gids.read compiled for cc 9.0 copies a page for a warp of few lanes by bulk copy (TMA:
+    a bulk load completing on an mbarrier waited for in a loop, a bulk store, the proxy fences,
+    4 KiB + 8 bytes of static shared memory); for cc 8.0, or with GIDS_BULK_COPY_LANES=0,
+    none of it is there."""
+    pytest.importorskip("numba.cuda")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    env.pop("GIDS_BULK_COPY_LANES", None)
+    if lanes is not None:
+        env["GIDS_BULK_COPY_LANES"] = lanes
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", BULK_SCRIPT, cc], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
+        pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
+    assert ("BULK" if bulk else "NO_BULK") in proc.stdout.split(), proc.stderr[-3000:]

@@ -16,6 +16,11 @@ The hit rows are measured with the default register cap (``gids.jit``) and again
 of :data:`HIT_CAPS`, one labelled row per cap. ``python -m workloads.microbench hits [--caps
 128,80,64] [--out DIR]`` runs those alone (a short GPU call; in the simulator, a check at tiny
 sizes that the code runs).
+
+``python -m workloads.microbench latency [--out DIR] [--misses N]`` times one thread, one miss at
+a time under each variant of :data:`LATENCY_VARIANTS` (the bulk copy on or off, the completion
+poll schedule, the daemon's hot-queue look), each in a process of its own: the settings are
+read at import. The processes compile together, then measure one after the other.
 """
 import argparse
 import json
@@ -436,13 +441,31 @@ def misses_suite(out_dir, quick=False):
     return rows
 
 
-def bench_latency(data, page_size, n_misses, log):
+def latency_settings():
+    """The settings of one miss's path in this process (read at import, compiled into the
+    kernels: kernels/platform.py, host_daemon/daemon.py): the bulk copy's lane threshold, the
+    completion poll schedule, the daemon's hot-queue stride."""
+    from host_daemon.daemon import HOT_QUEUE_EVERY
+    from kernels.platform import BULK_COPY_LANES, POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS
+    return {"bulk_copy_lanes": BULK_COPY_LANES,
+            "poll_ns": [POLL_FIRST_NS, POLL_MIN_NS, POLL_MAX_NS],
+            "hot_queue_every": HOT_QUEUE_EVERY}
+
+
+def bench_latency(data, page_size, n_misses, log, keys=("zero_copy", "copy", "nvme")):
+    """One thread, one miss at a time (``one_miss_at_a_time``, a ``<<<1,1>>>`` kernel): the
+    percentiles of each read's time, per data path of ``keys`` (``zero_copy`` and ``copy``: the
+    host daemon serving a RAM store without or with a copy into staging; ``nvme``: the direct
+    NVMe path). Each row also says how its pages were copied into the cache (``bulk_copies`` of
+    ``ios``: by bulk copy, the rest by the lane's own loads) and the mean I/O time the kernel
+    saw (submission to completion)."""
     epp = page_size // data.dtype.itemsize
     n_pages = data.nbytes // page_size
     pages = np.random.default_rng(3).choice(n_pages, n_misses, replace=False).astype(np.int64)
-    res = {}
-    for key, backend, zero_copy in (("zero_copy", "host", True), ("copy", "host", False),
-                                    ("nvme", "nvme", True)):
+    paths = {"zero_copy": ("host", True), "copy": ("host", False), "nvme": ("nvme", True)}
+    res = {"settings": latency_settings()}
+    for key in keys:
+        backend, zero_copy = paths[key]
         with gids.Runtime(backend, cache_bytes=64 << 20, page_size=page_size,
                           daemon_threads=1) as rt:
             arr = rt.open_array(gids.MemoryStore(data, zero_copy=zero_copy), data.dtype, shape=data.shape)
@@ -452,17 +475,110 @@ def bench_latency(data, page_size, n_misses, log):
             one_miss_at_a_time[1, 1](arr.handle, d_pages[:32], epp, times, out)   # compile, warm
             rt.sync()
             rt.invalidate()
+            rt.reset_stats()
             start = time.perf_counter()
             one_miss_at_a_time[1, 1](arr.handle, d_pages, epp, times, out)
             rt.sync()
             wall = time.perf_counter() - start
             t = times.copy_to_host() / 1e3
+            st = rt.stats()
+            # The kernel sums what it read (int64, wrapping as numpy's sum does).
+            ok = bool(out.copy_to_host()[0] == data.reshape(-1)[pages * epp].sum())
             res[key] = {"p50_us": float(np.percentile(t, 50)), "p90_us": float(np.percentile(t, 90)),
                         "p99_us": float(np.percentile(t, 99)), "mean_wall_us": wall / n_misses * 1e6,
-                        "ios": rt.stats().ios}
+                        "ios": st.ios, "bulk_copies": st.bulk_copies,
+                        "io_us": st.io_latency_us, "values_ok": ok}
             log(f"QD1 miss latency ({key}): p50 {res[key]['p50_us']:.1f} us, p99 {res[key]['p99_us']:.1f} us, "
-                f"wall mean {res[key]['mean_wall_us']:.1f} us")
+                f"wall mean {res[key]['mean_wall_us']:.1f} us, mean I/O {st.io_latency_us:.1f} us, "
+                f"bulk copies {st.bulk_copies} of {st.ios}, values {'ok' if ok else 'WRONG'}")
     return res
+
+
+#: The latency A/B (``python -m workloads.microbench latency``): name -> environment. Each variant
+#: runs in a process of its own, since the settings are read at import and compiled into the
+#: kernels. "before" is the copy and poll schedule of 2026-12-01 (the other two changes of that
+#: work, one poll and one 16-byte load fewer per completion, have no switch).
+LATENCY_VARIANTS = {
+    "before": "GIDS_BULK_COPY_LANES=0 GIDS_POLL_NS=0,1024,8192 GIDS_HOT_QUEUE_EVERY=0",
+    "bulk copy": "GIDS_POLL_NS=0,1024,8192 GIDS_HOT_QUEUE_EVERY=0",
+    "bulk copy, first poll 3 us": "GIDS_HOT_QUEUE_EVERY=0",
+    "defaults (+ hot queue)": "",
+    "defaults, first poll 2 us": "GIDS_POLL_NS=2048,1024,8192",
+    "defaults, first poll 4 us": "GIDS_POLL_NS=4096,1024,8192",
+}
+_KNOBS = ("GIDS_BULK_COPY_LANES", "GIDS_POLL_NS", "GIDS_HOT_QUEUE_EVERY")
+
+
+def _latency_data(quick):
+    n_pages = 256 if gids.SIMULATOR else (1 << 14) if quick else (1 << 16)
+    return np.random.default_rng(0).integers(0, 1 << 62, n_pages * 512, dtype=np.int64)
+
+
+def latency_child(n_misses, quick):
+    """One variant of the A/B (``latency-child``, started by :func:`latency_suite`): compile and
+    warm, say READY, measure when told GO on stdin, print the result as one JSON line."""
+    data = _latency_data(quick)
+    with gids.Runtime(cache_bytes=16 << 20, page_size=4096, daemon_threads=1, queues=1) as rt:
+        arr = rt.open_array(gids.MemoryStore(data), data.dtype, shape=data.shape)
+        times = cuda.device_array(8, dtype=np.int64)
+        one_miss_at_a_time[1, 1](arr.handle, cuda.to_device(np.arange(8, dtype=np.int64)), 512,
+                                 times, cuda.device_array(1, dtype=data.dtype))   # compiles
+        rt.sync()
+    print("READY", flush=True)
+    if sys.stdin.readline().strip() != "GO":
+        return 1
+    res = bench_latency(data, 4096, n_misses, lambda msg: print(msg, file=sys.stderr),
+                        keys=("zero_copy", "copy"))
+    print("RESULT " + json.dumps(res), flush=True)
+    return 0
+
+
+def latency_suite(out_dir, variants=LATENCY_VARIANTS, n_misses=2000, quick=False):
+    """The QD1 latency under each variant of :data:`LATENCY_VARIANTS` (printed as a table, and
+    in OUT/latency_suite.json). The variants' processes compile at once, then measure one after
+    the other (no two measure together). In the simulator it runs the same code on a small
+    array (a check that it runs; its times mean nothing)."""
+    os.makedirs(out_dir, exist_ok=True)
+    base = {k: v for k, v in os.environ.items() if k not in _KNOBS}
+    procs = {}
+    for name, assignments in variants.items():
+        env = dict(base, **dict(a.split("=", 1) for a in assignments.split()))
+        procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "workloads.microbench", "latency-child", "--misses",
+             str(n_misses)] + (["--quick"] if quick else []),
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    rows = []
+    try:
+        for name, proc in procs.items():
+            if proc.stdout.readline().strip() != "READY":
+                raise RuntimeError(f"latency variant {name!r} failed to start")
+        for name, proc in procs.items():
+            proc.stdin.write("GO\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+            proc.wait(timeout=120)
+            if not line.startswith("RESULT "):
+                raise RuntimeError(f"latency variant {name!r} failed")
+            res = json.loads(line[len("RESULT "):])
+            rows.append({"variant": name, "environment": variants[name], **res})
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    lines = ["| variant | zero-copy p50 / p90 / p99 us | copy p50 us | mean I/O us (zero-copy) "
+             "| bulk copies / I/Os | values | settings |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        z, c, st = r["zero_copy"], r["copy"], r["settings"]
+        ok = z["values_ok"] and c["values_ok"]
+        lines.append(f"| {r['variant']} | {z['p50_us']:.1f} / {z['p90_us']:.1f} / {z['p99_us']:.1f} "
+                     f"| {c['p50_us']:.1f} | {z['io_us']:.1f} | {z['bulk_copies']} / {z['ios']} | "
+                     f"{'equal' if ok else 'WRONG'} | lanes {st['bulk_copy_lanes']}, poll "
+                     f"{st['poll_ns']}, hot {st['hot_queue_every']} |")
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, "latency_suite.json"), "w") as f:
+        json.dump({"date": time.strftime("%Y-%m-%d"), "rows": rows}, f, indent=1)
+    print(table, flush=True)
+    return rows
 
 
 def bench_emulation(data, page_size, profile, drive_counts, n_reads, out_dir, log):
@@ -622,6 +738,14 @@ def gpu_suite(out_dir, quick=False):
     return results
 
 
+def _copy_path(row):
+    """How a latency row's pages reached the cache: by bulk copy (TMA) or the lane's loads."""
+    bulk = row.get("bulk_copies", 0)
+    if bulk == 0:
+        return "pages copied by the lane's loads"
+    return "pages copied by bulk copy" + ("" if bulk == row["ios"] else f" ({bulk} of {row['ios']})")
+
+
 def format_table(r):
     c = r["ceilings"]
     best_zc = max(r["all_miss_zero_copy"], key=lambda x: x["Mpages_per_s"])
@@ -653,9 +777,11 @@ def format_table(r):
         f"{r['hits']['sequential']['ratio']:.2f} | >= 0.60 |",
         paged_row(r["hits"]),
         *format_cap_rows(r["hits"]),
-        f"| one thread, one miss at a time (zero-copy) | p50 {r['latency']['zero_copy']['p50_us']:.1f} us, "
+        f"| one thread, one miss at a time (zero-copy; {_copy_path(r['latency']['zero_copy'])}) "
+        f"| p50 {r['latency']['zero_copy']['p50_us']:.1f} us, "
         f"p99 {r['latency']['zero_copy']['p99_us']:.1f} us | | | p50 <= 10 us |",
-        f"| one thread, one miss at a time (copy) | p50 {r['latency']['copy']['p50_us']:.1f} us, "
+        f"| one thread, one miss at a time (copy; {_copy_path(r['latency']['copy'])}) | p50 "
+        f"{r['latency']['copy']['p50_us']:.1f} us, "
         f"p99 {r['latency']['copy']['p99_us']:.1f} us | | | (info) |",
         f"| one thread, one NVMe command at a time (no SSD model) | p50 "
         f"{r['latency']['nvme']['p50_us']:.1f} us, p99 {r['latency']['nvme']['p99_us']:.1f} us | | | (info) |",
@@ -715,6 +841,14 @@ def main(argv=None):
     p.add_argument("--out", default="out", help="folder for emulation_suite.json (default: out)")
     p.add_argument("--reads", type=int, default=1 << 18, help="reads per run (262144)")
     p.add_argument("--n-ssd", default="1,2,4", help="drive counts (1,2,4)")
+    p = sub.add_parser("latency", help="one thread, one miss at a time, under each variant of "
+                                       "the copy path and poll schedule (an A/B, one process each)")
+    p.add_argument("--out", default="out", help="folder for latency_suite.json (default: out)")
+    p.add_argument("--misses", type=int, default=2000, help="misses per data path and variant")
+    p.add_argument("--quick", action="store_true", help="a smaller array")
+    p = sub.add_parser("latency-child", help=argparse.SUPPRESS)
+    p.add_argument("--misses", type=int, default=2000)
+    p.add_argument("--quick", action="store_true")
     p = sub.add_parser("nvme", help="the direct NVMe path's all-miss commands/s only")
     p.add_argument("--out", default="out", help="folder for nvme_suite.json (default: out)")
     p.add_argument("--quick", action="store_true", help="smaller sizes")
@@ -726,6 +860,11 @@ def main(argv=None):
     if args.cmd == "emulation":
         emulation_suite(args.out, args.reads, tuple(int(n) for n in args.n_ssd.split(",")))
         return 0
+    if args.cmd == "latency":
+        rows = latency_suite(args.out, n_misses=args.misses, quick=args.quick)
+        return 0 if all(r[k]["values_ok"] for r in rows for k in ("zero_copy", "copy")) else 1
+    if args.cmd == "latency-child":
+        return latency_child(args.misses, args.quick)
     if args.cmd == "nvme":
         nvme_suite(args.out, quick=args.quick)
         return 0

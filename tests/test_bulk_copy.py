@@ -1,0 +1,138 @@
+"""The bulk page copy (kernels/bulk.py): warps of few lanes copy arrived pages by TMA on compute
+capability 9.0 and up. GPU tests (values, eviction, several warps of a block at once, the
+fallbacks); in the simulator only the counter is checked (always 0 there)."""
+import numpy as np
+import pytest
+from numba import cuda
+
+import gids
+from kernels.platform import BULK_COPY_LANES, SIMULATOR
+
+
+def _bulk_expected():
+    """Whether this GPU takes the bulk path (compute capability 9.0+, not turned off)."""
+    return BULK_COPY_LANES > 0 and cuda.get_current_device().compute_capability >= (9, 0)
+
+
+@gids.jit
+def _lone_thread_reads(h, idx, out):
+    """One thread reads ``idx`` in order: each read a miss in a warp of one lane."""
+    for k in range(idx.size):
+        out[k] = gids.read(h, idx[k])
+
+
+@gids.jit
+def _few_lanes_per_warp(h, idx, lanes, out):
+    """Only the first ``lanes`` lanes of each warp read (thread k reads idx[k] for those): every
+    warp of every block misses at once with a few lanes, so they contend for their block's
+    buffer."""
+    t = cuda.grid(1)
+    if cuda.laneid < lanes:
+        w = t // 32
+        k = w * lanes + cuda.laneid
+        if k < idx.size:
+            out[k] = gids.read(h, idx[k])
+
+
+@gids.jit
+def _lone_thread_writes_then_reads(h, idx, values, out):
+    for k in range(idx.size):
+        gids.write(h, idx[k], values[k])
+    for k in range(idx.size):
+        out[k] = gids.read(h, idx[k])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [512, 4096, 65536])
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_lone_thread_misses_under_eviction_read_the_right_values(page_size, zero_copy):
+    """Pages larger than the 4 KiB buffer go in chunks; a cache of 8 slots evicts all along."""
+    epp = page_size // 8
+    n_pages = 96
+    data = np.random.default_rng(page_size).integers(0, 1 << 62, n_pages * epp, dtype=np.int64)
+    pages = np.random.default_rng(1).permutation(np.repeat(np.arange(n_pages), 2))
+    idx = pages * epp + np.random.default_rng(2).integers(0, epp, pages.size)
+    with gids.Runtime(cache_pages=8, page_size=page_size, daemon_threads=1) as rt:
+        a = rt.open_array(gids.MemoryStore(data, zero_copy=zero_copy), np.int64, shape=data.shape)
+        out = cuda.device_array(idx.size, dtype=np.int64)
+        _lone_thread_reads[1, 1](a.handle, cuda.to_device(idx), out)
+        rt.sync()
+        np.testing.assert_array_equal(out.copy_to_host(), data[idx])
+        s = rt.stats()
+        assert s.evictions > 0
+        assert s.bulk_copies == (s.ios if _bulk_expected() else 0), s
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lanes", [1, 3, 8, 9])
+def test_warps_of_a_block_missing_at_once_read_the_right_values(lanes):
+    """8 warps per block, 16 blocks, each warp with ``lanes`` lanes reading distinct pages at
+    once: they take turns at their block's buffer (or fall back); 9 lanes is past the
+    threshold, so the warp copies."""
+    epp = 512
+    n_pages = 2048
+    data = np.random.default_rng(lanes).integers(0, 1 << 62, n_pages * epp, dtype=np.int64)
+    n_warps = 16 * 8
+    pages = np.random.default_rng(3).permutation(n_pages)[:n_warps * lanes]
+    idx = pages * epp + 5
+    with gids.Runtime(cache_pages=64, page_size=4096, daemon_threads=4) as rt:
+        a = rt.open_array(gids.MemoryStore(data), np.int64, shape=data.shape)
+        out = cuda.device_array(idx.size, dtype=np.int64)
+        _few_lanes_per_warp[16, 256](a.handle, cuda.to_device(idx), lanes, out)
+        rt.sync()
+        np.testing.assert_array_equal(out.copy_to_host(), data[idx])
+        s = rt.stats()
+        assert s.ios == idx.size and s.evictions > 0
+        if _bulk_expected() and lanes <= BULK_COPY_LANES:
+            assert 0 < s.bulk_copies <= s.ios, s
+        else:
+            assert s.bulk_copies == 0, s
+
+
+@pytest.mark.gpu
+def test_zero_copy_source_at_an_8_byte_offset_falls_back_to_the_warp_copy():
+    """A zero-copy page at an 8-byte but not 16-byte offset cannot be bulk copied."""
+    data = np.random.default_rng(7).integers(0, 1 << 62, 64 * 512 + 1, dtype=np.int64)
+    with gids.Runtime(cache_pages=8, page_size=4096, daemon_threads=1) as rt:
+        a = rt.open_array(gids.MemoryStore(data), np.int64, offset=8, shape=(64 * 512,))
+        idx = np.arange(0, 64 * 512, 512) + 3
+        out = cuda.device_array(idx.size, dtype=np.int64)
+        _lone_thread_reads[1, 1](a.handle, cuda.to_device(idx), out)
+        rt.sync()
+        np.testing.assert_array_equal(out.copy_to_host(), data[1:][idx])
+        assert rt.stats().bulk_copies == 0
+
+
+@pytest.mark.gpu
+def test_lone_thread_writes_under_eviction_read_back(tmp_path):
+    """Dirty pages written back and loaded again by a lone lane (bulk copies both ways of a
+    page's life but the write-back, which stays the warp's)."""
+    n = 32 * 512
+    path = tmp_path / "w.bin"
+    np.zeros(n, dtype=np.int64).tofile(path)
+    idx = np.random.default_rng(4).permutation(n)[:600]
+    values = np.arange(1, idx.size + 1, dtype=np.int64)
+    with gids.Runtime(cache_pages=4, page_size=4096, daemon_threads=1) as rt:
+        a = rt.open_array(path, np.int64, mode="r+")
+        out = cuda.device_array(idx.size, dtype=np.int64)
+        _lone_thread_writes_then_reads[1, 1](a.handle, cuda.to_device(idx), cuda.to_device(values),
+                                             out)
+        rt.sync()
+        np.testing.assert_array_equal(out.copy_to_host(), values)
+        assert rt.stats().writebacks > 0
+    expect = np.zeros(n, dtype=np.int64)
+    expect[idx] = values
+    np.testing.assert_array_equal(np.fromfile(path, dtype=np.int64), expect)
+
+
+def test_the_simulator_never_bulk_copies():
+    if not SIMULATOR:
+        pytest.skip("simulator-only check")
+    data = np.arange(4 * 64, dtype=np.int64)
+    with gids.Runtime(cache_pages=2, page_size=512) as rt:
+        a = rt.open_array(data)
+        np.testing.assert_array_equal(rt.gather(a, np.arange(0, data.size, 7)).copy_to_host(),
+                                      data[::7])
+        s = rt.stats()
+        assert s.ios > 0 and s.bulk_copies == 0
+
