@@ -46,13 +46,14 @@ def _lone_thread_writes_then_reads(h, idx, values, out):
 @pytest.mark.parametrize("page_size", [512, 4096, 65536])
 @pytest.mark.parametrize("zero_copy", [True, False])
 def test_lone_thread_misses_under_eviction_read_the_right_values(page_size, zero_copy):
-    """Pages larger than the 4 KiB buffer go in chunks; a cache of 8 slots evicts all along."""
+    """Pages larger than the 4 KiB buffer go in chunks; a cache of 32 slots (the least a GPU
+    Runtime takes: one warp's pages) evicts all along."""
     epp = page_size // 8
-    n_pages = 96
+    n_pages = 256
     data = np.random.default_rng(page_size).integers(0, 1 << 62, n_pages * epp, dtype=np.int64)
     pages = np.random.default_rng(1).permutation(np.repeat(np.arange(n_pages), 2))
     idx = pages * epp + np.random.default_rng(2).integers(0, epp, pages.size)
-    with gids.Runtime(cache_pages=8, page_size=page_size, daemon_threads=1) as rt:
+    with gids.Runtime(cache_pages=32, page_size=page_size, daemon_threads=1) as rt:
         a = rt.open_array(gids.MemoryStore(data, zero_copy=zero_copy), np.int64, shape=data.shape)
         out = cuda.device_array(idx.size, dtype=np.int64)
         _lone_thread_reads[1, 1](a.handle, cuda.to_device(idx), out)
@@ -92,10 +93,10 @@ def test_warps_of_a_block_missing_at_once_read_the_right_values(lanes):
 @pytest.mark.gpu
 def test_zero_copy_source_at_an_8_byte_offset_falls_back_to_the_warp_copy():
     """A zero-copy page at an 8-byte but not 16-byte offset cannot be bulk copied."""
-    data = np.random.default_rng(7).integers(0, 1 << 62, 64 * 512 + 1, dtype=np.int64)
-    with gids.Runtime(cache_pages=8, page_size=4096, daemon_threads=1) as rt:
-        a = rt.open_array(gids.MemoryStore(data), np.int64, offset=8, shape=(64 * 512,))
-        idx = np.arange(0, 64 * 512, 512) + 3
+    data = np.random.default_rng(7).integers(0, 1 << 62, 128 * 512 + 1, dtype=np.int64)
+    with gids.Runtime(cache_pages=32, page_size=4096, daemon_threads=1) as rt:
+        a = rt.open_array(gids.MemoryStore(data), np.int64, offset=8, shape=(128 * 512,))
+        idx = np.arange(0, 128 * 512, 512) + 3
         out = cuda.device_array(idx.size, dtype=np.int64)
         _lone_thread_reads[1, 1](a.handle, cuda.to_device(idx), out)
         rt.sync()
@@ -107,12 +108,12 @@ def test_zero_copy_source_at_an_8_byte_offset_falls_back_to_the_warp_copy():
 def test_lone_thread_writes_under_eviction_read_back(tmp_path):
     """Dirty pages written back and loaded again by a lone lane (bulk copies both ways of a
     page's life but the write-back, which stays the warp's)."""
-    n = 32 * 512
+    n = 128 * 512
     path = tmp_path / "w.bin"
     np.zeros(n, dtype=np.int64).tofile(path)
     idx = np.random.default_rng(4).permutation(n)[:600]
     values = np.arange(1, idx.size + 1, dtype=np.int64)
-    with gids.Runtime(cache_pages=4, page_size=4096, daemon_threads=1) as rt:
+    with gids.Runtime(cache_pages=32, page_size=4096, daemon_threads=1) as rt:
         a = rt.open_array(path, np.int64, mode="r+")
         out = cuda.device_array(idx.size, dtype=np.int64)
         _lone_thread_writes_then_reads[1, 1](a.handle, cuda.to_device(idx), cuda.to_device(values),
