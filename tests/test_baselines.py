@@ -327,7 +327,9 @@ PTX_SCRIPT = textwrap.dedent('''
     loops = [(labels[m.group(1)], i) for i, l in enumerate(lines)
              for m in [re.search(r"bra(?:\\.uni)?\\s+(\\$L__\\w+);", l)]
              if m and m.group(1) in labels and labels[m.group(1)] <= i]
-    assert sum("atom.acquire.gpu" in l for l in lines) == 1, "more than one lookup site"
+    # (The pin is an acquire add; the bulk copy's lock, an acquire CAS, is not a lookup.)
+    assert sum("atom.acquire.gpu" in l and ".cas." not in l for l in lines) == 1, \
+        "more than one lookup site"
     lookups = [i for i, l in enumerate(lines) if re.match(r"(atom|red|match)\\.", l)]
     value_loops = [(s, e) for s, e in loops
                    if any("ld.global.cg" in lines[i] for i in range(s, e + 1))
