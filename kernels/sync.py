@@ -326,22 +326,27 @@ else:
             return builder.call(asm, [ptr, old, new])
         return sig, codegen
 
-    @intrinsic
-    def fence_proxy_async(typingctx):
-        """``fence.proxy.async``: a bidirectional fence between the generic proxy (ordinary
+    def _make_fence(text, doc):
+        """A no-argument fence instruction ``text`` as side-effecting asm with a memory clobber."""
+        @intrinsic
+        def fence(typingctx):
+            sig = types.void()
+
+            def codegen(context, builder, sig, args):
+                fnty = ir.FunctionType(ir.VoidType(), [])
+                builder.call(ir.InlineAsm(fnty, text, "~{memory}", side_effect=True), [])
+                return context.get_dummy_value()
+            return sig, codegen
+        fence.__doc__ = doc
+        return fence
+
+    fence_proxy_async = _make_fence("fence.proxy.async;", """\
+        ``fence.proxy.async``: a bidirectional fence between the generic proxy (ordinary
         loads and stores) and the async proxy (``cp.async.bulk``, TMA) for this thread, over
         every state space. The PTX memory model orders accesses to one location through two
         proxies only across such a fence ("Proxies" in the PTX ISA's memory consistency model;
         ``fence.proxy.async`` in "Parallel synchronization: membar/fence"): see
-        :mod:`kernels.bulk` for where a bulk page copy needs it."""
-        sig = types.void()
-
-        def codegen(context, builder, sig, args):
-            fnty = ir.FunctionType(ir.VoidType(), [])
-            asm = ir.InlineAsm(fnty, "fence.proxy.async;", "~{memory}", side_effect=True)
-            builder.call(asm, [])
-            return context.get_dummy_value()
-        return sig, codegen
+        :mod:`kernels.bulk` for where a bulk page copy needs it.""")
 
     @intrinsic
     def st_pair(typingctx, arr, idx, a, b):
@@ -365,20 +370,11 @@ else:
             return context.get_dummy_value()
         return sig, codegen
 
-    @intrinsic
-    def fence_acq_rel_sys(typingctx):
-        """``fence.acq_rel.sys``: with a later strong store, a release pattern at system scope
+    fence_acq_rel_sys = _make_fence("fence.acq_rel.sys;", """\
+        ``fence.acq_rel.sys``: with a later strong store, a release pattern at system scope
         (enough to publish to the host; lighter than ``fence.sc.sys``, which
         ``cuda.threadfence_system`` emits). Cumulative: it also orders the writes of other
-        lanes that a ``syncwarp`` ordered before it."""
-        sig = types.void()
-
-        def codegen(context, builder, sig, args):
-            fnty = ir.FunctionType(ir.VoidType(), [])
-            asm = ir.InlineAsm(fnty, "fence.acq_rel.sys;", "~{memory}", side_effect=True)
-            builder.call(asm, [])
-            return context.get_dummy_value()
-        return sig, codegen
+        lanes that a ``syncwarp`` ordered before it.""")
 
     @intrinsic
     def now_ns(typingctx):

@@ -33,11 +33,11 @@ import threading
 import time
 
 import numpy as np
-from numba import njit, types
+from numba import njit
 
 import gids
 from gids import layout as L
-from host_daemon.daemon import HostDaemon
+from host_daemon.daemon import HostDaemon, _now_ns   # the daemon's clock (CLOCK_MONOTONIC)
 from host_daemon.ssd_model import SsdModel
 from host_daemon.stores import T_COLUMNS
 from host_daemon.sync import load_acquire, store_release
@@ -45,15 +45,6 @@ from host_daemon.trace import TraceWriter, read_trace, replay
 
 #: Tickets a driver submits to one queue at a time: one warp's.
 WARP = 32
-
-_clock_gettime = types.ExternalFunction("clock_gettime", types.int32(types.int32, types.uintp))
-_CLOCK_MONOTONIC = 1   # the daemon's clock (and Python's time.monotonic_ns)
-
-
-@njit(nogil=True, cache=True)
-def _now_ns(ts):
-    _clock_gettime(_CLOCK_MONOTONIC, ts.ctypes.data)
-    return ts[0] * 1_000_000_000 + ts[1]
 
 
 @njit(nogil=True, cache=True)
