@@ -70,21 +70,24 @@ STAGES = {
                  "--out", "{dir}/workloads"], 240),
                [*GIDS, "bench", "iops", "bandwidth", "cache", "latency", "--quick",
                 "--no-progress", "--out", "{dir}/sweeps"]], 570),
-    # Two commands in the stage's 480 s. First, issue 5's emulated-SSD table, kept small so that
-    # it surely finishes and leaves the main run most of the time: gids and the NVMe path on a
-    # scale-18 graph (1/4 of the scale-20 graph, whose gids searches took 0.5 s (100 % cache)
-    # and 5.9 s (25 %) on 2026-11-29, so about 1.5 s here), 2 roots, cache 25 %, each path
-    # unemulated and on 1 and 4 emulated P5800X drives: 6 rows of 2 searches, under a minute
-    # with graph generation; the rest is compiling the traversal for both readers. Capped at
-    # 120 s (an estimate: not yet run on a GPU). Then issue 5's setting, as before: a RAM-backed
-    # store, caches of 25 % and 100 % of the edges over the four other data paths (scale 22 is 4x
-    # the scale-20 graph), with at least 360 s.
+    # Three commands in the stage's 600 s (the device tool's limit per call: run this stage
+    # alone). First, issue 5's emulated-SSD table, kept small so that it surely finishes: gids
+    # and the NVMe path on a scale-18 graph, 2 roots, cache 25 %, each path unemulated and on 1
+    # and 4 emulated P5800X drives (capped at 120 s).
     "bfs": ([([*GIDS, "bfs", "--scale", "18", "--roots", "2", "--storage", "memory",
                "--data-path", "gids,nvme", "--cache-fractions", "0.25",
                "--ssd", "p5800x", "--n-ssd", "1,4", "--json", "{dir}/bfs_emulated.json"], 120),
-             [*GIDS, "bfs", "--scale", "22", "--roots", "8", "--storage", "memory",
-              "--data-path", "gids,memory,zero_copy,cpu_batch", "--cache-fractions", "0.25,1.0",
-              "--json", "{dir}/bfs.json"]], 480),
+             # Issue 5's setting: scale 24 (16.8 M vertices, 2.1 GB of neighbours; generation
+             # about 4x scale 22's ~50 s on the lent machine), a RAM-backed store, the cache at
+             # 25 % (cold each search) beside the other paths; then the cache holding the whole
+             # graph, warm, on the same file (outside {dir}: it must not be sent back).
+             ([*GIDS, "bfs", "--scale", "24", "--roots", "4", "--storage", "memory",
+               "--save-graph", "/tmp/gids-session-k24.csr",
+               "--data-path", "gids,memory,zero_copy,cpu_batch", "--cache-fractions", "0.25",
+               "--json", "{dir}/bfs.json"], 420),
+             [*GIDS, "bfs", "--graph", "/tmp/gids-session-k24.csr", "--roots", "4",
+              "--storage", "memory", "--data-path", "gids", "--cache-fractions", "1.0",
+              "--warm-cache", "--json", "{dir}/bfs_warm.json"]], 600),
     # The same split. The emulated table: 100 k vectors of dim 128 (51 MB, a tenth of the main
     # index), 1,000 queries at nprobe 16, gids and the NVMe path each unemulated and on 1 and 4
     # emulated P5800X drives, capped at 120 s. Then the main run (issue 6's setting): 1 M vectors
