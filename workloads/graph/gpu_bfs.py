@@ -464,6 +464,7 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
             elif bottom_up and n_frontier < n / beta and not growing:
                 bottom_up = False
         counters.copy_to_device(zeros)
+        counts = None       # the counters on the host, once read after this level's launches
         if bottom_up:
             source.before_launch(Access("unvisited", levels=levels))
             kernels.bottom_up[launch_geometry(n)](source.arg, dg.offsets, counters, parents,
@@ -478,7 +479,8 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
             kernels.top_down[launch_geometry(-(-n_frontier // run))](
                 source.arg, dg.offsets, frontier, n_frontier, next_frontier, counters, parents,
                 levels, depth, direction == "auto", dg.bad, long_lists, run)
-            n_long = int(counters[N_LONG:].copy_to_host()[0])
+            counts = counters.copy_to_host()
+            n_long = int(counts[N_LONG])
             if n_long:
                 # The hubs' lists, set aside by top_down: every warp scans slices of them.
                 hubs = long_lists[:n_long].copy_to_host()
@@ -487,8 +489,11 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
                 kernels.long_lists[launch_geometry(int(slices.sum()))](
                     source.arg, dg.offsets, long_lists, first_slice, next_frontier, counters,
                     parents, levels, depth, direction == "auto", dg.bad)
+                counts = None    # the long lists' finds are counted too
         dg.check()
-        found, frontier_edges, _ = (int(x) for x in counters.copy_to_host())
+        if counts is None:
+            counts = counters.copy_to_host()
+        found, frontier_edges = int(counts[FOUND]), int(counts[FOUND_EDGES])
         steps.append("B" if bottom_up else "T")
         level_seconds.append(time.perf_counter() - level_start)
         level_vertices.append(n_frontier)
