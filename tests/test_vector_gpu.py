@@ -530,6 +530,7 @@ PTX_SCRIPT = textwrap.dedent('''
     dispatcher.get_current_device = lambda: _Hopper()
 
     from tests.helpers import fake_handle
+    import gids
     from workloads.vector import gpu_search as gs
 
     h = fake_handle(np.float32)
@@ -538,7 +539,7 @@ PTX_SCRIPT = textwrap.dedent('''
     # dim 12: the general summation path; 200 and 128: the register path. gids reads pages
     # (GIDS_PAGER, what the gids path uses) and elements (any plain reader).
     for reader, src, dim, metric in ((gs.read_memory, types.float32[::1], 12, "ip"),
-                                     (gs._read_gids, typeof(h), 200, "l2"),
+                                     (gids.read, typeof(h), 200, "l2"),
                                      (gs.GIDS_PAGER, typeof(h), 128, "l2"),
                                      (gs.read_memory, types.float32[::1], 128, "ip")):
         kernel = gs._search_kernel(reader, dim, metric, 16, 128)

@@ -256,12 +256,6 @@ def read_memory(h, i):
 
 
 @_device
-def _read_gids(h, i):
-    """Reader of the ``"gids"`` data path: element ``i`` through the page cache."""
-    return gids.read(h, i)
-
-
-@_device
 def _before(d1, i1, d2, i2):
     """``(d1, i1) < (d2, i2)``: the ranking order."""
     return d1 < d2 or (d1 == d2 and i1 < i2)
