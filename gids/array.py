@@ -63,6 +63,7 @@ class StorageArray:
             array_id=self.array_id,
             page_base=self.page_base,
             writable=int(self.writable),
+            zero_word=np.uint32(0),
             page_state=rt._page_state,
             page_slot=rt._page_slot,
             slot_page=rt._slot_page,

@@ -39,13 +39,13 @@ from numba import cuda
 from gids import layout as L
 from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait,
                            claim_slot, copy_in_bulk, finish_write_back, give_up_load,
-                           keep_dirty_victim, mark_dirty, publish, try_pin, unpin, warp_copy_out,
-                           warp_copy_page)
+                           keep_dirty_victim, mark_dirty, publish, settle_pin, take_reference,
+                           try_pin, unpin, unpin_after_reads, warp_copy_out, warp_copy_page)
 from kernels.backend import io_submit, io_wait
 from kernels.queue import (expired, lowest_lane, queue_of_warp, release_entry, staging_word,
                            take_tickets, wait_turn)
-from kernels.sync import atomic_cas, ld_relaxed_gpu, ld_weak_l2, now_ns, red_add, zero_of
-from kernels.platform import BULK_COPY_LANES
+from kernels.sync import atomic_cas, ld_weak_l2, now_ns, red_add, zero_of
+from kernels.platform import BULK_COPY_LANES, out_of_line
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
 
 #: Sleep between rounds for a lane waiting on another warp's load (doubles up to the max).
@@ -113,7 +113,8 @@ def _use_pinned(h, mask, leader, pinned, failed, slot, i, value, at, done, is_wr
     """Lanes whose leader holds a pin read (or write) their element in the slot, or, to
     ``keep`` the pin (:func:`pin_page`), take its index in the cache as ``at``; lanes whose
     leader ``failed`` are done (collective). Returns ``(value, at, done, code)``, ``code`` the
-    leader's slot, :data:`NOT_PINNED` or :data:`FAILED`.
+    leader's slot, :data:`NOT_PINNED` or :data:`FAILED`. The leaders give their pins back
+    after it (:func:`_unpin_used`).
 
     One 32-bit shuffle carries both the slot and the failure (slots fit in 31 bits: 2**31
     pages of 512 bytes are a TiB of GPU memory).
@@ -134,18 +135,31 @@ def _use_pinned(h, mask, leader, pinned, failed, slot, i, value, at, done, is_wr
             # rule as for the lanes' share of a page copy).
             cuda.threadfence()
         else:
-            value = ld_relaxed_gpu(h.cache, k)
+            # Weak, served by L2 (the slot may have held another page in this SM's L1).
+            value = ld_weak_l2(h.cache, k)
         done = True
-    syncwarp(mask)   # every lane has used the slot before the leader unpins
     return value, at, done, code
 
 
 @cuda.jit(device=True)
-def _release_pin(h, page, is_write):
-    """The leader's unpin after its group used the slot; a write marks the page DIRTY first."""
+def _unpin_used(h, mask, gpage, pinned, is_write, keep, value):
+    """The leaders' unpin after their groups used their slots (collective; nothing for a
+    ``keep``). A write marks the page DIRTY first, after a ``syncwarp`` (every lane's store and
+    fence come first) and with a release (:func:`~kernels.cache.unpin`). After reads, a ballot
+    of the values read (which waits for every lane's load) is all the ordering the unpin needs
+    (:func:`~kernels.cache.unpin_after_reads`): no fence on the hit path.
+    """
+    if keep:
+        return
     if is_write:
-        mark_dirty(h, page)
-    unpin(h, page)
+        syncwarp(mask)
+        if pinned:
+            mark_dirty(h, gpage)
+            unpin(h, gpage)
+        return
+    reads_done = ballot_sync(mask, value == zero_of(h.cache))
+    if pinned:
+        unpin_after_reads(h, gpage, reads_done)
 
 
 @cuda.jit(device=True)
@@ -274,22 +288,22 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
 
 @cuda.jit(device=True)
 def _access(h, i, is_write, new_value, keep):
-    """The loop behind :func:`read`, :func:`write` and :func:`pin_page` (see the module's
-    docstring).
+    """The hit path behind :func:`read`, :func:`write` and :func:`pin_page`: round 1 of the
+    module docstring's loop; a warp that does not find all its pages resident goes on in
+    :func:`_access_slow`, out of line.
 
-    Round 1 is the hit path. On a hit, per warp: one ``match_any_sync``, per leader one
-    acquire atomic (the pin) and one load of the page's slot, one shuffle of the slot, each
-    lane's load (or store) of its element, one ``syncwarp``, per leader one release reduction
-    (the unpin), then the hit count: a warp whose lanes all want one page knows it without a
-    ballot (its one leader hit), any other warp takes one ballot to see that all its leaders
-    hit and one to count them; one lane adds the count to the block's counter (a reduction).
-    No fence of its own and no wait on an atomic's result but the pin's. (The pin's acquire and
-    the unpin's release are what order the slot's reads; for sm_90 ptxas makes them an L1
-    invalidation after the pin and a ``MEMBAR.ALL.GPU`` before the unpin.)
+    Per warp on a hit: one ``match_any_sync``, per leader one relaxed atomic (the pin:
+    :func:`~kernels.cache.take_reference`) and one load of the page's slot, one shuffle of the
+    slot, each lane's load (or store) of its element, one ballot of the values read, per leader
+    one reduction (the unpin: :func:`~kernels.cache.unpin_after_reads`), then the hit count: a
+    warp whose lanes all want one page knows it without a ballot (its one leader hit), any other
+    warp takes one ballot to see that all its leaders hit and one to count them; one lane adds
+    the count to the block's counter (a reduction). No fence and no wait on an atomic's result
+    but the pin's. A write fences its store and unpins with a release (it marks the page DIRTY).
 
     ``is_write`` and ``keep`` are constants at each call site (read, write and pin_page are
-    short wrappers), so LLVM can fold the other branches away once it inlines this; if it does
-    not, it is one predicate per use of a slot.
+    short wrappers), so the compiler folds the other branches away here; the slow path, a call,
+    takes them as values.
     Returns ``(value, at)``: the element's value for a read (0 for a write, a pin or on an
     error), and for ``keep`` the element's index in ``h.cache`` with its page left pinned (-1
     on an error).
@@ -300,29 +314,66 @@ def _access(h, i, is_write, new_value, keep):
     if not in_range:
         record_error(h, L.ERR_INDEX, -1, i)
         i = 0
-    page = i >> h.elem_shift
-    gpage = h.page_base + page
+    gpage = h.page_base + (i >> h.elem_shift)
     peers = match_any_sync(mask, gpage if in_range else -1)
     leader = lowest_lane(peers)
     is_leader = lane == leader and in_range
+    # Every wait of this call ends by the deadline. Counted from the call's start, not from the
+    # start of the slow path: warps' deadlines then keep their start order, so the first to
+    # time out is the first to have asked (tests name that error), and the timer read is one
+    # CS2R, off the critical path.
+    deadline = now_ns() + h.timeout_ns
 
-    value = zero_of(h.cache)
-    at = np.int64(-1)
-    done = not in_range
+    # The leaders take a reference on their pages (kept, and settled by the slow path, where
+    # the page is not resident); groups whose leader found its page resident use it.
+    old = np.uint32(0)
+    slot = np.int64(-1)
+    if is_leader:
+        old, slot = take_reference(h, gpage)
+    pinned = slot >= 0
+    value, at, done, code = _use_pinned(h, mask, leader, pinned, 0, slot, i, zero_of(h.cache),
+                                        np.int64(-1), not in_range, is_write, new_value, keep)
+    _unpin_used(h, mask, gpage, pinned, is_write, keep, value)
+    # The call ends here if every lane in range had its leader's pin. When the whole warp
+    # wants one page (``peers == mask``: the common sequential case), every lane got the same
+    # ``code``, so the answer and the count (one hit) need no ballot.
+    if peers == mask:
+        if code >= 0 or not in_range:
+            if is_leader:
+                _add_stat(h, L.STAT_HITS, 1)
+            return value, at
+    elif ballot_sync(mask, in_range and code < 0) == 0:
+        _count(h, mask, L.STAT_HITS, is_leader)
+        return value, at
+    return _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value, at,
+                        done, old, pinned, deadline)
+
+
+@out_of_line
+def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value, at, done, old,
+                 hit, deadline):
+    """Rounds 2 on of the module docstring's loop, for a warp some of whose lanes' pages were
+    not resident in :func:`_access` (collective over the same lanes). A leader that found its
+    page not resident (``old``, its state then) still holds the reference it took; a leader
+    that ``hit`` is done, as are its lanes.
+
+    Compiled as a call (:func:`~kernels.platform.out_of_line`), so that its registers and
+    spills stay out of the hit path. Returns ``(value, at)`` as :func:`_access`.
+    """
+    mask = activemask()
+    lane = laneid()
+    page = gpage - h.page_base
+    leader = lowest_lane(peers)
+    is_leader = lane == leader and in_range
+
     failed = 0              # leader only: 1 once the page cannot be had (the error is recorded)
     loading = False         # leader only: owns BUSY on the page
     waiting = False         # leader only: holds a reference on a page another thread loads
-    slot = -1
+    slot = np.int64(-1)
     first_round = True
-    hit = False
     loaded = False
     evicted = False
     wrote_back = False
-    # Every wait of this call ends by the deadline. Counted from the call's start, not from the
-    # end of round 1 (which a hit never passes): warps' deadlines then keep their start order,
-    # so the first to time out is the first to have asked (tests name that error), and the
-    # timer read is one CS2R, off the critical path.
-    deadline = now_ns() + h.timeout_ns
     wait_code = L.ERR_TIMEOUT_LOADER
     pause = WAIT_MIN_NS
     rounds = 0
@@ -334,7 +385,9 @@ def _access(h, i, is_write, new_value, keep):
         # its BUSY or reference there (its group learns of it in this round's shuffle);
         # pinning again here took a new reference (or BUSY) that nobody released.
         if is_leader and not done and not loading and failed == 0:
-            if waiting:
+            if first_round:
+                outcome, slot = settle_pin(h, gpage, old)   # the reference of round 1
+            elif waiting:
                 outcome, slot = check_wait(h, gpage)
             else:
                 outcome, slot = try_pin(h, gpage)
@@ -349,25 +402,12 @@ def _access(h, i, is_write, new_value, keep):
                 failed = 1
         value, at, done, code = _use_pinned(h, mask, leader, pinned, failed, slot, i, value, at,
                                             done, is_write, new_value, keep)
-        if pinned and not keep:
-            _release_pin(h, gpage, is_write)
-        if first_round:
-            # The hit path ends here if every lane in range had its leader's pin. When the
-            # whole warp wants one page (``peers == mask``: the common sequential case), every
-            # lane got the same ``code``, so the answer and the count (one hit) need no ballot.
-            if peers == mask:
-                if code >= 0 or not in_range:
-                    if is_leader:
-                        _add_stat(h, L.STAT_HITS, 1)
-                    return value, at
-            elif ballot_sync(mask, in_range and code < 0) == 0:
-                _count(h, mask, L.STAT_HITS, is_leader)
-                return value, at
-            first_round = False
+        _unpin_used(h, mask, gpage, pinned, is_write, keep, value)
+        first_round = False
 
         if ballot_sync(mask, loading) != 0:
             # 2. loaders: a slot, and the write-back of a dirty page that held it
-            q = queue_of_warp(h)   # here, not on the hit path
+            q = queue_of_warp(h)
             victim = -1
             if loading:
                 slot, ev, victim = claim_slot(h, gpage)
@@ -411,8 +451,7 @@ def _access(h, i, is_write, new_value, keep):
                     failed = 1
             value, at, done, code = _use_pinned(h, mask, leader, pinned, failed, slot, i, value,
                                                 at, done, is_write, new_value, keep)
-            if pinned and not keep:
-                _release_pin(h, gpage, is_write)
+            _unpin_used(h, mask, gpage, pinned, is_write, keep, value)
 
         # 5. lanes still waiting back off within their deadline, or give up. A leader that
         # failed in this round has told its group in the shuffle above (they are done), so

@@ -6,8 +6,9 @@ State of a page (one uint32 in ``page_state``, bits in :mod:`gids.layout`), as i
   its loader: it claims a slot, issues the I/O, copies the page in and publishes VALID.
 - BUSY: being loaded. Others wait holding a reference, so the page cannot be evicted between
   its publication and their read.
-- VALID: in slot ``page_slot[page]``. A reader pins it (reference count + 1, acquire), reads the
-  slot, unpins (release). A VALID page with no reference can be evicted.
+- VALID: in slot ``page_slot[page]``. A reader pins it (reference count + 1: :func:`take_reference`),
+  reads the slot from L2, and unpins once its reads are done (:func:`unpin`, a release, or
+  :func:`unpin_after_reads`). A VALID page with no reference can be evicted.
 - ERROR: its last load failed; readers stop with an error instead of waiting.
 - VALID | DIRTY: resident, and written by ``gids.write`` since it was loaded: the store does not
   have these bytes yet. A writer sets DIRTY (atomic OR) while it still holds its pin, so an
@@ -30,9 +31,9 @@ import numpy as np
 from numba import cuda
 
 from gids import layout as L
-from kernels.sync import (atomic_add, atomic_add_acquire_gpu, atomic_add_release_gpu, atomic_and,
+from kernels.sync import (atomic_add, atomic_add_relaxed_gpu, atomic_add_release_gpu, atomic_and,
                           atomic_cas, atomic_exch, atomic_or, ld_acquire_gpu, ld_pair,
-                          ld_relaxed_gpu, red_add_release_gpu)
+                          ld_relaxed_gpu, red_add, red_add_release_gpu)
 from kernels.bulk import bulk_copy_available, bulk_copy_page
 from kernels.platform import SIMULATOR, device_helper
 from kernels.warp import lanemask_lt, popc
@@ -58,16 +59,36 @@ _NOT_BUSY = np.uint32(~int(L.PAGE_BUSY) & 0xFFFFFFFF)
 
 
 @cuda.jit(device=True)
-def try_pin(h, page):
-    """Pin ``page`` if resident; else become its loader, or wait for it. Returns (PIN_*, slot).
+def take_reference(h, page):
+    """The hit path's pin: one reference on ``page`` (a relaxed atomic add), and its slot if it
+    was VALID. Returns ``(old state, slot or -1)``. The caller holds the reference either way:
+    on a page that was not VALID it must settle it (:func:`settle_pin`).
+
+    Relaxed, not acquire: on sm_90 an acquire atomic is followed by an invalidation of the SM's
+    whole L1 (``CCTL.IVALL``), 17 % of the stall samples of a sequential ``gids.read`` on the
+    H200 (2026-12-01). What the acquire would order, the reads of the slot, is ordered without
+    it: the slot number is loaded only once VALID was seen (control-dependent on the atomic's
+    value) and the slot's bytes at an address computed from it (address-dependent), and the GPU
+    issues no load before the values it depends on are back; every read of a slot goes to L2
+    (``ld.relaxed.gpu``, ``ld.global.cg``), never to the SM's L1, and the loader fenced its
+    copy into L2 before it published VALID (:func:`publish`). Both atomics are asm with memory
+    clobbers, so the compiler keeps the order too.
+    """
+    old = atomic_add_relaxed_gpu(h.page_state, page, _ONE)
+    if old & _VALID:
+        return old, ld_relaxed_gpu(h.page_slot, page)
+    return old, -1
+
+
+@cuda.jit(device=True)
+def settle_pin(h, page, old):
+    """After :func:`take_reference` found ``page`` not VALID (its state was ``old``): become its
+    loader, or wait for it. Returns (PIN_*, slot).
 
     A waiter keeps the reference it took: a page that is referenced cannot be evicted, so once
     its loader publishes it, it stays until every waiter has read it (no waiter starves behind
     evictions, however small the cache).
     """
-    old = atomic_add_acquire_gpu(h.page_state, page, _ONE)
-    if old & _VALID:
-        return PIN_HIT, ld_relaxed_gpu(h.page_slot, page)
     if old & _ERROR:
         atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
         return PIN_ERROR, -1
@@ -88,6 +109,16 @@ def try_pin(h, page):
     # The loader holds no reference while loading; publish() adds one.
     atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
     return PIN_LOAD, -1
+
+
+@cuda.jit(device=True)
+def try_pin(h, page):
+    """Pin ``page`` if resident; else become its loader, or wait for it. Returns (PIN_*, slot)
+    (:func:`take_reference`, then :func:`settle_pin` if it was not resident)."""
+    old, slot = take_reference(h, page)
+    if slot >= 0:
+        return PIN_HIT, slot
+    return settle_pin(h, page, old)
 
 
 @device_helper
@@ -112,6 +143,23 @@ def unpin(h, page):
     cannot overwrite bytes still being read. A reduction: the old count is not needed, so the
     thread does not wait for it."""
     red_add_release_gpu(h.page_state, page, _MINUS_ONE)
+
+
+@device_helper
+def unpin_after_reads(h, page, reads_done):
+    """Drop a reference once the values read from the slot are in registers, without a fence.
+
+    ``reads_done`` is a value that depends on every value read under the pin (a ballot of the
+    warp's values: :func:`kernels.access._access`) and that the compiler cannot know, so the
+    reduction's operand, ``-1 + (reads_done & h.zero_word)``, waits for those loads, and the
+    reduction cannot issue before they returned; a load that has returned its value cannot see
+    a later overwrite of the slot. ``h.zero_word`` is 0 at run time, so the operand is -1
+    whatever ``reads_done`` is. :func:`unpin`'s release orders every earlier access of the
+    thread instead (``MEMBAR.ALL.GPU`` and a wait for it: 26 % of the stall samples of a
+    sequential ``gids.read`` on the H200, 2026-12-01); that is needed after writes, and where
+    the reads are not known to have returned (``gids.unpin_page``).
+    """
+    red_add(h.page_state, page, _MINUS_ONE + (reads_done & h.zero_word))
 
 
 @cuda.jit(device=True)

@@ -20,6 +20,7 @@ ArrayHandle = namedtuple("ArrayHandle", [
     "array_id",     # row of the daemon's store table
     "page_base",    # global page id of the array's page 0 (all open arrays share one page space)
     "writable",     # 1 if opened with mode="r+"; gids.write on a handle with 0 records an error
+    "zero_word",    # uint32 0, a value the compiler cannot know (kernels.cache.unpin_after_reads)
     # --- the page cache (shared by every array of a Runtime) ---
     "page_state",   # uint32 per global page: VALID | BUSY | ERROR | DIRTY | reference count
     "page_slot",    # int64 per global page: its slot while VALID

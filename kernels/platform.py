@@ -94,3 +94,45 @@ def device_helper(func):
     if "cuda" in func.__code__.co_names:
         raise TypeError(f"{func.__name__} uses cuda.*: decorate it with cuda.jit(device=True)")
     return func
+
+
+#: Python functions (by module and qualified name) that :func:`out_of_line` compiles as calls.
+_OUT_OF_LINE = set()
+
+
+def _mark_out_of_line_functions():
+    """Make Numba declare the functions of :data:`_OUT_OF_LINE` ``noinline``.
+
+    numba-cuda 0.30 has no option for it (``forceinline`` only adds ``alwaysinline``), so the
+    one place where a function's LLVM declaration is made, ``FunctionDescriptor.
+    declare_function``, is wrapped to add the attribute. NVVM then keeps the function a real
+    ``call``. Checked by tests/test_ptx.py; pyproject pins numba-cuda to 0.30.
+    """
+    from numba.cuda.core import funcdesc
+    declare = funcdesc.FunctionDescriptor.declare_function
+    if getattr(declare, "_gids_out_of_line", False):
+        return
+
+    def declare_function(self, module):
+        fn = declare(self, module)
+        if (self.modname, self.qualname) in _OUT_OF_LINE:
+            fn.attributes.discard("alwaysinline")
+            fn.attributes.add("noinline")
+        return fn
+    declare_function._gids_out_of_line = True
+    funcdesc.FunctionDescriptor.declare_function = declare_function
+
+
+def out_of_line(func):
+    """``cuda.jit(device=True)``, compiled as a function that its callers *call*, never inlined.
+
+    For a slow path that most calls skip (the miss path of ``gids.read``): inlined, its
+    registers and spills became the caller's, around the fast path too (128 registers and spill
+    stores at the top of every ``gids.read``, on the H200, 2026-12-01); called, it has its own
+    frame, and only the calls that take it pay for the call. In the simulator: ``cuda.jit``.
+    """
+    from numba import cuda
+    if not SIMULATOR:
+        _mark_out_of_line_functions()
+        _OUT_OF_LINE.add((func.__module__, func.__qualname__))
+    return cuda.jit(device=True)(func)

@@ -58,6 +58,7 @@ if SIMULATOR:
         return _rmw(arr, i, lambda old: int(value) if old == int(expected) else old)
 
     atomic_add_acquire_gpu = atomic_add
+    atomic_add_relaxed_gpu = atomic_add
     red_add_release_gpu = atomic_add
     red_add = atomic_add
 
@@ -239,6 +240,10 @@ else:
     atomic_add_acquire_gpu = _make_atomic_add("acquire")
     #: Drop a page reference; earlier reads of the slot cannot move after it.
     atomic_add_release_gpu = _make_atomic_add("release")
+    #: Take a page reference on the hit path (``kernels.cache.take_reference``): no acquire,
+    #: hence no invalidation of the SM's L1 after it. As asm with a memory clobber, unlike
+    #: Numba's ``atomic_add``, so that the compiler keeps the slot's reads after it.
+    atomic_add_relaxed_gpu = _make_atomic_add("relaxed")
 
     #: ``ld.relaxed.gpu``: a read of device memory that other SMs write (a slot's bytes, the
     #: page table). Not served from the SM's own L1, which is not coherent, and, being a

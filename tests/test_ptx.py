@@ -50,11 +50,15 @@ SCRIPT = textwrap.dedent('''
         ptx, _ = cuda.compile_ptx(gather_kernel.py_func, (typeof(h), types.int64[::1], typeof(a(dt))),
                                   cc=(9, 0))
         assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "match.any.sync" in ptx
-    # The hit path's unpin and the statistics counters are reductions (red): no thread waits
-    # for an old value it never uses. The unpin keeps release semantics (the warp's reads of
-    # the slot happen before an evictor can see the reference count reach zero).
-    assert "red.release.gpu.global.add.u32" in ptx, "unpin is not a release reduction"
+    # The hit path: the pin a relaxed atomic (an acquire one is followed by an invalidation of
+    # the SM's L1), the unpin a plain reduction whose operand waits for the values read (no
+    # fence), the statistics reductions; the miss path a real call (its registers and spills
+    # stay out of the hit path).
+    assert "atom.relaxed.gpu.add.u32" in ptx, "the pin is not a relaxed atomic"
+    assert "red.gpu.global.add.u32" in ptx, "the hit path's unpin is not a plain reduction"
     assert "red.gpu.global.add.u64" in ptx, "statistics are not counted with reductions"
+    assert re.search(r"\\.func\\s.*_access_slow", ptx), "the miss path is not a function"
+    assert "call.uni" in ptx, "the miss path is inlined"
     print("GATHER_OK")
 
     # Page-level reads: a pin that is kept (no unpin on the pin's path), weak reads served by L2,
