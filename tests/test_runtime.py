@@ -164,3 +164,69 @@ def test_helpers_called_in_loops_skip_the_simulators_call_wrapper():
 
     with pytest.raises(TypeError, match="uses cuda"):
         device_helper(fence)
+
+
+def test_sync_wait_polls_back_to_back_then_naps_briefly():
+    """``Runtime.sync`` waits for the kernels by polling (Ctrl-C must be seen meanwhile): back to
+    back for the first 2 ms, so that a short launch is seen done within microseconds, then in
+    naps of 5 % of the time waited, at most 0.5 ms (a flat 0.5 ms nap once cost 5x the kernel
+    time of a short launch on the H200)."""
+    from gids import runtime as R
+    assert R.wait_nap(0.0) == 0.0 and R.wait_nap(R.WAIT_SPIN_S * 0.99) == 0.0
+    assert R.wait_nap(R.WAIT_SPIN_S) == pytest.approx(R.WAIT_SPIN_S * R.WAIT_NAP_FRACTION)
+    assert R.wait_nap(1.0) == R.WAIT_NAP_S == 0.0005
+    naps = [R.wait_nap(t * 1e-4) for t in range(1000)]
+    assert naps == sorted(naps)                          # never shorter as the wait goes on
+    assert all(n <= 0.05 * t * 1e-4 * (1 + 1e-9) for t, n in enumerate(naps))
+
+    # poll_until on a fake clock: each poll costs 10 us, each sleep what it asks.
+    now = [0.0]
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        now[0] += s
+
+    def done():
+        now[0] += 1e-5
+        return now[0] >= 0.0201    # the kernels end 20.1 ms in
+
+    R.poll_until(done, clock=lambda: now[0], sleep=sleep)
+    assert slept[0] == 0.0 and max(slept) == R.WAIT_NAP_S
+    assert sum(1 for s in slept if s == 0.0) >= 150      # ~200 polls in the first 2 ms
+    assert now[0] - 0.0201 <= R.WAIT_NAP_S + 1e-5        # seen done within one nap
+
+
+def test_event_done_asks_the_driver_without_an_exception_per_poll(monkeypatch):
+    """The poll calls cuEventQuery itself: numba-cuda's ``Event.query`` raises (and logs at ERROR
+    level) a CudaAPIError for every not-ready answer. Other errors go through ``query``."""
+    cu = pytest.importorskip("cuda.bindings.driver")
+    from gids.runtime import _event_done
+    answers = {}
+
+    class FakeEvent:
+        handle = "the handle"
+
+        def query(self):
+            raise RuntimeError("query raised")
+
+    monkeypatch.setattr(cu, "cuEventQuery", lambda handle: (answers[handle],))
+    answers["the handle"] = cu.CUresult.CUDA_ERROR_NOT_READY
+    assert _event_done(FakeEvent()) is False
+    answers["the handle"] = cu.CUresult.CUDA_SUCCESS
+    assert _event_done(FakeEvent()) is True
+    answers["the handle"] = cu.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
+    with pytest.raises(RuntimeError, match="query raised"):
+        _event_done(FakeEvent())
+
+
+def test_sync_returns_promptly():
+    import time
+    with gids.Runtime(cache_pages=4, page_size=512) as rt:
+        a = rt.open_array(np.arange(1000, dtype=np.int64))
+        out = cuda.device_array(32, dtype=np.int64)
+        _read_at[1, 32](a.handle, cuda.to_device(np.arange(32, dtype=np.int64)), out)
+        t = time.perf_counter()
+        rt.sync()
+        assert time.perf_counter() - t < 0.5
+        assert np.array_equal(out.copy_to_host(), np.arange(32))

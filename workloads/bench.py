@@ -124,10 +124,21 @@ LABEL = "simulator figure" if SIMULATOR else "GPU figure"
 ZIPF_S = 0.99
 MIN_GIDS_PAGE, MAX_GIDS_PAGE = 512, 64 << 10
 
-# Defaults per world: a GPU run moves ~1 GiB per point; a simulator run is a harness test.
+# Defaults per world: a GPU run reads 8 GiB per point (4 with --quick); a simulator run is a
+# harness test.
+#
+# On a GPU a timed run must be long next to the fixed costs of a launch (tens of us of Python
+# dispatch per kernel, a sync at the end), or those set the ratios between the paths: on the
+# H200 the all-in-GPU-memory path reads 4 KiB requests at ~2.5 TB/s, ~1.7 ms per 2**20
+# requests, and a run of 2**16 requests (the old --quick) took a few hundred us, less than one
+# launch and sync of the gids path then cost (~1 ms: the 2026-12-01 hits row measured gids at
+# 0.30x memory where CUDA events gave 0.5x). So: 2**21 requests per run (2**20 with --quick),
+# and launches of ``batch_bytes`` = 512 MiB of pages, ~0.2 ms each on the memory path (work is
+# cut to the cpu_batch buffer on every path; --quick's 128 MiB launches ran ~50 us there, about
+# what launching them cost).
 _CORES = os.cpu_count() or 8
 GPU_DEFAULTS = dict(
-    data_bytes=2 << 30, request_bytes=4096, threads=132 * 2048, block=256, requests=1 << 18,
+    data_bytes=2 << 30, request_bytes=4096, threads=132 * 2048, block=256, requests=1 << 21,
     batch_bytes=512 << 20, reps=3, latency_requests=1000,
     iops_threads=[1 << 10, 1 << 12, 1 << 14, 1 << 16, 132 * 2048],
     queues=[16, 32, 64, 128, 256], queue_depths=[32, 64, 128, 256],
@@ -139,9 +150,13 @@ SIM_DEFAULTS = dict(
     batch_bytes=16 << 10, reps=1, latency_requests=3,
     iops_threads=[32, 64], queues=[2, 4], queue_depths=[32], daemon_threads=[1, 2],
     request_sizes=[256, 512, 2048], hit_rates=[0.0, 1.0])
-#: ``--quick`` on a GPU: a first, short run (a few minutes with every sweep).
+#: ``--quick`` on a GPU: a first, short run (a few minutes with every sweep, most of it compiling
+#: kernels: by the rates of the 2026-12-01 run the reps and untimed launches of the workloads
+#: sweep read data for ~10 s, every sweep together for ~1 min; an estimate). Less data and fewer
+#: sweep points than the defaults, but launches as large (512 MiB of pages) and timed runs still
+#: long next to a launch's fixed costs: 2**20 requests of 4 KiB, ~1.7 ms on the memory path.
 GPU_QUICK = dict(
-    data_bytes=512 << 20, requests=1 << 16, batch_bytes=128 << 20, reps=3, latency_requests=200,
+    data_bytes=512 << 20, requests=1 << 20, batch_bytes=512 << 20, reps=3, latency_requests=200,
     iops_threads=[1 << 12, 1 << 15, 132 * 2048], queues=[32, 128], queue_depths=[32, 128],
     daemon_threads=sorted({1, 4, max(1, _CORES - 2)}), request_sizes=[512, 4096, 65536, 1 << 20],
     hit_rates=[0.0, 0.5, 0.9, 1.0])
