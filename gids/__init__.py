@@ -20,7 +20,9 @@ In your own kernels::
     kernel[blocks, threads](a.handle, out); rt.sync()
 
 A warp that reads much of a page looks it up once (``k = gids.pin_page(h, i)``; then
-``gids.pinned(h, k + j)`` for ``j < gids.page_room(h, i)``; ``gids.unpin_page(h, i, k)``).
+``gids.pinned(h, k + j)`` for ``j < gids.page_room(h, i)``; ``gids.unpin_page(h, i, k)``, or
+``gids.unpin_page_after(h, i, k, used)`` with a value computed from every element read, which
+spares the unpin its fence).
 
 Writes (arrays opened with ``mode="r+"``): ``gids.write(h, i, value)`` in a kernel, or
 ``rt.scatter(a, indices, values)``; ``rt.flush()`` (and leaving the ``with`` block) writes every
@@ -50,7 +52,8 @@ def ssd_profiles():
     return sorted(_SSD_PROFILES)
 
 
-_DEVICE_FUNCTIONS = ("read", "write", "pin_page", "pinned", "unpin_page", "page_room")
+_DEVICE_FUNCTIONS = ("read", "write", "pin_page", "pinned", "unpin_page", "unpin_page_after",
+                     "page_room")
 
 
 def __getattr__(name):
@@ -64,6 +67,7 @@ def __getattr__(name):
 
 __all__ = [
     "Runtime", "StorageArray", "Stats", "read", "write", "pin_page", "pinned", "unpin_page",
+    "unpin_page_after",
     "page_room", "jit", "MAX_REGISTERS", "defaults",
     "layout", "SIMULATOR",
     "FileStore", "MemoryStore", "MmapStore", "FaultyStore", "ssd_profiles", "read_trace", "replay",

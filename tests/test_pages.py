@@ -57,6 +57,45 @@ def test_spans_across_pages_match_numpy(tmp_path, dtype, page_size, offset):
 
 
 @cuda.jit
+def _sum_spans_after(h, starts, count, out):
+    """As ``_copy_spans``, but each thread adds its span up and gives each pin back with
+    ``unpin_page_after``, passing the running sum (it depends on every value read)."""
+    k = cuda.grid(1)
+    if k < starts.size:
+        i = starts[k]
+        j = 0
+        total = 0
+        while j < count:
+            at = gids.pin_page(h, i)
+            if at < 0:
+                return
+            n = min(gids.page_room(h, i), count - j)
+            for m in range(n):
+                total += gids.pinned(h, at + m)
+            gids.unpin_page_after(h, i, at, total)
+            i += n
+            j += n
+        out[k] = total
+
+
+def test_unpin_page_after_gives_every_pin_back():
+    data = np.random.default_rng(5).integers(0, 1 << 40, 6 * 64, dtype=np.int64)   # 6 pages
+    starts = np.array([0, 10, 100, 200, 290, 250])
+    count = 90                           # spans cross page boundaries; 2 slots, 6 pages
+    with gids.Runtime(cache_pages=2, page_size=512) as rt:
+        a = rt.open_array(data)
+        out = cuda.to_device(np.zeros(starts.size, dtype=np.int64))
+        _sum_spans_after[1, starts.size](a.handle, cuda.to_device(starts), count, out)
+        rt.sync()
+        want = [data[s:s + count].sum() for s in starts]
+        np.testing.assert_array_equal(out.copy_to_host(), want)
+        assert rt.stats().evictions > 0
+        # No reference left: every page's count is back at zero.
+        state = rt._page_state.copy_to_host()
+        assert not (state & gids.layout.PAGE_REF_MASK).any()
+
+
+@cuda.jit
 def _hold_one_read_others(h, first, others, out):
     """Pin element ``first``'s page, read ``others`` (evicting around the pin), then read the
     pinned page again."""

@@ -162,13 +162,14 @@ def _request_sum(pager):
     whole warp pins the page holding the next element it needs (every lane names the same
     element, so through gids that is one lookup), lane ``l`` adds elements ``l, l + 32, ...`` of
     what the request has on that page (a warp's loads are contiguous), and the warp gives the
-    pin back. A request may start anywhere in a page and span any number of pages (requests
+    pin back once its sum holds them (``Pager.unpin_after``). A request may start anywhere in a page and span any number of pages (requests
     larger than the page, or not aligned to it): each page is pinned once. ``total`` is the
     lane's sum; ``first`` is element ``base``, read by every lane while its page is pinned
     (``want_first``: a chain's next address), else 0. Collective: the warp's lanes call it
     together with the same ``base`` and ``elems``.
     """
-    pin, value, unpin, page_elems = pager.pin, pager.value, pager.unpin, pager.page_elems
+    pin, value, unpin_after, page_elems = (pager.pin, pager.value, pager.unpin_after,
+                                           pager.page_elems)
 
     @device_helper
     def request_sum(h, base, elems, lane, want_first):
@@ -185,7 +186,9 @@ def _request_sum(pager):
                     total += value(h, at + j)
                 if want_first and e == 0:
                     first = value(h, at)
-            unpin(h, i, at)
+            # ``total + first`` depends on every element read under the pin: the unpin waits
+            # for those loads rather than fencing (gids.unpin_page_after).
+            unpin_after(h, i, at, total + first)
             e += n
         return total, first
     return request_sum

@@ -108,7 +108,8 @@ def paged_sequential_reads_gids(h, n, out, pages_per_warp):
     """Elements 0..n-1 a page at a time per lane group (grid-stride over pages): the warp's
     lanes split into ``pages_per_warp`` groups (1, 2, 4 ...), each group names one page in one
     ``gids.pin_page`` call (a lookup per page), its lanes add their share of the page with
-    ``gids.pinned`` (consecutive lanes on consecutive elements), and the pins are given back.
+    ``gids.pinned`` (consecutive lanes on consecutive elements), and the pins are given back
+    once the sums hold the values (``gids.unpin_page_after``).
     Several pages per call keep several pages' loads in flight per warp, as unrolling does for
     plain loads. Each element is read once, as by the sequential kernels, so the sum over
     ``out`` is theirs."""
@@ -129,7 +130,7 @@ def paged_sequential_reads_gids(h, n, out, pages_per_warp):
         if at >= 0 and mine:
             for j in range(lane - group * width, min(per_page, n - first), width):
                 acc += gids.pinned(h, at + j)
-        gids.unpin_page(h, first, at)
+        gids.unpin_page_after(h, first, at, acc)   # acc holds every value read: no fence
     out[cuda.grid(1)] = acc
 
 

@@ -17,10 +17,11 @@ The reading loop, for a warp that wants elements ``lo .. hi - 1``::
     while i < hi:                                # warp-uniform: every lane, the same i
         k = pager.pin(h, i)                      # k < 0: the page cannot be had (recorded)
         n = min(room_in_page(pe, i), hi - i)     # elements of i's page from i on
+        total = 0
         if k >= 0:
             for j in range(lane, n, 32):
-                x = pager.value(h, k + j)        # element i + j
-        pager.unpin(h, i, k)
+                total += pager.value(h, k + j)   # element i + j
+        pager.unpin_after(h, i, k, total)        # or pager.unpin(h, i, k)
         i += n
 
 Rules a kernel keeps: whole warps call ``pin`` and ``unpin`` together (they are collective on
@@ -61,6 +62,9 @@ class Pager(NamedTuple):
     pin : ``pin(h, i) -> k``, ``k < 0`` where the page could not be had (the error recorded).
     value : ``value(h, k) -> value``, an element of a pinned page.
     unpin : ``unpin(h, i, k)``.
+    unpin_after : ``unpin_after(h, i, k, used)``, the same for a kernel whose lanes pass a value
+        computed from every element they read under the pin: no fence through gids
+        (:func:`gids.unpin_page_after`).
     page_elems : ``page_elems(h) -> int``, elements per page, a power of two.
     """
 
@@ -69,6 +73,7 @@ class Pager(NamedTuple):
     value: object
     unpin: object
     page_elems: object
+    unpin_after: object
 
 
 #: Elements per page of an :func:`element_pager`: only the unit in which kernels walk a run of
@@ -110,7 +115,11 @@ def element_pager(reader) -> Pager:
     def page_elems(h):
         return ELEMENT_PAGE
 
-    return Pager(reader, pin, value, unpin, page_elems)
+    @device_helper
+    def unpin_after(h, i, k, used):
+        pass
+
+    return Pager(reader, pin, value, unpin, page_elems, unpin_after)
 
 
 @device_helper
@@ -120,4 +129,5 @@ def _gids_page_elems(h):
 
 #: The gids data paths' pager (host daemon or direct NVMe path, whichever handle a kernel gets):
 #: page-level reads through the cache, one lookup per page and warp.
-GIDS_PAGER = Pager(gids.read, gids.pin_page, gids.pinned, gids.unpin_page, _gids_page_elems)
+GIDS_PAGER = Pager(gids.read, gids.pin_page, gids.pinned, gids.unpin_page, _gids_page_elems,
+                   gids.unpin_page_after)

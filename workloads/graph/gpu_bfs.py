@@ -133,7 +133,8 @@ def make_bfs_kernels(source) -> BFSKernels:
         unvisited vertex with a neighbour at level ``depth`` level ``depth + 1``.
     """
     pager = source if isinstance(source, Pager) else element_pager(source)
-    read_neighbour, PIN, VALUE, UNPIN, PAGE_ELEMS = pager
+    read_neighbour, PIN, VALUE, UNPIN, PAGE_ELEMS = (pager.read, pager.pin, pager.value, pager.unpin,
+                                                   pager.page_elems)
 
     @cuda.jit(device=True)
     def scan(arg, offsets, v, lo, hi, held, at, prefetch, next_frontier, counters, parents,

@@ -350,7 +350,8 @@ def _search_kernel(source, dim: int, metric: str, k_cap: int, threads: int):
     IS_IP = metric == "ip"
     KCAP = int(k_cap)
     PAGER = source if isinstance(source, Pager) else element_pager(source)
-    READ, PIN, VALUE, UNPIN, PAGE_ELEMS = PAGER
+    READ, PIN, VALUE, UNPIN, PAGE_ELEMS = (PAGER.read, PAGER.pin, PAGER.value, PAGER.unpin,
+                                         PAGER.page_elems)
     T = int(threads)
     N_WARPS = max(1, T // WARP_SIZE)
     Q, G, V = _item_shape(DIM, T)
