@@ -162,8 +162,9 @@ def _request_sum(pager):
     whole warp pins the page holding the next element it needs (every lane names the same
     element, so through gids that is one lookup), lane ``l`` adds elements ``l, l + 32, ...`` of
     what the request has on that page (a warp's loads are contiguous), and the warp gives the
-    pin back once its sum holds them (``Pager.unpin_after``). A request may start anywhere in a page and span any number of pages (requests
-    larger than the page, or not aligned to it): each page is pinned once. ``total`` is the
+    pin back once its sum holds them (``Pager.unpin_after``). A request may start anywhere in a
+    page and span any number of pages (requests larger than the page, or not aligned to it):
+    each page is pinned once. ``total`` is the
     lane's sum; ``first`` is element ``base``, read by every lane while its page is pinned
     (``want_first``: a chain's next address), else 0. Collective: the warp's lanes call it
     together with the same ``base`` and ``elems``.
@@ -182,8 +183,26 @@ def _request_sum(pager):
             at = pin(h, i)
             n = min(room_in_page(pe, i), elems - e)
             if at >= 0:      # else the page could not be had: the path recorded why
-                for j in range(lane, n, GROUP):
+                # Eight loads a lane issued before any is added: a 4 KiB page of int64 is two
+                # rounds of loads per warp, not the four of a loop the compiler unrolls by
+                # four (each round waits for the last). On every path alike; through gids the
+                # lookup's round trips come on top of these rounds, so fewer rounds is what
+                # keeps a warp's request short (H200, 2026-12-01).
+                j = lane
+                while j + 7 * GROUP < n:
+                    a0 = value(h, at + j)
+                    a1 = value(h, at + j + GROUP)
+                    a2 = value(h, at + j + 2 * GROUP)
+                    a3 = value(h, at + j + 3 * GROUP)
+                    a4 = value(h, at + j + 4 * GROUP)
+                    a5 = value(h, at + j + 5 * GROUP)
+                    a6 = value(h, at + j + 6 * GROUP)
+                    a7 = value(h, at + j + 7 * GROUP)
+                    total += ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+                    j += 8 * GROUP
+                while j < n:
                     total += value(h, at + j)
+                    j += GROUP
                 if want_first and e == 0:
                     first = value(h, at)
             # ``total + first`` depends on every element read under the pin: the unpin waits
