@@ -15,11 +15,15 @@ WARP_SIZE = int(os.environ.get("GIDS_SIM_WARP_SIZE", "1")) if SIMULATOR else 32
 if WARP_SIZE not in (1, 32):
     raise ValueError(f"GIDS_SIM_WARP_SIZE must be 1 or 32, got {WARP_SIZE}")
 
-#: Register cap for kernels that call ``gids.read``. ``read`` is inlined into its caller, and its
-#: miss path alone took the kernel to 137 registers: one 256-thread block per SM. Capped at 128,
-#: two blocks fit, the hit path ran 20 % faster and misses lost nothing measurable (random hits
-#: 0.29 -> 0.35 of a plain gather, all-miss 11.8 -> 10.7 M pages/s within run-to-run spread;
-#: H200, 2026-11-29). A lower cap spills the miss path (64: all-miss fell to 0.2 M pages/s).
+#: Register cap for kernels that call ``gids.read``. Its miss path took a kernel to 137
+#: registers: one 256-thread block per SM. Capped at 128, two blocks fit, the hit path ran 20 %
+#: faster and misses lost nothing measurable (random hits 0.29 -> 0.35 of a plain gather,
+#: all-miss 11.8 -> 10.7 M pages/s within run-to-run spread; H200, 2026-11-29). The miss path is
+#: now a call (:func:`out_of_line`), which still sets the kernel's count (a kernel's registers
+#: cover the functions it calls) but spills, when capped lower, in its own frame: at 80 misses
+#: lost nothing measurable and sequential hits gained 10-26 % (H200, 2026-12-01); 128 stays the
+#: default until the search and BFS kernels are measured at 80. (Before, with the miss path
+#: inlined, 64 spilled into its polling loops: all-miss fell to 0.2 M pages/s.)
 #: 256-thread blocks per SM (65536 registers) by cap: 128 -> 2, 80 -> 3, 64 -> 4 (96 is still
 #: 2). ``GIDS_MAX_REGISTERS=N`` in the environment, read once at import, sets another default
 #: (0: no cap), for measuring; ``gids.jit(max_registers=N)`` sets it for one kernel, and

@@ -57,7 +57,6 @@ if SIMULATOR:
     def atomic_cas(arr, i, expected, value):
         return _rmw(arr, i, lambda old: int(value) if old == int(expected) else old)
 
-    atomic_add_acquire_gpu = atomic_add
     atomic_add_relaxed_gpu = atomic_add
     red_add_release_gpu = atomic_add
     red_add = atomic_add
@@ -236,8 +235,6 @@ else:
     #: after an explicit ``fence.sc.sys`` (the fence and the store form a release pattern,
     #: with other work between them), or after acquire loads whose values decided it.
     st_relaxed_sys = _make_store("relaxed", "sys")
-    #: Take a page reference; later reads of the slot cannot move before it.
-    atomic_add_acquire_gpu = _make_atomic_add("acquire")
     #: Drop a page reference; earlier reads of the slot cannot move after it.
     atomic_add_release_gpu = _make_atomic_add("release")
     #: Take a page reference on the hit path (``kernels.cache.take_reference``): no acquire,
@@ -263,9 +260,9 @@ else:
     #: slot's bytes after the acquire that pinned the page (``gids.pinned``, the hit path). Not
     #: ``ld.relaxed.gpu``: a thread's strong loads were served one after another (H200,
     #: 2026-12-01: a page-per-warp sequential read through ``ld.relaxed.gpu`` reached 0.30 of
-    #: a plain read), while weak loads are pipelined. Weak is enough: the pin's acquire orders
-    #: the load after the loader's release of VALID, and ``.cg`` keeps stale L1 lines of the
-    #: slot's previous page out. The asm is side-effecting with a memory clobber, so the compiler keeps it between
+    #: a plain read), while weak loads are pipelined. Weak is enough: its address depends on
+    #: the slot, loaded only once the pin saw VALID (``kernels.cache.take_reference``), and
+    #: ``.cg`` keeps stale L1 lines of the slot's previous page out. The asm is side-effecting with a memory clobber, so the compiler keeps it between
     #: the pin and the unpin; the hardware still overlaps the loads themselves.
     ld_weak_l2 = _make_weak_l2_load()
 
