@@ -49,6 +49,38 @@ def reference_scramble(v: int, scale: int, val0: int, val1: int) -> int:
     return bitreverse(x) >> (64 - scale)
 
 
+def reference_kronecker_edge(e: int, scale: int, seed: int, a=0.57, b=0.19, c=0.19,
+                             scramble=True) -> tuple[int, int]:
+    """Edge ``e`` of a Kronecker graph, transcribed from the definition in docs/formats.md with
+    Python integers, one round at a time: what the numba kernel must reproduce bit for bit."""
+    mask = (1 << 64) - 1
+    gamma = 0x9E3779B97F4A7C15
+    key, val0, val1 = (int(k) for k in np.random.SeedSequence(seed).generate_state(3, np.uint64))
+
+    def splitmix64(z):
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        return z ^ (z >> 31)
+
+    def threshold(p):
+        return min(round(p * 65536), 65536)
+
+    d = 1 - a - b - c
+    row_threshold, top, bottom = threshold(a + b), threshold(a / (a + b)), threshold(c / (c + d))
+    u = v = 0
+    for k in range(scale):
+        z = splitmix64((key + (e * 64 + k // 2 + 1) * gamma) & mask)
+        fields = [(z >> (16 * f)) & 0xFFFF for f in range(4)]
+        row_draw, col_draw = fields[2 * (k % 2)], fields[2 * (k % 2) + 1]
+        row_bit = int(row_draw >= row_threshold)
+        col_bit = int(col_draw >= (bottom if row_bit else top))
+        u |= row_bit << k
+        v |= col_bit << k
+    if scramble:
+        u, v = (reference_scramble(x, scale, val0, val1) for x in (u, v))
+    return u, v
+
+
 # --- the generator -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("scale", [1, 2, 5, 11, 16])
@@ -66,6 +98,16 @@ def test_scramble_matches_the_graph500_reference(scale):
     ids = np.random.default_rng(scale).integers(0, 1 << scale, 200)
     got = scramble_vertices(ids, scale, val0, val1)
     assert got.tolist() == [reference_scramble(int(v), scale, val0, val1) for v in ids]
+
+
+@pytest.mark.parametrize("scale, first_edge, scramble", [(1, 0, True), (7, 5, True), (20, 10**9, True),
+                                                       (33, 123, True), (40, 2**40, True),
+                                                       (12, 77, False)])
+def test_kronecker_edges_match_a_transcription_of_the_definition(scale, first_edge, scramble):
+    src, dst = kronecker_edges(scale, first_edge, first_edge + 40, seed=scale, scramble=scramble)
+    expected = [reference_kronecker_edge(e, scale, scale, scramble=scramble)
+                for e in range(first_edge, first_edge + 40)]
+    assert list(zip(src.tolist(), dst.tolist())) == expected
 
 
 def test_kronecker_is_deterministic_and_independent_of_the_chunking():
@@ -137,6 +179,43 @@ def test_csr_bytes_do_not_depend_on_chunk_edges(tmp_path):
         generate_kronecker_csr(files[-1], 10, seed=5, chunk_edges=chunk_edges)
     contents = [f.read_bytes() for f in files]
     assert contents[0] == contents[1] == contents[2]
+
+
+@pytest.mark.parametrize("drop_self_loops, drop_duplicates", [(False, False), (True, True)])
+def test_csr_bytes_do_not_depend_on_the_number_of_threads(tmp_path, monkeypatch, drop_self_loops,
+                                                          drop_duplicates):
+    # Small graphs run in one thread; shrink the smallest task so that here every step is split
+    # between three threads (uneven slices, several tasks a range), then compare the bytes.
+    from workloads.graph import csr_file, kronecker, parallel
+    options = dict(seed=3, chunk_edges=5000, drop_self_loops=drop_self_loops,
+                   drop_duplicates=drop_duplicates)
+    monkeypatch.setattr(parallel, "N_THREADS", 1)
+    generate_kronecker_csr(tmp_path / "one.csr", 11, **options)
+    monkeypatch.setattr(parallel, "N_THREADS", 3)
+    monkeypatch.setattr(csr_file, "_MIN_ITEMS_PER_TASK", 100)
+    monkeypatch.setattr(kronecker, "_MIN_EDGES_PER_TASK", 100)
+    generate_kronecker_csr(tmp_path / "three.csr", 11, **options)
+    assert (tmp_path / "one.csr").read_bytes() == (tmp_path / "three.csr").read_bytes()
+    src, dst = kronecker_edges(11, 0, 16 << 11, seed=3)
+    offsets, neighbours = expected_csr(src, dst, 1 << 11, drop_self_loops=drop_self_loops,
+                                       drop_duplicates=drop_duplicates)
+    graph = open_csr(tmp_path / "three.csr", verify=True)
+    assert np.array_equal(graph.offsets, offsets) and np.array_equal(graph.neighbours, neighbours)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_adjacency_list_sort(dtype):
+    # Insertion sort up to 32 ids, then one radix pass per byte of the id width: both branches,
+    # odd and even numbers of passes, ids using the top bit of the width.
+    from workloads.graph.csr_file import _sort_ids
+    rng = np.random.default_rng(1)
+    for n_bits in (1, 8, 9, 17, 31) + ((40, 63) if dtype == np.int64 else ()):
+        for n in (0, 1, 2, 31, 32, 33, 500):
+            ids = rng.integers(0, 1 << n_bits, n, dtype=dtype)
+            ids[:n // 10] = (1 << n_bits) - 1
+            got = ids.copy()
+            _sort_ids(got, np.empty(n, dtype=dtype), n_bits)
+            assert np.array_equal(got, np.sort(ids)), (n_bits, n)
 
 
 def test_layout_is_page_aligned_for_a_file_backed_array(tmp_path):

@@ -25,11 +25,14 @@ import os
 import struct
 import tempfile
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
+from numba import njit
 
+from . import parallel
 from .edges import DEFAULT_CHUNK_EDGES, EdgeSource
 
 MAGIC = b"GIDSCSR\x00"
@@ -322,33 +325,287 @@ class CSRGraph:
                           shape=(n, n))
 
 
+def _as_ids(ids: np.ndarray) -> np.ndarray:
+    """An edge source's ids as the one array type the kernels are compiled for."""
+    return np.ascontiguousarray(ids, dtype=np.int64)
+
+
 def _check_ids(src: np.ndarray, dst: np.ndarray, n_vertices: int) -> None:
-    if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n_vertices):
+    slices = parallel.split(src.size, _MIN_ITEMS_PER_TASK)
+    n_bad = sum(parallel.run_all(_count_bad_ids, [(src[lo:hi], dst[lo:hi], np.uint64(n_vertices))
+                                                  for lo, hi in slices]))
+    if n_bad:
         bad = np.concatenate((src, dst))
         bad = bad[(bad < 0) | (bad >= n_vertices)][0]
         raise GraphFormatError(f"edge input holds vertex id {bad}, outside 0..{n_vertices - 1}")
 
 
-def _both_directions(src: np.ndarray, dst: np.ndarray, drop_self_loops: bool):
-    """CSR entries of an edge chunk as ``(tails, heads)``: u->v and v->u, a loop u->u once."""
-    loop = src == dst
-    if drop_self_loops:
-        src, dst = src[~loop], dst[~loop]
-        return np.concatenate((src, dst)), np.concatenate((dst, src))
-    return np.concatenate((src, dst[~loop])), np.concatenate((dst, src[~loop]))
+# --- the writer's kernels ------------------------------------------------------------------------
+#
+# Plain serial loops compiled by numba (``nogil``, so that several run at once on slices of the
+# work: see workloads/graph/parallel.py) and cached on disk (``cache=True``: compiling them all
+# takes a few seconds, loading them a fraction of one). An input edge (u, v) makes two CSR
+# entries, u->v in u's list and v->u in v's, except a self loop, which makes one entry (or none
+# with ``drop_self_loops``).
+
+# Below this many items a piece of work runs in the calling thread alone.
+_MIN_ITEMS_PER_TASK = 1 << 16
 
 
-def _sort_rows(tails: np.ndarray, heads: np.ndarray, first: int, stop: int, n_vertices: int):
-    """Sort entries by (tail, head); tails lie in ``first .. stop - 1``."""
-    head_bits = max(int(n_vertices - 1).bit_length(), 1)
-    tail_bits = max(int(stop - first - 1).bit_length(), 1)
-    if head_bits + tail_bits <= 63:
-        # One int64 sort on a packed key is several times faster than a two-key lexsort.
-        key = ((tails - first) << head_bits) | heads
-        key.sort()
-        return (key >> head_bits) + first, key & ((1 << head_bits) - 1)
-    order = np.lexsort((heads, tails))
-    return tails[order], heads[order]
+@njit(nogil=True, cache=True)
+def _count_bad_ids(src, dst, n_vertices):
+    """Ids outside ``0 .. n_vertices - 1`` (a negative id, read as unsigned, is out of range too)."""
+    n_bad = 0
+    for i in range(src.size):
+        n_bad += (np.uint64(src[i]) >= n_vertices) + (np.uint64(dst[i]) >= n_vertices)
+    return n_bad
+
+
+@njit(nogil=True, cache=True)
+def _count_entries(src, dst, drop_self_loops, counts, lo, hi):
+    """Add to ``counts[x]`` the entries of vertices ``lo <= x < hi`` that the edges make.
+
+    Threads are given disjoint vertex slices ``lo .. hi - 1`` and each reads every edge, so no two
+    ever add to the same counter (and each one's counters lie together, friendly to its cache).
+    """
+    for i in range(src.size):
+        u, v = src[i], dst[i]
+        if u != v:
+            if lo <= u < hi:
+                counts[u] += 1
+            if lo <= v < hi:
+                counts[v] += 1
+        elif not drop_self_loops and lo <= u < hi:
+            counts[u] += 1
+
+
+@njit(nogil=True, cache=True)
+def _range_of(x, bounds, first_range, shift):
+    """The vertex range ``k`` with ``bounds[k] <= x < bounds[k + 1]``.
+
+    ``first_range[x >> shift]`` is the range of the first vertex of ``x``'s block of ``2**shift``
+    vertices; ranges are far wider than blocks, so the walk forward is rarely more than one step.
+    """
+    k = first_range[x >> shift]
+    while bounds[k + 1] <= x:
+        k += 1
+    return k
+
+
+@njit(nogil=True, cache=True)
+def _count_by_range(src, dst, drop_self_loops, bounds, first_range, shift, counts):
+    """``counts[k]`` += the number of entries the edges put in vertex range ``k``."""
+    for i in range(src.size):
+        u, v = src[i], dst[i]
+        if u != v or not drop_self_loops:
+            counts[_range_of(u, bounds, first_range, shift)] += 1
+        if u != v:
+            counts[_range_of(v, bounds, first_range, shift)] += 1
+
+
+@njit(nogil=True, cache=True)
+def _spill_by_range(src, dst, drop_self_loops, bounds, first_range, shift, next_slot, pairs):
+    """Write each entry as a (tail, head) row of ``pairs`` at ``next_slot[its range]``, bumping it."""
+    for i in range(src.size):
+        u, v = src[i], dst[i]
+        if u != v or not drop_self_loops:
+            k = _range_of(u, bounds, first_range, shift)
+            pairs[next_slot[k], 0] = u
+            pairs[next_slot[k], 1] = v
+            next_slot[k] += 1
+        if u != v:
+            k = _range_of(v, bounds, first_range, shift)
+            pairs[next_slot[k], 0] = v
+            pairs[next_slot[k], 1] = u
+            next_slot[k] += 1
+
+
+@njit(nogil=True, cache=True)
+def _sort_ids(a, scratch, n_bits):
+    """Sort ``a`` (ids in ``0 .. 2**n_bits - 1``) in place; ``scratch`` is as long as ``a`` or longer.
+
+    Insertion sort for short lists (most adjacency lists), else a least-significant-digit radix
+    sort, one pass per byte of the ids: linear time, however long the list (a hub of a scale-26
+    graph has millions of neighbours). Written out because numba's ``np.sort`` takes seconds to
+    compile (so does this function if it swaps array variables or assigns whole slices, hence
+    the plain loops).
+    """
+    n = a.size
+    if n <= 32:
+        for i in range(1, n):
+            x = a[i]
+            j = i - 1
+            while j >= 0 and a[j] > x:
+                a[j + 1] = a[j]
+                j -= 1
+            a[j + 1] = x
+        return
+    digit_start = np.empty(257, dtype=np.int64)
+    for shift in range(0, n_bits, 8):
+        for d in range(257):
+            digit_start[d] = 0
+        for i in range(n):
+            digit_start[((a[i] >> shift) & 255) + 1] += 1
+        for d in range(256):
+            digit_start[d + 1] += digit_start[d]
+        for i in range(n):  # stable: keeps the order of the previous passes within a digit
+            d = (a[i] >> shift) & 255
+            scratch[digit_start[d]] = a[i]
+            digit_start[d] += 1
+        for i in range(n):
+            a[i] = scratch[i]
+
+
+@njit(nogil=True, cache=True)
+def _sort_rows(pairs, first, row_start, r0, r1, drop_duplicates, n_bits, heads, row_length):
+    """Build the sorted adjacency lists of vertices ``first + r0 .. first + r1 - 1``.
+
+    ``pairs`` holds the (tail, head) entries of a vertex range starting at ``first`` in any order;
+    row ``r`` (vertex ``first + r``) gets the slots ``row_start[r] .. row_start[r + 1] - 1`` of
+    ``heads`` (its entry count from pass 1, an upper bound when duplicates are dropped). Threads
+    are given disjoint row blocks and each reads all of ``pairs``, keeping its own rows' entries.
+
+    Each row is sorted, stripped of duplicates if asked, and moved down so that the block's kept
+    entries are contiguous from ``row_start[r0]``; ``row_length[r]`` gets the kept count.
+    Returns ``(kept entries, self loops kept)``.
+    """
+    next_slot = row_start[r0:r1].copy()
+    lo, hi = first + r0, first + r1
+    for i in range(pairs.shape[0]):
+        tail = pairs[i, 0]
+        if lo <= tail < hi:
+            heads[next_slot[tail - lo]] = pairs[i, 1]
+            next_slot[tail - lo] += 1
+    longest = 0
+    for r in range(r0, r1):
+        longest = max(longest, row_start[r + 1] - row_start[r])
+    scratch = np.empty(longest, dtype=heads.dtype)
+    kept = row_start[r0]  # where the next kept entry goes: never past the one being read
+    n_loops = 0
+    for r in range(r0, r1):
+        row = heads[row_start[r]:row_start[r + 1]]
+        _sort_ids(row, scratch, n_bits)
+        row_kept = 0
+        for j in range(row.size):
+            head = row[j]
+            if drop_duplicates and row_kept > 0 and head == heads[kept + row_kept - 1]:
+                continue
+            heads[kept + row_kept] = head  # at or before row[j]: nothing unread is overwritten
+            n_loops += head == first + r
+            row_kept += 1
+        row_length[r] = row_kept
+        kept += row_kept
+    return kept - row_start[r0], n_loops
+
+
+def _range_lookup(bounds: np.ndarray, n_vertices: int) -> tuple[np.ndarray, int]:
+    """``(first_range, shift)`` for :func:`_range_of`: at most 65536 blocks of ``2**shift``
+    vertices."""
+    shift = max(int(n_vertices - 1).bit_length() - 16, 0)
+    block_first_vertex = np.arange(0, n_vertices, 1 << shift, dtype=np.int64)
+    return np.searchsorted(bounds, block_first_vertex, side="right") - 1, shift
+
+
+def _group_by_range(src: np.ndarray, dst: np.ndarray, drop_self_loops: bool, bounds: np.ndarray,
+                    lookup: tuple[np.ndarray, int], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """A chunk's CSR entries as (tail, head) rows grouped by vertex range, and the group sizes.
+
+    A counting sort on the range, in two passes over each thread's slice of the edges: count the
+    slice's entries per range, then write each where its range's part of the slice starts.
+    Ranges come one after another, and within a range the slices in order.
+    """
+    first_range, shift = lookup
+    n_ranges = bounds.size - 1
+    slices = parallel.split(src.size, _MIN_ITEMS_PER_TASK)
+    per_slice = np.zeros((len(slices), n_ranges), dtype=np.int64)
+    parallel.run_all(_count_by_range, [
+        (src[lo:hi], dst[lo:hi], drop_self_loops, bounds, first_range, shift, per_slice[t])
+        for t, (lo, hi) in enumerate(slices)])
+    in_order = per_slice.T.ravel()  # range 0: slice 0, slice 1, ...; range 1: ...
+    first_slot = (np.cumsum(in_order) - in_order).reshape(n_ranges, len(slices)).T.copy()
+    pairs = np.empty((int(in_order.sum()), 2), dtype=dtype)
+    parallel.run_all(_spill_by_range, [
+        (src[lo:hi], dst[lo:hi], drop_self_loops, bounds, first_range, shift, first_slot[t], pairs)
+        for t, (lo, hi) in enumerate(slices)])
+    return pairs, per_slice.sum(axis=0)
+
+
+def _sort_range(pairs: np.ndarray, first: int, slot_ends: np.ndarray, drop_duplicates: bool,
+                id_bits: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The neighbours of vertices ``first .. first + slot_ends.size - 2``, in order, from their
+    (tail, head) entries in any order: ``(heads, entries per vertex, self loops)``.
+
+    ``slot_ends`` are pass 1's cumulative entry counts of those vertices (plus the one after), so
+    every vertex has its slots; threads take blocks of vertices with about equal numbers of
+    entries (:func:`_sort_rows`).
+    """
+    row_start = slot_ends - slot_ends[0]
+    n_rows, n_slots = row_start.size - 1, int(row_start[-1])
+    n_tasks = len(parallel.split(n_slots, _MIN_ITEMS_PER_TASK))
+    cuts = np.searchsorted(row_start, np.arange(1, n_tasks) * n_slots // n_tasks)
+    cuts = np.unique(np.concatenate(([0], cuts, [n_rows])))
+    heads = np.empty(n_slots, dtype=pairs.dtype)
+    row_length = np.empty(n_rows, dtype=np.int64)
+    blocks = parallel.run_all(_sort_rows, [
+        (pairs, first, row_start, r0, r1, drop_duplicates, id_bits, heads, row_length)
+        for r0, r1 in zip(cuts[:-1], cuts[1:])])
+    if drop_duplicates:  # close the gaps duplicates left at the end of each block
+        heads = np.concatenate([heads[row_start[r0]:row_start[r0] + n_kept]
+                                for r0, (n_kept, _) in zip(cuts[:-1], blocks)])
+    return heads, row_length, sum(n_loops for _, n_loops in blocks)
+
+
+class _Appender:
+    """Appends arrays to a file from a second thread, so that writing (and checksumming) one block
+    overlaps making the next. One block at most is in flight: :meth:`append` first waits for the
+    previous one, and :meth:`wait` re-raises a failed write.
+    """
+
+    def __init__(self, file, checksum: bool = False):
+        self.file = file
+        self.checksum = checksum
+        self.crc = 0  # zlib CRC-32 of everything appended, with checksum=True
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gids-csr-writer")
+        self._pending = None
+
+    def _write(self, block: np.ndarray) -> None:
+        self.file.write(block.data)  # both calls release the GIL for large buffers
+        if self.checksum:
+            self.crc = zlib.crc32(block.data, self.crc)
+
+    def append(self, block: np.ndarray) -> None:
+        self.wait()
+        self._pending = self._thread.submit(self._write, block)
+
+    def wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def __enter__(self) -> "_Appender":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if exc[0] is None:
+                self.wait()
+        finally:
+            self._thread.shutdown(wait=True)  # never leave a write running on a closing file
+
+
+def _read_pieces(spill, starts: np.ndarray, counts: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Read the spilled (tail, head) pairs ``starts[i] .. starts[i] + counts[i] - 1`` for all ``i``
+    into one array (``readinto`` copies straight from the page cache, no mapping)."""
+    pairs = np.empty((int(counts.sum()), 2), dtype=dtype)
+    at = 0
+    for start, count in zip(starts.tolist(), counts.tolist()):
+        if count:
+            spill.seek(start * pairs.itemsize * 2)
+            piece = memoryview(pairs[at:at + count]).cast("B")
+            if spill.readinto(piece) != piece.nbytes:
+                raise OSError(f"{spill.name}: spill file shorter than what was written to it")
+            at += count
+    return pairs
 
 
 def write_csr(path: str | os.PathLike, source: EdgeSource, *,
@@ -392,12 +649,16 @@ def write_csr(path: str | os.PathLike, source: EdgeSource, *,
     1. count each vertex's entries (one pass over the input);
     2. cut the vertices into ranges of about ``chunk_edges`` entries, and append every entry to a
        spill file, grouped by range within each input chunk (second pass);
-    3. per range: gather its pieces from the spill file, sort by (vertex, neighbour), drop
-       duplicates if asked, and append the neighbours to the output in vertex order.
+    3. per range: gather its pieces from the spill file, place each entry in its vertex's slots
+       (known from step 1), sort each vertex's list, drop duplicates if asked, and append the
+       neighbours to the output in vertex order.
 
-    Memory: ``16 * n_vertices`` bytes (degrees, offsets) plus about 100 bytes per ``chunk_edges``
-    (measured with tracemalloc; about 200 for chunks under 16 Ki edges, where fixed-size
-    temporaries of the Kronecker generator weigh in).
+    The per-entry work runs in numba kernels on all cores (:mod:`workloads.graph.parallel`), and
+    the spill and output files are written from a second thread while the next block is made.
+
+    Memory: ``16 * n_vertices`` bytes (entry counts, offsets) plus about 50 bytes per
+    ``chunk_edges`` (measured with tracemalloc; more for chunks under 64 Ki edges, where the
+    per-chunk bookkeeping weighs in).
     The file's bytes depend only on the edges, never on ``chunk_edges``.
     """
     path = os.fspath(path)
@@ -409,22 +670,24 @@ def write_csr(path: str | os.PathLike, source: EdgeSource, *,
     report = progress if progress is not None else (lambda done, total: None)
 
     # Pass 1: entries per vertex. With drop_duplicates these are upper bounds, which is all the
-    # range split needs: the exact offsets come out of step 3.
+    # range split and the slots of step 3 need: the exact offsets come out of step 3.
     counts = np.zeros(n_vertices, dtype=np.int64)
     n_input_edges = 0
     for src, dst in source.chunks(chunk_edges):
+        src, dst = _as_ids(src), _as_ids(dst)
         _check_ids(src, dst, n_vertices)
         n_input_edges += src.size
-        loop = src == dst
-        if drop_self_loops:
-            src, dst = src[~loop], dst[~loop]
-            loop = loop[~loop]
-        np.add.at(counts, src, 1)
-        np.add.at(counts, dst[~loop], 1)  # a self loop is stored once, in its vertex's list
+        n_tasks = len(parallel.split(src.size, _MIN_ITEMS_PER_TASK))
+        parallel.run_all(_count_entries, [(src, dst, drop_self_loops, counts, lo, hi)
+                                          for lo, hi in parallel.split(n_vertices, 1, n_tasks)])
         report(min(n_input_edges, phase_total), 3 * phase_total)
-    bounds = row_ranges(np.concatenate(([0], np.cumsum(counts))), chunk_edges)
+    # slot_ends[v] .. slot_ends[v + 1] - 1: the places of v's entries, before duplicates go.
+    slot_ends = np.zeros(n_vertices + 1, dtype=np.int64)
+    np.cumsum(counts, out=slot_ends[1:])
     del counts
+    bounds = row_ranges(slot_ends, chunk_edges)
     n_ranges = bounds.size - 1
+    lookup = _range_lookup(bounds, n_vertices)
 
     tmp_path = path + ".tmp"
     spill_dir = os.fspath(tmp_dir) if tmp_dir is not None else os.path.dirname(os.path.abspath(path))
@@ -432,60 +695,47 @@ def write_csr(path: str | os.PathLike, source: EdgeSource, *,
         with tempfile.TemporaryFile(dir=spill_dir, prefix=".gids-csr-spill-") as spill, \
                 open(tmp_path, "wb") as out:
             # Pass 2: spill entries as (tail, head) pairs, grouped by vertex range per chunk;
-            # piece_counts[c, k] is chunk c's number of entries in range k.
+            # piece_counts[c, k] is chunk c's number of entries in range k. A chunk is written
+            # while the next one is made (_Appender).
             piece_counts = []
             done = 0
-            for src, dst in source.chunks(chunk_edges):
-                done += src.size
-                tails, heads = _both_directions(src, dst, drop_self_loops)
-                del src, dst  # each chunk's arrays are dropped as soon as possible: peak memory
-                # numpy sorts 16-bit keys by radix, several times faster than 64-bit ones.
-                which_range = (np.searchsorted(bounds, tails, side="right") - 1).astype(
-                    np.uint16 if n_ranges <= 1 << 16 else np.int64)
-                piece_counts.append(np.bincount(which_range, minlength=n_ranges))
-                order = np.argsort(which_range, kind="stable")
-                del which_range
-                pairs = np.empty((tails.size, 2), dtype=dtype)
-                pairs[:, 0], pairs[:, 1] = tails.astype(dtype)[order], heads.astype(dtype)[order]
-                del tails, heads, order
-                spill.write(pairs.data)
-                del pairs
-                report(phase_total + min(done, phase_total), 3 * phase_total)
+            with _Appender(spill) as spill_writer:
+                for src, dst in source.chunks(chunk_edges):
+                    done += src.size
+                    pairs, chunk_piece_counts = _group_by_range(
+                        _as_ids(src), _as_ids(dst), drop_self_loops, bounds, lookup, dtype)
+                    del src, dst  # each chunk's arrays are dropped as soon as possible: peak memory
+                    piece_counts.append(chunk_piece_counts)
+                    spill_writer.append(pairs)
+                    del pairs
+                    report(phase_total + min(done, phase_total), 3 * phase_total)
             spill.flush()
             piece_counts = np.array(piece_counts, dtype=np.int64).reshape(len(piece_counts), n_ranges)
             # Pieces lie chunk after chunk, range after range within a chunk.
             piece_starts = (np.cumsum(piece_counts) - piece_counts.ravel()).reshape(piece_counts.shape)
-            n_spilled = int(piece_counts.sum())
-            spilled = (np.memmap(spill, dtype=dtype, mode="r", shape=(n_spilled, 2)) if n_spilled
-                       else np.empty((0, 2), dtype=dtype))
 
-            # Step 3: sort each range and append its neighbours; the offsets fall out as we go.
+            # Step 3: per range, gather its pieces, sort them into adjacency lists and append
+            # the neighbours; the offsets fall out as we go.
             offsets_offset, neighbours_offset, _ = section_layout(n_vertices, 0, dtype.itemsize)
             out.seek(neighbours_offset)
             offsets = np.zeros(n_vertices + 1, dtype=np.int64)
             written = n_self_loops = 0
-            neighbours_crc = 0
-            for k in range(n_ranges):
-                first, stop = int(bounds[k]), int(bounds[k + 1])
-                pieces = [spilled[s:s + c] for s, c in zip(piece_starts[:, k], piece_counts[:, k])]
-                pairs = np.concatenate(pieces) if pieces else np.empty((0, 2), dtype=dtype)
-                tails, heads = _sort_rows(pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64),
-                                          first, stop, n_vertices)
-                del pairs, pieces
-                if drop_duplicates and tails.size:
-                    first_of_run = np.ones(tails.size, dtype=bool)
-                    first_of_run[1:] = (tails[1:] != tails[:-1]) | (heads[1:] != heads[:-1])
-                    tails, heads = tails[first_of_run], heads[first_of_run]
-                per_vertex = np.bincount(tails - first, minlength=stop - first)
-                offsets[first + 1:stop + 1] = written + np.cumsum(per_vertex)
-                block = heads.astype(dtype)
-                out.write(block.data)
-                neighbours_crc = zlib.crc32(block.data, neighbours_crc)
-                n_self_loops += int(np.count_nonzero(tails == heads))
-                written += block.size
-                report(2 * phase_total + phase_total * int(bounds[k + 1]) // max(n_vertices, 1),
-                       3 * phase_total)
-            del spilled
+            id_bits = max(int(n_vertices - 1).bit_length(), 1)
+            # A range is written while the next one is sorted (_Appender).
+            with _Appender(out, checksum=True) as neighbours_writer:
+                for k in range(n_ranges):
+                    first, stop = int(bounds[k]), int(bounds[k + 1])
+                    pairs = _read_pieces(spill, piece_starts[:, k], piece_counts[:, k], dtype)
+                    heads, row_length, loops = _sort_range(pairs, first, slot_ends[first:stop + 1],
+                                                           drop_duplicates, id_bits)
+                    del pairs
+                    offsets[first + 1:stop + 1] = written + np.cumsum(row_length)
+                    neighbours_writer.append(heads)
+                    n_self_loops += loops
+                    written += heads.size
+                    report(2 * phase_total + phase_total * stop // max(n_vertices, 1),
+                           3 * phase_total)
+            neighbours_crc = neighbours_writer.crc
 
             _, _, file_size = section_layout(n_vertices, written, dtype.itemsize)
             # Extends with zeros: the end padding (and, with no edges, the gap after offsets).

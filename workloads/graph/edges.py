@@ -13,8 +13,8 @@ from typing import Iterator, Protocol
 
 import numpy as np
 
-#: Default edge budget per chunk: 2 Mi edges. The CSR writer needs about 100 bytes per chunk
-#: edge, so its working set stays near 200 MiB (plus 16 bytes per vertex) whatever the graph's size.
+#: Default edge budget per chunk: 2 Mi edges. The CSR writer needs about 50 bytes per chunk
+#: edge, so its working set stays near 100 MiB (plus 16 bytes per vertex) whatever the graph's size.
 DEFAULT_CHUNK_EDGES = 1 << 21
 
 EdgeChunk = tuple[np.ndarray, np.ndarray]
