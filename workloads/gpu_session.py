@@ -78,7 +78,9 @@ STAGES = {
                "--data-path", "gids,nvme", "--cache-fractions", "0.25",
                "--ssd", "p5800x", "--n-ssd", "1,4", "--json", "{dir}/bfs_emulated.json"], 120),
              # Issue 5's setting: scale 24 (16.8 M vertices, 2.1 GB of neighbours; generation
-             # about 4x scale 22's ~50 s on the lent machine), a RAM-backed store, the cache at
+             # took ~5 min there on 2026-12-01, and the 410 s cap cut the run after gids and the
+             # memory path; the generator has since been made parallel, `1becc8a`, an estimated
+             # 10-20 s on 16 cores, not yet timed there), a RAM-backed store, the cache at
              # 25 % (cold each search) beside the other paths; then the cache holding the whole
              # graph, warm, on the same file (outside {dir}: it must not be sent back).
              ([*GIDS, "bfs", "--scale", "24", "--roots", "4", "--storage", "memory",
