@@ -13,9 +13,10 @@ from tests.helpers import random_file, run_with_warp32
 
 
 @cuda.jit
-def _copy_spans(h, starts, count, out):
+def _copy_spans(h, starts, count, out, after):
     """Thread k copies elements starts[k] .. starts[k] + count - 1 into out[k, :], a page at a
-    time: one pin per page."""
+    time: one pin per page, given back by ``unpin_page``, or with ``after`` by
+    ``unpin_page_after`` passing the sum of the page's values (it depends on every value read)."""
     k = cuda.grid(1)
     if k < starts.size:
         i = starts[k]
@@ -25,9 +26,16 @@ def _copy_spans(h, starts, count, out):
             if at < 0:
                 return
             n = min(gids.page_room(h, i), count - j)
+            total = out[k, 0] * 0
             for m in range(n):
-                out[k, j + m] = gids.pinned(h, at + m)
-            gids.unpin_page(h, i, at)
+                x = gids.pinned(h, at + m)
+                out[k, j + m] = x
+                if after:
+                    total += x
+            if after:
+                gids.unpin_page_after(h, i, at, total)
+            else:
+                gids.unpin_page(h, i, at)
             i += n
             j += n
 
@@ -45,7 +53,7 @@ def test_spans_across_pages_match_numpy(tmp_path, dtype, page_size, offset):
     with gids.Runtime(cache_pages=2, page_size=page_size) as rt:
         a = rt.open_array(tmp_path / "d.bin", dtype, shape=n, offset=offset)
         out = cuda.to_device(np.zeros((starts.size, count), dtype=dtype))
-        _copy_spans[1, starts.size](a.handle, cuda.to_device(starts), count, out)
+        _copy_spans[1, starts.size](a.handle, cuda.to_device(starts), count, out, False)
         rt.sync()
         want = np.stack([ref[s:s + count] for s in starts])
         np.testing.assert_array_equal(out.copy_to_host().view(np.uint8), want.view(np.uint8))
@@ -56,39 +64,17 @@ def test_spans_across_pages_match_numpy(tmp_path, dtype, page_size, offset):
         np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
 
 
-@cuda.jit
-def _sum_spans_after(h, starts, count, out):
-    """As ``_copy_spans``, but each thread adds its span up and gives each pin back with
-    ``unpin_page_after``, passing the running sum (it depends on every value read)."""
-    k = cuda.grid(1)
-    if k < starts.size:
-        i = starts[k]
-        j = 0
-        total = 0
-        while j < count:
-            at = gids.pin_page(h, i)
-            if at < 0:
-                return
-            n = min(gids.page_room(h, i), count - j)
-            for m in range(n):
-                total += gids.pinned(h, at + m)
-            gids.unpin_page_after(h, i, at, total)
-            i += n
-            j += n
-        out[k] = total
-
-
 def test_unpin_page_after_gives_every_pin_back():
     data = np.random.default_rng(5).integers(0, 1 << 40, 6 * 64, dtype=np.int64)   # 6 pages
     starts = np.array([0, 10, 100, 200, 290, 250])
     count = 90                           # spans cross page boundaries; 2 slots, 6 pages
     with gids.Runtime(cache_pages=2, page_size=512) as rt:
         a = rt.open_array(data)
-        out = cuda.to_device(np.zeros(starts.size, dtype=np.int64))
-        _sum_spans_after[1, starts.size](a.handle, cuda.to_device(starts), count, out)
+        out = cuda.to_device(np.zeros((starts.size, count), dtype=np.int64))
+        _copy_spans[1, starts.size](a.handle, cuda.to_device(starts), count, out, True)
         rt.sync()
-        want = [data[s:s + count].sum() for s in starts]
-        np.testing.assert_array_equal(out.copy_to_host(), want)
+        np.testing.assert_array_equal(out.copy_to_host(), np.stack([data[s:s + count]
+                                                                    for s in starts]))
         assert rt.stats().evictions > 0
         # No reference left: every page's count is back at zero.
         state = rt._page_state.copy_to_host()

@@ -17,15 +17,8 @@ from workloads.pager import GIDS_PAGER, element_pager
 
 
 def ev_time(fn, reps=5):
-    ts = []
-    for _ in range(reps):
-        a, b = cuda.event(), cuda.event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(cuda.event_elapsed_time(a, b) / 1e3)
-    return float(np.median(ts))
+    """Median seconds of ``fn()`` by CUDA events, over ``reps`` runs."""
+    return mb._time_kernel(fn, reps)
 
 
 def main():
