@@ -574,7 +574,8 @@ def unpin_page_after(h, i, k, used):
     The unpin then waits for ``used`` (a ballot of it), hence for those loads, instead of
     fencing everything the thread did before (``unpin_page``'s release: a ``MEMBAR.GPU`` and a
     wait for it, 22 % of the stall samples of the bench's 4 KiB hit requests on the H200,
-    2026-12-01). A ``used`` that misses a read lets the page go while that read may still be in
+    2026-12-01, though without it those requests took as long: the wait moved to the loads).
+    A ``used`` that misses a read lets the page go while that read may still be in
     flight: it could then return bytes of the slot's next page. Collective, as
     :func:`unpin_page`.
     """
