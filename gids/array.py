@@ -65,7 +65,6 @@ class StorageArray:
             writable=int(self.writable),
             zero_word=np.uint32(0),
             page_state=rt._page_state,
-            page_slot=rt._page_slot,
             slot_page=rt._slot_page,
             clock=rt._clock,
             n_slots=rt.cache_slots,

@@ -10,13 +10,25 @@ release semantics (the reader polls that word with acquire semantics).
 """
 import numpy as np
 
-# --- Page state word (uint32, one per page of every open array, in device memory) -----------
-PAGE_VALID = np.uint32(1 << 31)   # the page's bytes are in cache slot page_slot[page]
-PAGE_BUSY = np.uint32(1 << 30)    # one thread owns the page and is loading it
-PAGE_ERROR = np.uint32(1 << 29)   # the last load failed; waiters give up instead of spinning
-PAGE_DIRTY = np.uint32(1 << 28)   # the slot holds writes the store has not got yet; with BUSY:
+# --- Page state word (uint64, one per page of every open array, in device memory) -----------
+# Low half: the page's state bits and its reference count. High half: the cache slot that holds
+# the page's bytes (set together with VALID, kept while VALID and while BUSY | DIRTY, 0 once the
+# page is not cached). One word, so that the hit path's pin (one atomic add) returns the slot
+# with the state: no second load of the slot after it (kernels/cache.py).
+PAGE_VALID = np.uint64(1 << 31)   # the page's bytes are in cache slot page_state[page] >> 32
+PAGE_BUSY = np.uint64(1 << 30)    # one thread owns the page and is loading it
+PAGE_ERROR = np.uint64(1 << 29)   # the last load failed; waiters give up instead of spinning
+PAGE_DIRTY = np.uint64(1 << 28)   # the slot holds writes the store has not got yet; with BUSY:
                                   # the page is being written back (readers wait, as for a load)
-PAGE_REF_MASK = np.uint32((1 << 24) - 1)  # threads holding the page pinned (reading its slot)
+PAGE_REF_MASK = np.uint64((1 << 24) - 1)  # threads holding the page pinned (reading its slot)
+# A reference is added and dropped as +1 and -1 (2**64 - 1) on the whole word. The count stays
+# below 2**24: references are held by warp leaders, one per warp and page in a call (kept past
+# the call only by gids.pin_page, until unpin_page), and an H200 runs at most 132 * 64 warps at
+# once. So an add never carries out of the count (into the state bits, let alone the slot), and
+# a drop, made only by a holder (count >= 1), never borrows from them. Bits 24-27 are unused.
+PAGE_SLOT_SHIFT = np.uint64(32)                   # slot = word >> PAGE_SLOT_SHIFT
+PAGE_SLOT_MASK = np.uint64(0xFFFFFFFF << 32)      # slots fit in 31 bits (2**31 pages of 512 B
+                                                  # are a TiB of GPU memory)
 
 SLOT_EMPTY = -1    # slot_page[s]: slot holds no page
 SLOT_CLAIMED = -2  # slot_page[s]: a loader is evicting or filling the slot

@@ -273,8 +273,8 @@ class Runtime:
         self._cache = cuda.device_array(cache_pages * page_size, dtype=np.uint8)
         self._slot_page = self._to_device(np.full(cache_pages, L.SLOT_EMPTY, dtype=np.int64))
         self._clock = self._to_device(np.zeros(1, dtype=np.int64))
-        self._page_state = self._to_device(np.zeros(1, dtype=np.uint32))
-        self._page_slot = self._to_device(np.zeros(1, dtype=np.int64))
+        # One uint64 word per page: its state and, while it has one, its slot (gids.layout).
+        self._page_state = self._to_device(np.zeros(1, dtype=np.uint64))
         # Each array's first global page, so that an evicting thread can name a dirty victim's
         # array in its write request; unused rows sort after every page.
         self._page_bases_host = np.full(L.MAX_ARRAYS, np.iinfo(np.int64).max, dtype=np.int64)
@@ -621,13 +621,10 @@ class Runtime:
             self._n_pages = n_pages
             return
         capacity = max(n_pages, 2 * self._page_state.size)
-        state = np.zeros(capacity, dtype=np.uint32)
-        slot = np.zeros(capacity, dtype=np.int64)
+        state = np.zeros(capacity, dtype=np.uint64)
         if self._n_pages:
             state[:self._n_pages] = self._page_state.copy_to_host()[:self._n_pages]
-            slot[:self._n_pages] = self._page_slot.copy_to_host()[:self._n_pages]
         self._page_state = self._to_device(state)
-        self._page_slot = self._to_device(slot)
         self._n_pages = n_pages
 
     # ----------------------------------------------------------------- kernels
@@ -792,7 +789,9 @@ class Runtime:
         self._lost = []
         if dirty.size == 0:
             return 0
-        slots = self._page_slot.copy_to_host()[dirty]
+        # Each page's slot is in its word's high half (kept there as long as the slot holds the
+        # page's bytes, also through a write-back: VALID | DIRTY or BUSY | DIRTY).
+        slots = (state[dirty] >> L.PAGE_SLOT_SHIFT).astype(np.int64)
         ps = self.page_size
         cache = self._cache.copy_to_host() if dirty.size > _WHOLE_CACHE_COPY_PAGES else None
         owners = np.searchsorted(self._page_bases_host, dirty, side="right") - 1
@@ -815,7 +814,7 @@ class Runtime:
                     break
                 self._lost.append((array, page))
                 continue
-            state[gpage] &= ~L.PAGE_DIRTY
+            state[gpage] &= ~L.PAGE_DIRTY   # a uint64 mask: the slot stays
             written += 1
         self._page_state.copy_to_device(state)
         self._flushed_pages += written
@@ -984,7 +983,7 @@ class Runtime:
         cuda.synchronize()
         if not discard_dirty:
             self._write_back_dirty()
-        self._page_state.copy_to_device(np.zeros(self._page_state.size, dtype=np.uint32))
+        self._page_state.copy_to_device(np.zeros(self._page_state.size, dtype=np.uint64))
         self._slot_page.copy_to_device(np.full(self.cache_slots, L.SLOT_EMPTY, dtype=np.int64))
         self._clock.copy_to_device(np.zeros(1, dtype=np.int64))
 

@@ -293,8 +293,8 @@ def _access(h, i, is_write, new_value, keep):
     :func:`_access_slow`, out of line.
 
     Per warp on a hit: one ``match_any_sync``, per leader one relaxed atomic (the pin:
-    :func:`~kernels.cache.take_reference`) and one load of the page's slot, one shuffle of the
-    slot, each lane's load (or store) of its element, one ballot of the values read, per leader
+    :func:`~kernels.cache.take_reference`, whose old value holds the page's slot), one shuffle of
+    the slot, each lane's load (or store) of its element, one ballot of the values read, per leader
     one reduction (the unpin: :func:`~kernels.cache.unpin_after_reads`), then the hit count: a
     warp whose lanes all want one page knows it without a ballot (its one leader hit), any other
     warp takes one ballot to see that all its leaders hit and one to count them; one lane adds
@@ -326,7 +326,7 @@ def _access(h, i, is_write, new_value, keep):
 
     # The leaders take a reference on their pages (kept, and settled by the slow path, where
     # the page is not resident); groups whose leader found its page resident use it.
-    old = np.uint32(0)
+    old = np.uint64(0)   # the page's word before the pin (kernels.cache.take_reference)
     slot = np.int64(-1)
     if is_leader:
         old, slot = take_reference(h, gpage)
@@ -442,7 +442,7 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
             if completed:
                 loading = False
                 if status == L.STATUS_OK:
-                    publish(h, gpage)
+                    publish(h, gpage, slot)
                     pinned = True
                     loaded = True
                 else:

@@ -1,14 +1,16 @@
 """The GPU page cache: page states, slot replacement, page copies.
 
-State of a page (one uint32 in ``page_state``, bits in :mod:`gids.layout`), as in BaM:
+State of a page (the low half of its uint64 word in ``page_state``, bits in :mod:`gids.layout`),
+as in BaM:
 
 - not VALID, not BUSY: not cached. A thread that sets BUSY (atomic OR, first one wins) becomes
   its loader: it claims a slot, issues the I/O, copies the page in and publishes VALID.
 - BUSY: being loaded. Others wait holding a reference, so the page cannot be evicted between
   its publication and their read.
-- VALID: in slot ``page_slot[page]``. A reader pins it (reference count + 1: :func:`take_reference`),
-  reads the slot from L2, and unpins once its reads are done (:func:`unpin`, a release, or
-  :func:`unpin_after_reads`). A VALID page with no reference can be evicted.
+- VALID: in the slot held in the word's high half. A reader pins it (reference count + 1, one
+  atomic add on the whole word, which returns the slot with the state: :func:`take_reference`),
+  and unpins once its reads are done (:func:`unpin`, a release, or :func:`unpin_after_reads`).
+  A VALID page with no reference can be evicted.
 - ERROR: its last load failed; readers stop with an error instead of waiting.
 - VALID | DIRTY: resident, and written by ``gids.write`` since it was loaded: the store does not
   have these bytes yet. A writer sets DIRTY (atomic OR) while it still holds its pin, so an
@@ -18,14 +20,20 @@ State of a page (one uint32 in ``page_state``, bits in :mod:`gids.layout`), as i
   again, from a store that now has the bytes. So no reader can load a stale copy from the store
   while its newer bytes are still on their way there.
 
+The slot in the high half is written in the same atomic that sets VALID (:func:`publish`), kept
+while the page is VALID and while it is BUSY | DIRTY (its write-back reads it from there), and
+cleared when the page stops being cached; a reader uses it only while VALID (and pinned), so no
+reader can see a state and a slot that do not belong together. Every transition is an atomic on
+the whole 64-bit word that leaves the half it does not mean to change as it is.
+
 Replacement is a clock over the slots: the hand advances one slot per probe, and a slot is taken
-if it is empty or if its page can go from exactly "VALID, no references" to "not cached" in one
-compare-and-swap, so referenced and busy pages are skipped. The slot word itself is claimed
-first (``SLOT_CLAIMED``), so two loaders can never take the same slot. A dirty victim goes from
-exactly "VALID | DIRTY, no references" to "BUSY | DIRTY" instead, and its slot stays CLAIMED
-until its write-back ends: then the slot passes to the new page (:func:`finish_write_back`), or,
-if the store refused the bytes, the victim keeps its slot, still dirty (:func:`keep_dirty_victim`):
-a failed write-back loses nothing.
+if it is empty or if its page can go from exactly "VALID in this slot, no references" to "not
+cached" in one compare-and-swap, so referenced and busy pages are skipped. The slot word itself
+is claimed first (``SLOT_CLAIMED``), so two loaders can never take the same slot. A dirty victim
+goes from exactly "VALID | DIRTY in this slot, no references" to "BUSY | DIRTY" instead, and its
+slot stays CLAIMED until its write-back ends: then the slot passes to the new page
+(:func:`finish_write_back`), or, if the store refused the bytes, the victim keeps its slot, still
+dirty (:func:`keep_dirty_victim`): a failed write-back loses nothing.
 """
 import numpy as np
 from numba import cuda
@@ -47,39 +55,52 @@ PIN_RETRY = 4    # its loader gave up; no reference held, try again
 #: Slots a loader probes in one round before giving up the round (it retries the next round).
 VICTIM_PROBES = 64
 
+# Every constant is a uint64, as the words are: an operand of 32 bits would be zero-extended,
+# and a mask of the low half would clear the slot.
 _VALID = L.PAGE_VALID
 _BUSY = L.PAGE_BUSY
 _ERROR = L.PAGE_ERROR
 _DIRTY = L.PAGE_DIRTY
-_DIRTY_VALID = np.uint32(int(L.PAGE_VALID) | int(L.PAGE_DIRTY))
-_DIRTY_BUSY = np.uint32(int(L.PAGE_BUSY) | int(L.PAGE_DIRTY))
-_ONE = np.uint32(1)
-_MINUS_ONE = np.uint32(0xFFFFFFFF)   # adding it drops one reference (wrap-around)
-_NOT_BUSY = np.uint32(~int(L.PAGE_BUSY) & 0xFFFFFFFF)
+_DIRTY_VALID = np.uint64(int(L.PAGE_VALID) | int(L.PAGE_DIRTY))
+_DIRTY_BUSY = np.uint64(int(L.PAGE_BUSY) | int(L.PAGE_DIRTY))
+_SLOT_SHIFT = L.PAGE_SLOT_SHIFT
+_SLOT_MASK = L.PAGE_SLOT_MASK
+_ZERO = np.uint64(0)
+_ONE = np.uint64(1)
+# Adding it drops one reference: -1 modulo 2**64. A 32-bit 0xFFFFFFFF would carry into the slot.
+# The count is >= 1 whenever a reference is dropped (only its holder drops it), so the subtraction
+# never borrows from the state bits or the slot.
+_MINUS_ONE = np.uint64(0xFFFFFFFFFFFFFFFF)
+_NOT_BUSY = np.uint64(~int(L.PAGE_BUSY) & 0xFFFFFFFFFFFFFFFF)   # keeps the slot
 
 
 @cuda.jit(device=True)
 def take_reference(h, page):
-    """The hit path's pin: one reference on ``page`` (a relaxed atomic add), and its slot if it
-    was VALID. Returns ``(old state, slot or -1)``. The caller holds the reference either way:
-    on a page that was not VALID it must settle it (:func:`settle_pin`).
+    """The hit path's pin: one reference on ``page`` (a relaxed 64-bit atomic add), and its slot
+    if it was VALID. Returns ``(old word, slot or -1)``. The caller holds the reference either
+    way: on a page that was not VALID it must settle it (:func:`settle_pin`).
+
+    The slot comes back in the atomic's old value (the word's high half), so a hit waits for one
+    L2 round trip before the loads of its bytes, not two (a separate load of the slot after the
+    pin was 6 % of the stall samples of the bench's 4 KiB hit requests and 9 % of a sequential
+    ``gids.read`` on the H200, 2026-12-01). It is the slot of the same moment as the VALID seen
+    with it, and the reference now held keeps the page in that slot.
 
     Relaxed, not acquire: on sm_90 an acquire atomic is followed by an invalidation of the SM's
     whole L1 (``CCTL.IVALL``), 17 % of the stall samples of a sequential ``gids.read`` on the
-    H200 (2026-12-01). What the acquire would order, the reads of the slot, is ordered without
-    it: the slot number is loaded only once VALID was seen (control-dependent on the atomic's
-    value) and the slot's bytes at an address computed from it (address-dependent), and the GPU
-    issues no load before the values it depends on are back; every read of a slot goes to L2
-    (``ld.relaxed.gpu``, ``ld.global.cg``), never to the SM's L1, and the loader fenced its
-    copy into L2 before it published VALID (:func:`publish`). Both atomics are asm with memory
-    clobbers, so the compiler keeps the order too. (Measured, with the fenceless unpin below:
-    sequential ``gids.read`` 12 % faster, page-level and 4 KiB request hits unchanged, the wait
-    moving to the data loads: docs/results.md, 2026-12-01 third session.)
+    H200 (2026-12-01). What the acquire would order, the reads of the slot's bytes, is ordered
+    without it: their addresses are computed from the atomic's value (address-dependent), and
+    the GPU issues no load before the values it depends on are back; every read of a slot goes
+    to L2 (``ld.global.cg``), never to the SM's L1, and the loader fenced its copy into L2
+    before it published VALID (:func:`publish`). The atomic is asm with a memory clobber, so
+    the compiler keeps the order too. (Measured, with the fenceless unpin below: sequential
+    ``gids.read`` 12 % faster, page-level and 4 KiB request hits unchanged, the wait moving to
+    the data loads: docs/results.md, 2026-12-01 third session.)
     """
     old = atomic_add_relaxed_gpu(h.page_state, page, _ONE)
     if old & _VALID:
-        return old, ld_relaxed_gpu(h.page_slot, page)
-    return old, -1
+        return old, np.int64(old >> _SLOT_SHIFT)
+    return old, np.int64(-1)
 
 
 @cuda.jit(device=True)
@@ -100,10 +121,11 @@ def settle_pin(h, page, old):
     if old & _BUSY:
         return PIN_WAIT, -1
     if old & _VALID:
-        # Loaded between our two atomics: give BUSY back; our reference pins it.
+        # Loaded between our two atomics: give BUSY back; our reference pins it in the slot
+        # the OR returned.
         atomic_and(h.page_state, page, _NOT_BUSY)
         cuda.threadfence()
-        return PIN_HIT, ld_relaxed_gpu(h.page_slot, page)
+        return PIN_HIT, np.int64(old >> _SLOT_SHIFT)
     if old & _ERROR:
         atomic_and(h.page_state, page, _NOT_BUSY)
         atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
@@ -129,7 +151,7 @@ def check_wait(h, page):
     reference is dropped and PIN_ERROR or PIN_RETRY (the loader gave up) is returned."""
     state = ld_acquire_gpu(h.page_state, page)
     if state & _VALID:
-        return PIN_HIT, ld_relaxed_gpu(h.page_slot, page)
+        return PIN_HIT, np.int64(state >> _SLOT_SHIFT)
     if state & _BUSY:
         return PIN_WAIT, -1
     atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
@@ -156,13 +178,13 @@ def unpin_after_reads(h, page, reads_done):
     reduction's operand, ``-1 + (reads_done & h.zero_word)``, waits for those loads, and the
     reduction cannot issue before they returned; a load that has returned its value cannot see
     a later overwrite of the slot. ``h.zero_word`` is 0 at run time, so the operand is -1
-    whatever ``reads_done`` is. :func:`unpin`'s release orders every earlier access of the
-    thread instead (``MEMBAR.ALL.GPU`` and a wait for it: 26 % of the stall samples of a
-    sequential ``gids.read`` on the H200, 2026-12-01, though taking it away gained less: the
-    wait moved to the loads); that is needed after writes, and where the reads are not known to
-    have returned (``gids.unpin_page``).
+    (modulo 2**64, the width of the page's word) whatever ``reads_done`` is. :func:`unpin`'s
+    release orders every earlier access of the thread instead (``MEMBAR.ALL.GPU`` and a wait for
+    it: 26 % of the stall samples of a sequential ``gids.read`` on the H200, 2026-12-01, though
+    taking it away gained less: the wait moved to the loads); that is needed after writes, and
+    where the reads are not known to have returned (``gids.unpin_page``).
     """
-    red_add(h.page_state, page, _MINUS_ONE + (reads_done & h.zero_word))
+    red_add(h.page_state, page, _MINUS_ONE + np.uint64(reads_done & h.zero_word))
 
 
 @cuda.jit(device=True)
@@ -172,7 +194,8 @@ def claim_slot(h, page):
     Returns ``(slot or -1, evicted_clean, dirty_victim)``. ``dirty_victim >= 0``: the slot
     holds that page's unwritten bytes; the caller must write them back and then call
     :func:`finish_write_back` (or :func:`keep_dirty_victim` if that failed) before the slot is
-    its own. Until then ``slot_page[slot]`` stays CLAIMED and ``page_slot[page]`` is not set.
+    its own. Until then ``slot_page[slot]`` stays CLAIMED. The slot goes into ``page``'s word
+    only when the page is published (:func:`publish`).
     """
     n = h.n_slots
     for _ in range(min(n, VICTIM_PROBES)):
@@ -186,20 +209,24 @@ def claim_slot(h, page):
             continue
         evicted = False
         if victim >= 0:
-            # Evict only a page that is VALID with no reference and not BUSY.
-            seen = atomic_cas(h.page_state, victim, _VALID, np.uint32(0))
-            if seen == _DIRTY_VALID:
-                if atomic_cas(h.page_state, victim, _DIRTY_VALID, _DIRTY_BUSY) == _DIRTY_VALID:
+            # Evict only a page that is VALID in this slot with no reference and not BUSY: its
+            # word is then exactly the slot and VALID, and becomes 0 (not cached, no slot).
+            in_slot = np.uint64(s) << _SLOT_SHIFT
+            seen = atomic_cas(h.page_state, victim, in_slot | _VALID, _ZERO)
+            if seen == in_slot | _DIRTY_VALID:
+                # A dirty one goes to BUSY | DIRTY and keeps its slot in the word while it is
+                # written back from it (a Runtime.flush after a failed kernel finds it there).
+                if (atomic_cas(h.page_state, victim, in_slot | _DIRTY_VALID, in_slot | _DIRTY_BUSY)
+                        == in_slot | _DIRTY_VALID):
                     # Acquire side of the writers' unpin: their stores into the slot are
                     # visible before the caller copies it out.
                     cuda.threadfence()
                     return s, False, victim   # evicted once its write-back succeeds
-            elif seen == _VALID:
+            elif seen == in_slot | _VALID:
                 evicted = True
             if not evicted:
                 atomic_exch(h.slot_page, s, victim)   # keep it; try the next slot
                 continue
-        h.page_slot[page] = s
         atomic_exch(h.slot_page, s, page)
         return s, evicted, -1
     return -1, False, -1
@@ -209,17 +236,18 @@ def claim_slot(h, page):
 def finish_write_back(h, victim, slot, page):
     """The store has the dirty victim's bytes: it is no longer cached, the slot is ``page``'s.
 
-    Its waiters (holding references) find it neither VALID nor BUSY and load it again.
+    Its waiters (holding references) find it neither VALID nor BUSY and load it again. Its word
+    loses the slot; ``page`` gets it in its own word when it is published (:func:`publish`).
     """
-    _update_state(h, victim, np.uint32(0), _DIRTY_BUSY, np.uint32(0))
-    h.page_slot[page] = slot
+    _update_state(h, victim, _ZERO, _DIRTY_BUSY | _SLOT_MASK, _ZERO)
     atomic_exch(h.slot_page, slot, page)
 
 
 @cuda.jit(device=True)
 def keep_dirty_victim(h, victim, slot):
-    """Its write-back failed: the victim stays in its slot, VALID and still DIRTY."""
-    _update_state(h, victim, _VALID, _BUSY, np.uint32(0))
+    """Its write-back failed: the victim stays in its slot, VALID and still DIRTY (its word kept
+    the slot through the write-back)."""
+    _update_state(h, victim, _VALID, _BUSY, _ZERO)
     atomic_exch(h.slot_page, slot, victim)
 
 
@@ -232,9 +260,12 @@ def mark_dirty(h, page):
 
 @cuda.jit(device=True)
 def _update_state(h, page, set_bits, clear_bits, add_refs):
+    """One compare-and-swap loop on the page's whole word: ``clear_bits`` cleared, then
+    ``set_bits`` set (so a field, the slot, can be cleared and written in one go), then
+    ``add_refs`` added to the count; the bits named in neither are kept (uint64 masks)."""
     old = ld_acquire_gpu(h.page_state, page)
     while True:
-        new = np.uint32(((old | set_bits) & ~clear_bits) + add_refs)
+        new = ((old & ~clear_bits) | set_bits) + add_refs
         seen = atomic_cas(h.page_state, page, old, new)
         if seen == old:
             return
@@ -242,23 +273,24 @@ def _update_state(h, page, set_bits, clear_bits, add_refs):
 
 
 @cuda.jit(device=True)
-def publish(h, page):
-    """The page's bytes are in its slot: make it VALID, keeping one reference for the loader."""
+def publish(h, page, slot):
+    """The page's bytes are in ``slot``: make it VALID in that slot (one compare-and-swap writes
+    both, so whoever sees VALID sees the slot), keeping one reference for the loader."""
     cuda.threadfence()   # the warp's copy into the slot is visible before VALID is
-    _update_state(h, page, _VALID, _BUSY, _ONE)
+    _update_state(h, page, _VALID | (np.uint64(slot) << _SLOT_SHIFT), _BUSY | _SLOT_MASK, _ONE)
 
 
 @cuda.jit(device=True)
 def abandon(h, page, slot):
     """The load failed: free the slot and mark the page ERROR so that waiters stop."""
     atomic_exch(h.slot_page, slot, L.SLOT_EMPTY)
-    _update_state(h, page, _ERROR, _BUSY, np.uint32(0))
+    _update_state(h, page, _ERROR, _BUSY, _ZERO)
 
 
 @cuda.jit(device=True)
 def give_up_load(h, page):
     """Drop BUSY on a page the caller could not find a slot for within its time."""
-    _update_state(h, page, np.uint32(0), _BUSY, np.uint32(0))
+    _update_state(h, page, _ZERO, _BUSY, _ZERO)
 
 
 @cuda.jit(device=True)

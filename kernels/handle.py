@@ -22,8 +22,8 @@ ArrayHandle = namedtuple("ArrayHandle", [
     "writable",     # 1 if opened with mode="r+"; gids.write on a handle with 0 records an error
     "zero_word",    # uint32 0, a value the compiler cannot know (kernels.cache.unpin_after_reads)
     # --- the page cache (shared by every array of a Runtime) ---
-    "page_state",   # uint32 per global page: VALID | BUSY | ERROR | DIRTY | reference count
-    "page_slot",    # int64 per global page: its slot while VALID
+    "page_state",   # uint64 per global page: its slot << 32 | VALID | BUSY | ERROR | DIRTY |
+                    # reference count (gids.layout.PAGE_*; the slot while it has one)
     "slot_page",    # int64 per slot: the global page it holds, SLOT_EMPTY or SLOT_CLAIMED
     "clock",        # int64[1]: the clock hand of the replacement scan
     "n_slots",

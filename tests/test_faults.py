@@ -218,7 +218,7 @@ def test_write_back_eio_on_eviction_names_file_and_page(backend, monkeypatch):
         def spy(best_effort=False):
             gpage = a.page_base + 5
             left["state"] = int(rt._page_state.copy_to_host()[gpage])
-            slot = int(rt._page_slot.copy_to_host()[gpage])
+            slot = left["state"] >> int(L.PAGE_SLOT_SHIFT)   # the word's high half
             left["value"] = int(rt._cache.copy_to_host().view(np.int64)[slot * PAGE // 8 + 3])
             left["counters"] = getattr(rt.daemon, "counters", None)
             return host_write_back(best_effort)

@@ -575,7 +575,7 @@ _PTX = textwrap.dedent('''
                               (typeof(h), i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64,
                                i64, n), cc=(9, 0))
     assert "match.any.sync" in ptx and "atom.global.cas.b64" in ptx
-    assert "ld.global.cg" in ptx and "red.release.gpu.global.add.u32" in ptx
+    assert "ld.global.cg" in ptx and "red.release.gpu.global.add.u64" in ptx   # 64-bit page words
     print("PTX_OK")
 ''')
 

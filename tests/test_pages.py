@@ -77,8 +77,15 @@ def test_unpin_page_after_gives_every_pin_back():
                                                                     for s in starts]))
         assert rt.stats().evictions > 0
         # No reference left: every page's count is back at zero.
-        state = rt._page_state.copy_to_host()
+        state = rt._page_state.copy_to_host()[:rt._n_pages]
         assert not (state & gids.layout.PAGE_REF_MASK).any()
+        # Each resident page's word holds the slot that holds it (the slot table agrees), and
+        # a page not resident has no slot in its word.
+        valid = (state & gids.layout.PAGE_VALID) != 0
+        slots = (state >> gids.layout.PAGE_SLOT_SHIFT).astype(np.int64)
+        slot_page = rt._slot_page.copy_to_host()
+        assert valid.any() and not slots[~valid].any()
+        np.testing.assert_array_equal(slot_page[slots[valid]], np.flatnonzero(valid))
 
 
 @cuda.jit

@@ -51,14 +51,32 @@ SCRIPT = textwrap.dedent('''
                                   cc=(9, 0))
         assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "match.any.sync" in ptx
     # The hit path: the pin a relaxed atomic (an acquire one is followed by an invalidation of
-    # the SM's L1), the unpin a plain reduction whose operand waits for the values read (no
-    # fence), the statistics reductions; the miss path a real call (its registers and spills
-    # stay out of the hit path).
-    assert "atom.relaxed.gpu.add.u32" in ptx, "the pin is not a relaxed atomic"
-    assert "red.gpu.global.add.u32" in ptx, "the hit path's unpin is not a plain reduction"
+    # the SM's L1) on the page's 64-bit word, the unpin a plain reduction whose operand waits
+    # for the values read (no fence), the statistics reductions; the miss path a real call (its
+    # registers and spills stay out of the hit path).
+    assert "atom.relaxed.gpu.add.u64" in ptx, "the pin is not a relaxed 64-bit atomic"
     assert "red.gpu.global.add.u64" in ptx, "statistics are not counted with reductions"
     assert re.search(r"\\.func\\s.*_access_slow", ptx), "the miss path is not a function"
     assert "call.uni" in ptx, "the miss path is inlined"
+    # The kernel's own body (the miss path is a function after it): one pin, and the slot comes
+    # back in the pin's value, so nothing is loaded between the pin and the element's load
+    # (a weak L2 load, ld.global.cg) but what is computed from that value (no load of a slot).
+    lines = [l.strip() for l in ptx.splitlines()]
+    entry = next(i for i, l in enumerate(lines) if l.startswith(".visible .entry"))
+    end = next((i for i, l in enumerate(lines) if i > entry and ".func" in l), len(lines))
+    body = lines[entry:end]
+    pins = [i for i, l in enumerate(body) if l.startswith("atom.relaxed.gpu.add.u64")]
+    assert len(pins) == 1, pins
+    element = next(i for i, l in enumerate(body) if i > pins[0] and l.startswith("ld.global.cg"))
+    assert not [l for l in body[pins[0] + 1:element] if l.startswith(("ld.", "atom."))], \
+        "a load between the pin and the element's load"
+    assert not [l for l in body if l.startswith("ld.relaxed.gpu")], "a slot load in the hit path"
+    # The unpin: a 64-bit reduction of -1 (plus the ballot of the values read, masked to 0).
+    minus_one = {m.group(1) for l in body
+                 for m in [re.match(r"add\\.s64\\s+(%rd\\d+), %rd\\d+, -1;", l)] if m}
+    reds = [m.group(1) for l in body
+            for m in [re.match(r"red\\.gpu\\.global\\.add\\.u64 \\[%rd\\d+\\], (%rd\\d+);", l)] if m]
+    assert minus_one & set(reds), "the hit path's unpin is not a plain 64-bit reduction of -1"
     print("GATHER_OK")
 
     # Page-level reads: a pin that is kept (no unpin on the pin's path), weak reads served by L2,
@@ -77,7 +95,7 @@ SCRIPT = textwrap.dedent('''
                               cc=(9, 0))
     # The page's bytes by weak L2 loads (pipelined; strong loads of a thread were serialised).
     assert "ld.global.cg.f32" in ptx or "ld.global.cg.b32" in ptx, "pinned reads are not ld.global.cg"
-    assert "red.release.gpu.global.add.u32" in ptx
+    assert "red.release.gpu.global.add.u64" in ptx
     print("PAGES_OK")
 
     # gids.write: the same loop plus DIRTY (an atomic OR on the page state), the write-back
@@ -90,7 +108,7 @@ SCRIPT = textwrap.dedent('''
         h = fake_handle(dt)
         ptx, _ = cuda.compile_ptx(scatter_kernel.py_func,
                                   (typeof(h), types.int64[::1], typeof(a(dt))), cc=(9, 0))
-        assert "atom.global.or.b32" in ptx, dt
+        assert "atom.global.or.b64" in ptx, dt
         assert "membar.sys" in ptx or "fence.sc.sys" in ptx, dt
         assert "st.release.sys" in ptx and "ld.acquire.sys" in ptx, dt
         assert store in ptx, (dt, store)
@@ -177,7 +195,7 @@ SCRIPT = textwrap.dedent('''
                                  (typeof(fake_handle(np.int64)), types.int64[::1],
                                   typeof(a(np.int64))), cc=(9, 0))
     assert "membar.sys" in nvme_w or "fence.sc.sys" in nvme_w
-    assert "atom.global.or.b32" in nvme_w and "st.global.u64" in nvme_w
+    assert "atom.global.or.b64" in nvme_w and "st.global.u64" in nvme_w
     assert "st.global.v2.b64" in nvme_w and "st.relaxed.sys" in nvme_w, "no NVMe step"
     assert nvme_w.count("atom.global.cas") == host_w.count("atom.global.cas"), "a lock?"
     print("NVME_WRITE_OK")

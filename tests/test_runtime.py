@@ -166,6 +166,30 @@ def test_helpers_called_in_loops_skip_the_simulators_call_wrapper():
         device_helper(fence)
 
 
+@skip_unless_simulator
+def test_references_change_the_count_of_a_page_word_and_nothing_else():
+    """A page's word holds its slot in the high half: the pin and the unpins add +1 and -1
+    (2**64 - 1) to the whole uint64 word, which changes the count and leaves the state bits and
+    the slot as they were (the simulator's atomics wrap at 64 bits, as the GPU's do)."""
+    from types import SimpleNamespace
+
+    from gids import layout as L
+    from kernels.cache import PIN_HIT, check_wait, unpin, unpin_after_reads
+    from kernels.sync import atomic_add_relaxed_gpu
+    slot = (1 << 31) - 1   # the largest slot
+    word = (slot << 32) | int(L.PAGE_VALID) | int(L.PAGE_DIRTY)
+    h = SimpleNamespace(page_state=np.array([0, word, 0], np.uint64), zero_word=np.uint32(0))
+    for _ in range(3):
+        assert int(atomic_add_relaxed_gpu(h.page_state, 1, np.uint64(1))) >> 32 == slot
+    assert int(h.page_state[1]) & L.PAGE_REF_MASK == 3
+    assert check_wait(h, 1) == (PIN_HIT, slot)
+    unpin(h, 1)
+    unpin_after_reads(h, 1, 0xFFFFFFFF)
+    unpin(h, 1)
+    assert int(h.page_state[1]) == word
+    assert h.page_state[0] == 0 and h.page_state[2] == 0
+
+
 def test_sync_wait_polls_back_to_back_then_naps_briefly():
     """``Runtime.sync`` waits for the kernels by polling (Ctrl-C must be seen meanwhile): back to
     back for the first 2 ms, so that a short launch is seen done within microseconds, then in
