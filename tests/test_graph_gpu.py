@@ -519,6 +519,10 @@ _WARP32 = textwrap.dedent('''
     with open_device_graph(graph, "gids", cache_fraction=0.5, page_size=512) as gdg:
         for root in (0, 10):
             validate_bfs_result(graph, gdg.bfs(root), against_scipy=True)
+            # Every pin given back (the scan's unpins wait on the entries read, no fence).
+            rt = gdg.source.runtime
+            state = rt._page_state.copy_to_host()[:rt._n_pages]
+            assert not (state & gids.layout.PAGE_REF_MASK).any(), root
     validate_cc_result(graph, dg.connected_components())
     print("WARP32_OK")
 ''')

@@ -133,18 +133,20 @@ def make_bfs_kernels(source) -> BFSKernels:
         unvisited vertex with a neighbour at level ``depth`` level ``depth + 1``.
     """
     pager = source if isinstance(source, Pager) else element_pager(source)
-    read_neighbour, PIN, VALUE, UNPIN, PAGE_ELEMS = (pager.read, pager.pin, pager.value, pager.unpin,
-                                                   pager.page_elems)
+    read_neighbour, PIN, VALUE, UNPIN_AFTER, PAGE_ELEMS = (
+        pager.read, pager.pin, pager.value, pager.unpin_after, pager.page_elems)
 
     @cuda.jit(device=True)
-    def scan(arg, offsets, v, lo, hi, held, at, prefetch, next_frontier, counters, parents,
-             levels, depth, count_edges, bad):
+    def scan(arg, offsets, v, lo, hi, held, at, used, prefetch, next_frontier, counters,
+             parents, levels, depth, count_edges, bad):
         """The warp claims the unvisited neighbours among entries ``lo .. hi - 1`` of ``v``'s
         list, in segments that stay within one page and one warp's width, and appends them to
         the next frontier. ``held``/``at``: the element whose page the warp holds pinned and
         where it is (``held`` -1: none; ``at`` < 0: its pin failed, the error recorded); the
-        pin is kept for the next call while the list goes on on the same page. Returns the new
-        ``(held, at)``."""
+        pin is kept for the next call while the list goes on on the same page. ``used``: the
+        xor of every entry the lane read under that pin, which its unpin waits for
+        (``Pager.unpin_after``: no fence, where ``unpin`` fences the claims' stores and
+        atomics too). Returns the new ``(held, at, used)``."""
         lane = laneid()
         n = parents.size
         pe = PAGE_ELEMS(arg)
@@ -156,7 +158,7 @@ def make_bfs_kernels(source) -> BFSKernels:
                 # misses are in flight together instead of one page at a time. The held pin is
                 # given back first: a warp never waits on the cache while it holds a page.
                 if held >= 0:
-                    UNPIN(arg, held, at)
+                    UNPIN_AFTER(arg, held, at, used)
                     held = -1
                 p = base + lane * PREFETCH_ENTRIES
                 read_neighbour(arg, p if p < hi else hi - 1)
@@ -164,14 +166,18 @@ def make_bfs_kernels(source) -> BFSKernels:
             page_first = base - (base & (pe - 1))
             if held < 0 or held - (held & (pe - 1)) != page_first:
                 if held >= 0:
-                    UNPIN(arg, held, at)
+                    UNPIN_AFTER(arg, held, at, used)
                 held = base
                 at = PIN(arg, base)
+                used = np.int64(0)
             seg_end = min(hi, base + WARP_SIZE, page_first + pe)
             k = base + lane
             valid = k < seg_end and at >= 0
-            # Lanes past the segment read its last entry: the whole warp reads together.
-            u = np.int64(VALUE(arg, at + ((k if k < seg_end else seg_end - 1) - held)))
+            # Lanes past the segment read its last entry: the whole warp reads together. A
+            # failed pin (``at`` < 0) reads element 0, in bounds, and uses nothing of it.
+            u = np.int64(VALUE(arg, at + ((k if k < seg_end else seg_end - 1) - held)
+                               if at >= 0 else 0))
+            used ^= u
             claimed = False
             if valid:
                 if u < 0 or u >= n:
@@ -185,7 +191,7 @@ def make_bfs_kernels(source) -> BFSKernels:
                         atomic_add(counters, FOUND_EDGES, offsets[u + 1] - offsets[u])
             _append_warp(next_frontier, counters, claimed, u)
             base = seg_end
-        return held, at
+        return held, at, used
 
     @gids.jit
     def top_down(arg, offsets, frontier, n_frontier, next_frontier, counters, parents, levels,
@@ -213,17 +219,18 @@ def make_bfs_kernels(source) -> BFSKernels:
                 read_neighbour(arg, first if first >= 0 else donor)
             held = np.int64(-1)
             at = np.int64(-1)
+            used = np.int64(0)
             for f in range(c0, c1):
                 v = frontier[f]
                 if offsets[v + 1] - offsets[v] > LONG_LIST:
                     if lane == 0:   # for the whole grid, after this launch
                         long_lists[atomic_add(counters, N_LONG, 1)] = v
                     continue
-                held, at = scan(arg, offsets, v, offsets[v], offsets[v + 1], held, at, True,
-                                next_frontier, counters, parents, levels, depth, count_edges,
-                                bad)
+                held, at, used = scan(arg, offsets, v, offsets[v], offsets[v + 1], held, at,
+                                      used, True, next_frontier, counters, parents, levels,
+                                      depth, count_edges, bad)
             if held >= 0:
-                UNPIN(arg, held, at)
+                UNPIN_AFTER(arg, held, at, used)
 
     @gids.jit
     def long_lists_step(arg, offsets, long_lists, first_slice, next_frontier, counters, parents,
@@ -235,6 +242,7 @@ def make_bfs_kernels(source) -> BFSKernels:
         n_long = first_slice.size - 1
         held = np.int64(-1)
         at = np.int64(-1)
+        used = np.int64(0)
         for s in range(warp, first_slice[n_long], n_warps):
             lo_j = 0                 # the list of slice s, by bisection
             hi_j = n_long - 1
@@ -247,10 +255,11 @@ def make_bfs_kernels(source) -> BFSKernels:
             v = long_lists[lo_j]
             end = offsets[v + 1]
             lo = offsets[v] + (s - first_slice[lo_j]) * LONG_SLICE
-            held, at = scan(arg, offsets, v, lo, min(lo + LONG_SLICE, end), held, at, False,
-                            next_frontier, counters, parents, levels, depth, count_edges, bad)
+            held, at, used = scan(arg, offsets, v, lo, min(lo + LONG_SLICE, end), held, at,
+                                  used, False, next_frontier, counters, parents, levels, depth,
+                                  count_edges, bad)
         if held >= 0:
-            UNPIN(arg, held, at)
+            UNPIN_AFTER(arg, held, at, used)
 
     @gids.jit
     def bottom_up(arg, offsets, counters, parents, levels, depth, bad):
