@@ -138,6 +138,43 @@ def test_a_paged_request_out_of_range_is_an_error_on_every_path(name):
         assert out.copy_to_host().sum() == data[960:1000].sum()
 
 
+#: (page bytes, [(elems, steps)]) for the test below. 512-byte pages (64 int64) on gids and
+#: cpu_batch, 1024-element ones elsewhere: 8, 32, 64 divide both (several requests at once), 40
+#: and 100 neither (unaligned, over two or three pages: one at a time). 8 KiB pages (1024
+#: int64, every path): requests of 1024, 256 and 128 elements are two rounds of loads a lane,
+#: one of sixteen, one of eight; 3000 elements, unaligned, parts of 2 to 1024 elements of a
+#: page: every size of round, by the whole warp.
+SEVERAL_CASES = [(512, [(8, 2), (32, 1), (64, 3), (40, 3), (100, 2)]),
+                 (8192, [(1024, 2), (256, 1), (128, 3), (3000, 2)])]
+
+
+@pytest.mark.parametrize("page_bytes, cases", SEVERAL_CASES, ids=["512B", "8KiB"])
+@pytest.mark.parametrize("name", PATHS)
+def test_warps_reading_several_requests_at_once_match_numpy(name, page_bytes, cases):
+    """Where ``elems`` divides the page, a warp reads ``REQUESTS_PER_WARP`` requests at once (one
+    group of lanes each, chains in lockstep); else one at a time. Both give numpy's sums on
+    every path, with item counts that leave a warp short of a full step (its idle groups add
+    nothing), chains, and requests that are unaligned and span two or three pages."""
+    assert B.REQUESTS_PER_WARP > 1
+    data = np.random.default_rng(9).integers(0, 1 << 40, 16384, dtype=np.int64)
+    path = B.make_path(name, **dict(OPTIONS, page_size=page_bytes, cache_pages=16))
+    with path.open(data) as arr:
+        for elems, steps in cases:
+            n_req = data.size // elems
+            rng = np.random.default_rng(elems)
+            # Two warps: 1 item (warp 0 short), 3 (warp 1 short), 7 (two steps and a short one).
+            item_sets = [rng.integers(0, n_req, n) for n in (1, 3, 7)]
+            outs = [cuda.device_array(64, np.int64) for _ in item_sets]
+            path.launch(B.requests_template, arr, 2, 32,
+                        [(cuda.to_device(c), steps, elems, n_req, o)
+                         for c, o in zip(item_sets, outs)])
+            for c, o in zip(item_sets, outs):
+                got = o.copy_to_host().reshape(-1, 32).sum(axis=1)
+                np.testing.assert_array_equal(
+                    got, expected_warp_sums(data, c, steps, elems, n_req, 2),
+                    err_msg=f"elems {elems}, {c.size} items")
+
+
 WARP32_REQUESTS = textwrap.dedent('''
     from workloads import baselines as B
     from workloads.bench import expected_warp_sums
@@ -169,6 +206,52 @@ def test_emulated_warps_look_a_request_page_up_once():
     """With 32-lane warps, the gids request kernel makes one cache lookup per page of a request
     and warp (the lanes share it), misses and hits alike, and reads the right values."""
     run_with_warp32(WARP32_REQUESTS, "REQUESTS32_OK")
+
+
+WARP32_SEVERAL = textwrap.dedent('''
+    from workloads import baselines as B
+    from workloads.bench import chain_ids, expected_warp_sums
+
+    R = B.REQUESTS_PER_WARP
+    # 64 pages of 512 bytes (64 int64); requests of 32 elements, two to a page.
+    data = np.random.default_rng(10).integers(0, 1 << 40, 64 * 64, dtype=np.int64)
+    elems, n_req, steps, n_warps = 32, data.size // 32, 2, 4
+    # Warp w takes items w, w + 4: warp 0 requests 0 and 1 (one page), warps 1 and 2 two
+    # pages, warp 3 one item (its second group idle).
+    starts = np.array([0, 2, 10, 77, 1, 5, 126], dtype=np.int64)
+    ids = chain_ids(data, starts, steps, elems, n_req)
+    # One lookup per distinct page of a warp's step: its groups' pins are one call, and an
+    # idle group follows the warp's first chain.
+    lookups = 0
+    for w in range(n_warps):
+        mine = list(range(w, starts.size, n_warps))
+        for c in range(0, len(mine), R):
+            for s in range(steps):
+                lookups += len({int(ids[k, s]) * elems // 64 for k in mine[c:c + R]})
+    assert lookups < starts.size * steps
+    path = B.make_path("gids", page_size=512, cache_pages=32, queues=2, queue_depth=32,
+                       timeout=60)
+    with path.open(data) as arr:
+        for rnd in ("misses", "hits"):
+            out = cuda.device_array(32 * n_warps, np.int64)
+            arr.reset_counters()
+            path.launch(B.requests_template, arr, 1, 32 * n_warps,
+                        [(cuda.to_device(starts), steps, elems, n_req, out)])
+            got = out.copy_to_host().reshape(-1, 32).sum(axis=1)
+            want = expected_warp_sums(data, starts, steps, elems, n_req, n_warps)
+            assert (got == want).all(), rnd
+            st = arr.stats()
+            assert st["hits"] + st["misses"] == lookups, (rnd, st, lookups)
+        assert st["hits"] == lookups, st
+    print("SEVERAL32_OK")
+''')
+
+
+def test_emulated_warps_pin_a_steps_pages_in_one_call():
+    """With 32-lane warps and requests that lie in one page, a warp's groups pin their pages
+    in one call: one lookup per distinct page of the step (two requests on one page: one),
+    none for an idle group; chains in lockstep; the right values."""
+    run_with_warp32(WARP32_SEVERAL, "SEVERAL32_OK")
 
 
 def test_cpu_batch_takes_one_pass_per_dependent_step():
@@ -339,6 +422,18 @@ PTX_SCRIPT = textwrap.dedent('''
                    if any("ld.global.cg" in lines[i] for i in range(s, e + 1))
                    and not any(s <= i <= e for i in lookups)]
     assert value_loops, "no loop of pinned loads free of lookups"
+
+    # A round of pinned loads: LOADS_PER_ROUND a lane, all issued before any value is added.
+    def loads_before_use(s, e):
+        loaded = set()
+        for l in lines[s:e + 1]:
+            m = re.match(r"ld\\.global\\.cg\\.b64\\s+(%rd\\d+),", l)
+            if m:
+                loaded.add(m.group(1))
+            elif l.startswith("add.") and loaded & set(re.findall(r"%rd\\d+", l.split(",", 1)[1])):
+                break
+        return len(loaded)
+    assert max(loads_before_use(s, e) for s, e in value_loops) >= B.LOADS_PER_ROUND
     for k, sig in ((B._assign_slots, (I64, I64, types.int64, types.int64)),
                    (B._clear_slots, (I64, I64, types.int64))):
         cuda.compile_ptx(k.py_func, sig, cc=(9, 0))
@@ -349,7 +444,8 @@ PTX_SCRIPT = textwrap.dedent('''
 def test_templates_compile_for_the_gpu():
     """Every template with the memory/zero-copy and cpu_batch readers compiles to PTX (sm_90),
     so the closures over device functions and the handles type on a GPU too; the gids request
-    kernel pins once per page (one lookup site; no lookup in the loop of pinned loads)."""
+    kernel pins once per page (one lookup site, whether a warp reads one request or several; no
+    lookup in the loop of pinned loads, whose rounds issue all their loads before adding)."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run([sys.executable, "-c", PTX_SCRIPT], cwd=root, env=env,

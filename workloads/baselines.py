@@ -15,8 +15,8 @@ Paths (:data:`PATHS`):
     The whole array in GPU memory: the upper bound.
 ``zero_copy``
     The array in pinned, device-mapped host memory, read by the kernel over PCIe (the analog of
-    a full-BAR device). Templates read requests with a warp's lanes side by side, so the loads
-    are coalesced.
+    a full-BAR device). Templates read requests with lanes of a warp side by side, so the
+    loads are coalesced.
 ``gids``
     ``gids.read``, and page-level reads (``gids.pin_page``), through a :class:`gids.Runtime`
     (GPU page cache, host daemon threads).
@@ -78,9 +78,33 @@ from host_daemon.stores import T_COLUMNS, FileStore, MemoryStore, MmapStore, Sto
 from kernels.platform import SIMULATOR, device_helper
 from workloads.pager import GIDS_PAGER, element_pager, room_in_page
 
-#: Lanes that read one request together: a warp on the GPU (also in the simulator, where the
-#: lanes are just 32 consecutive threads; no warp intrinsic is used).
+#: Lanes of a warp, which read requests together (also in the simulator, where they are just 32
+#: consecutive threads; no warp intrinsic is used).
 GROUP = 32
+
+#: Requests a warp of :func:`requests_template` reads at once, one group of ``GROUP //
+#: REQUESTS_PER_WARP`` lanes each. Read one at a time, a request through gids is a dependent
+#: chain (the pin's atomic and slot load, the data loads, the unpin) and a warp has one such
+#: chain in flight: the bench's 100 %-hit 4 KiB requests reached 0.33x of the all-in-GPU-memory
+#: path on the H200 (2026-12-01). With R requests a warp pins their pages in one collective
+#: call (one lookup per distinct page, the round trips overlapped), then has all R requests'
+#: loads in flight, then unpins in one call: R chains for about the latency of one. 2, not more:
+#: through gids a warp may hold R - 1 pins while its last page loads, which needs R cache
+#: slots per resident warp (:func:`requests_template`'s notes), and each lane keeps a round's
+#: values in registers (:data:`LOADS_PER_ROUND`).
+REQUESTS_PER_WARP = 2
+
+#: Loads a lane issues before it adds any of them (four runs of eight): a group of 16 lanes
+#: (:data:`REQUESTS_PER_WARP` = 2) reads a 4 KiB page of int64 in one round, so that a warp has
+#: both its requests' loads in flight at once; each round waits for its loads (a loop the
+#: compiler unrolled by four took four rounds per page: H200, 2026-12-01). Read one at a time,
+#: a 4 KiB request took one round of 16 loads a lane through gids (the compiler unrolled the
+#: loop of eight by two) and two of eight on the memory path (not unrolled, each load bounds-
+#: checked). The values take 64 registers a lane: the memory path's kernel now takes 128 (no
+#: spill; 2 blocks of 256 threads an SM, as the gids kernel at its cap), where it took 80 (3
+#: blocks): 8 KiB in flight a warp where it was 2 KiB, 128 KiB an SM where it was 48 KiB
+#: (ptxas for sm_90, not measured on the H200).
+LOADS_PER_ROUND = 32
 
 # ------------------------------------------------------------------ device helpers
 
@@ -156,24 +180,70 @@ def element_chains_template(pager):
 
 @functools.lru_cache(maxsize=None)
 def _request_sum(pager):
-    """``request_sum(h, base, elems, lane, want_first) -> (total, first)`` for ``pager``.
+    """``request_sum(h, base, elems, sub, lanes, live, want_first) -> (total, first)`` for
+    ``pager``.
 
-    A warp's read of one request, elements ``base .. base + elems - 1``, a page at a time: the
-    whole warp pins the page holding the next element it needs (every lane names the same
-    element, so through gids that is one lookup), lane ``l`` adds elements ``l, l + 32, ...`` of
-    what the request has on that page (a warp's loads are contiguous), and the warp gives the
-    pin back once its sum holds them (``Pager.unpin_after``). A request may start anywhere in a
-    page and span any number of pages (requests larger than the page, or not aligned to it):
-    each page is pinned once. ``total`` is the
-    lane's sum; ``first`` is element ``base``, read by every lane while its page is pinned
-    (``want_first``: a chain's next address), else 0. Collective: the warp's lanes call it
-    together with the same ``base`` and ``elems``.
+    A group of ``lanes`` lanes (``GROUP``, a whole warp, or ``GROUP // REQUESTS_PER_WARP``, one
+    of :func:`requests_template`'s groups) reads one request, elements ``base .. base + elems -
+    1``, a page at a time: it pins the page holding the next element it needs (every lane of
+    the group names the same element), lane ``sub`` of the group adds elements ``sub, sub +
+    lanes, ...`` of what the request has on that page (a group's loads are contiguous), and the
+    group gives the pin back once its sum holds them (``Pager.unpin_after``). A request may
+    start anywhere in a page and span any number of pages (requests larger than the page, or
+    not aligned to it): each page is pinned once. ``total`` is the lane's sum, 0 unless
+    ``live`` (a group with no request of its own pins and unpins with the others but adds
+    nothing); ``first`` is element ``base``, read by every lane while its page is pinned
+    (``want_first``: a chain's next address), else 0.
+
+    Collective over the warp: its lanes call it together, each group with its own ``base`` and
+    every group taking as many pages (one group, or groups whose requests each lie in one page),
+    so that the groups' pins are one ``pin`` call, as are their unpins: through gids, one lookup
+    per distinct page (:func:`gids.pin_page`), the groups' round trips overlapped.
     """
     pin, value, unpin_after, page_elems = (pager.pin, pager.value, pager.unpin_after,
                                            pager.page_elems)
 
     @device_helper
-    def request_sum(h, base, elems, lane, want_first):
+    def eight(h, k, stride):
+        """Elements at ``k, k + stride, ..., k + 7 * stride`` of a pinned page, as a tuple: all
+        eight loads come before any use of them."""
+        return (value(h, k), value(h, k + stride), value(h, k + 2 * stride),
+                value(h, k + 3 * stride), value(h, k + 4 * stride), value(h, k + 5 * stride),
+                value(h, k + 6 * stride), value(h, k + 7 * stride))
+
+    @device_helper
+    def add8(a):
+        return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+
+    @device_helper
+    def page_sum(h, k, stop, stride):
+        """The sum of elements ``k, k + stride, ...`` of a pinned page, up to ``k + stop``
+        (exclusive): rounds of LOADS_PER_ROUND loads, then one of sixteen, one of eight and
+        single loads for what is left. A round's loads are all issued before any is added."""
+        total = 0
+        j = 0
+        while j + (LOADS_PER_ROUND - 1) * stride < stop:
+            a = eight(h, k + j, stride)
+            b = eight(h, k + j + 8 * stride, stride)
+            c = eight(h, k + j + 16 * stride, stride)
+            d = eight(h, k + j + 24 * stride, stride)
+            total += (add8(a) + add8(b)) + (add8(c) + add8(d))
+            j += LOADS_PER_ROUND * stride
+        if j + 15 * stride < stop:
+            a = eight(h, k + j, stride)
+            b = eight(h, k + j + 8 * stride, stride)
+            total += add8(a) + add8(b)
+            j += 16 * stride
+        if j + 7 * stride < stop:
+            total += add8(eight(h, k + j, stride))
+            j += 8 * stride
+        while j < stop:
+            total += value(h, k + j)
+            j += stride
+        return total
+
+    @device_helper
+    def request_sum(h, base, elems, sub, lanes, live, want_first):
         pe = page_elems(h)
         total = 0
         first = 0
@@ -183,26 +253,13 @@ def _request_sum(pager):
             at = pin(h, i)
             n = min(room_in_page(pe, i), elems - e)
             if at >= 0:      # else the page could not be had: the path recorded why
-                # Eight loads a lane issued before any is added: a 4 KiB page of int64 is two
-                # rounds of loads per warp, not the four of a loop the compiler unrolls by
-                # four (each round waits for the last). On every path alike; through gids the
-                # lookup's round trips come on top of these rounds, so fewer rounds is what
-                # keeps a warp's request short (H200, 2026-12-01).
-                j = lane
-                while j + 7 * GROUP < n:
-                    a0 = value(h, at + j)
-                    a1 = value(h, at + j + GROUP)
-                    a2 = value(h, at + j + 2 * GROUP)
-                    a3 = value(h, at + j + 3 * GROUP)
-                    a4 = value(h, at + j + 4 * GROUP)
-                    a5 = value(h, at + j + 5 * GROUP)
-                    a6 = value(h, at + j + 6 * GROUP)
-                    a7 = value(h, at + j + 7 * GROUP)
-                    total += ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
-                    j += 8 * GROUP
-                while j < n:
-                    total += value(h, at + j)
-                    j += GROUP
+                stop = n - sub if live else 0
+                # The stride a constant in each branch: the loads' addresses fold into their
+                # offsets, where a stride in a register took an add per load.
+                if lanes == GROUP:
+                    total += page_sum(h, at + sub, stop, GROUP)
+                else:
+                    total += page_sum(h, at + sub, stop, GROUP // REQUESTS_PER_WARP)
                 if want_first and e == 0:
                     first = value(h, at)
             # ``total + first`` depends on every element read under the pin: the unpin waits
@@ -214,32 +271,75 @@ def _request_sum(pager):
 
 
 def requests_template(pager):
-    """Warps read whole requests (runs of ``elems`` elements), lanes side by side, a page at a
-    time.
+    """Warps read whole requests (runs of ``elems`` elements), several at once where each lies
+    in one page, lanes side by side, a page at a time.
 
-    Kernel ``(h, starts, steps, elems, n_req, out)``. Item ``k`` (grid-stride over warps) is a
-    chain of ``steps`` requests starting at request ``starts[k]``; request ``r`` is elements
-    ``[r * elems, (r + 1) * elems)``. With ``steps > 1`` the next request is the first element of
-    the one just read, as an integer modulo ``n_req`` (non-negative data). Lane ``l`` reads
-    elements ``l, l + 32, ...`` of each page of a request, so a warp's loads are contiguous,
-    and adds them up; ``out[t]`` is thread ``t``'s sum (integer data: wrapping, order-free, so it
-    checks exactly against numpy). Through gids each page of a request is one lookup per warp
-    (:func:`_request_sum`).
+    Kernel ``(h, starts, steps, elems, n_req, out)``. Item ``k`` is a chain of ``steps``
+    requests starting at request ``starts[k]``; request ``r`` is elements ``[r * elems, (r + 1)
+    * elems)``. With ``steps > 1`` the next request is the first element of the one just read,
+    as an integer modulo ``n_req`` (non-negative data). Warp ``w`` of ``n_warps`` takes items
+    ``w, w + n_warps, w + 2 * n_warps, ...``:
+
+    - where ``elems`` divides the pager's page (no request crosses a page: the bench's 4 KiB
+      requests), :data:`REQUESTS_PER_WARP` (R) of them at a time, one group of ``32 / R``
+      lanes each, the groups' chains in lockstep: a step's R pages are pinned in one call,
+      their loads are in flight together, then they are unpinned in one call;
+    - otherwise one at a time, by the whole warp.
+
+    A lane reads elements ``l, l + 32 / R, ...`` (or ``l, l + 32, ...``) of each page of its
+    group's request, so that a group's loads are contiguous, and adds them up; ``out[t]`` is
+    thread ``t``'s sum (integer data: wrapping, order-free, so that the sum of a warp's lanes
+    checks exactly against numpy: ``bench.expected_warp_sums``). Through gids each page of a
+    step is one lookup per warp (:func:`_request_sum`).
+
+    Notes
+    -----
+    A warp with fewer than R items left (an item count not a multiple of R) gives its idle
+    groups its first item of the step: they follow that chain, pinning the same pages (no
+    other lookup, no other page fetched), and add nothing.
+
+    Through gids a warp pinning R pages in one call may hold the pins of those that hit while
+    another loads (:func:`gids.pin_page`'s notes). Every warp is sure to progress while the
+    cache has R slots for each warp resident at once: then a warp that waits for a slot, holding
+    fewer than R, cannot have every slot held by warps that wait too. The Runtime's minimum (one
+    warp's 32 pages) makes that sure only for up to 32 / R warps at a time; a kernel of many
+    warps over a cache near that minimum can end in :class:`~gids.errors.CacheExhaustedError`
+    after the timeout (never a hang). An H200 holds at most 132 x 64 warps (2,112 with this
+    kernel's 128-register cap and 256-thread blocks): for R = 2, 16,896 pages of 4 KiB (66 MiB)
+    at the very most, against the bench's gids caches of 205 MiB and more at its default 2 GiB
+    of data (51 MiB with ``--quick``'s 512 MiB, above the 4,224 pages of 2,112 warps). In the
+    simulator a thread is a warp of one and pins one page a call (its group's), so it never
+    holds a pin while waiting; with emulated 32-lane warps, blocks run one at a time.
     """
     request_sum = _request_sum(pager)
+    page_elems = pager.page_elems
 
     @gids.jit
     def requests(h, starts, steps, elems, n_req, out):
         t = cuda.grid(1)
         lane = cuda.threadIdx.x % GROUP
         n_warps = cuda.gridsize(1) // GROUP
+        # R requests at once only where none crosses a page: every group then takes one page
+        # a step, so the groups' pins (and unpins) are one call.
+        groups = 1
+        if elems > 0 and page_elems(h) % elems == 0:
+            groups = REQUESTS_PER_WARP
+        lanes = GROUP // groups
+        group = lane // lanes
+        sub = lane - group * lanes
         acc = 0
-        for k in range(t // GROUP, starts.size, n_warps):
+        k0 = t // GROUP             # the warp's item for group 0 in this round
+        while k0 < starts.size:
+            k = k0 + group * n_warps
+            live = k < starts.size
+            if not live:
+                k = k0              # group 0's chain: the same pages, nothing added
             r = starts[k]
             for s in range(steps):
-                total, first = request_sum(h, r * elems, elems, lane, s + 1 < steps)
+                total, first = request_sum(h, r * elems, elems, sub, lanes, live, s + 1 < steps)
                 acc += total
                 r = np.int64(first) % n_req
+            k0 += groups * n_warps
         if t < out.size:
             out[t] = acc
     return requests
@@ -247,7 +347,7 @@ def requests_template(pager):
 
 def timed_requests_template(pager):
     """One warp reads requests one after another, a page at a time, and times each: queue
-    depth 1.
+    depth 1 (one request at a time, by the whole warp, whatever its size).
 
     Kernel ``(h, ids, elems, t0, t1, out)``, launched as one block of 32 threads: lane ``l``
     stores its start and end times of request ``k`` at ``t0[k * 32 + l]``, ``t1[k * 32 + l]``
@@ -261,7 +361,7 @@ def timed_requests_template(pager):
         acc = 0
         for k in range(ids.size):
             start = timer_after(acc)
-            total, _ = request_sum(h, ids[k] * elems, elems, lane, False)
+            total, _ = request_sum(h, ids[k] * elems, elems, lane, GROUP, True, False)
             acc += total
             t0[k * GROUP + lane] = start
             t1[k * GROUP + lane] = timer_after(acc)

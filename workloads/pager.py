@@ -25,11 +25,12 @@ The reading loop, for a warp that wants elements ``lo .. hi - 1``::
         i += n
 
 Rules a kernel keeps: whole warps call ``pin`` and ``unpin`` together (they are collective on
-gids), naming the same element for one lookup; a warp holds one pin at a time (a pin keeps the
-page in its slot, and a warp that waits for a page while holding another can starve a small
-cache); ``unpin`` is called whatever ``pin`` returned. Errors (an index out of range, an I/O
-error, a timeout) are recorded by the path and raised on the host after the kernel, as for
-single reads.
+gids), lanes naming the same page for one lookup of it; a warp holds few pins, all taken in one
+call (a pin keeps the page in its slot, and a warp that waits for a page while holding others
+can starve a small cache: a warp whose lanes name R pages in one call needs R slots per warp
+resident at once, see ``requests_template`` in ``workloads/baselines.py``); ``unpin`` is called
+whatever ``pin`` returned. Errors (an index out of range, an I/O error, a timeout) are recorded
+by the path and raised on the host after the kernel, as for single reads.
 
 Used by ``workloads/baselines.py`` (every kernel template receives its path's pager, so the
 bench's request kernels read a page at a time on every path) and
