@@ -562,7 +562,7 @@ _PTX = textwrap.dedent('''
     k = make_bfs_kernels(read_device_array)
     ptx, _ = cuda.compile_ptx(k.top_down.py_func,
                               (memory, i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64,
-                               i64, n), cc=(9, 0))
+                               i64, n, types.boolean), cc=(9, 0))
     assert "atom.global.cas.b64" in ptx and "vote.sync.ballot" in ptx and "shfl.sync" in ptx
     ptx, _ = cuda.compile_ptx(k.long_lists.py_func,
                               (memory, i64, i64, i64, i64, i64, i64, i64, n, types.boolean, i64),
@@ -577,7 +577,7 @@ _PTX = textwrap.dedent('''
     k = make_bfs_kernels(GIDS_PAGER)
     ptx, _ = cuda.compile_ptx(k.top_down.py_func,
                               (typeof(h), i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64,
-                               i64, n), cc=(9, 0))
+                               i64, n, types.boolean), cc=(9, 0))
     assert "match.any.sync" in ptx and "atom.global.cas.b64" in ptx
     assert "ld.global.cg" in ptx and "red.release.gpu.global.add.u64" in ptx   # 64-bit page words
     print("PTX_OK")

@@ -41,11 +41,12 @@ from .gpu_graph import (FULL_MASK, LANE_BITS, Access, DeviceGraph, data_path_opt
 from .validate import scipy_bfs, traversed_edges, validate_bfs_tree
 from workloads.pager import Pager, element_pager
 
-#: ``counters`` layout (int64[3], device memory): vertices found this level, the sum of their
-#: degrees (the next frontier's edges, for the direction heuristic), and the frontier's long
-#: lists set aside for the whole grid (:data:`LONG_LIST`).
-FOUND, FOUND_EDGES, N_LONG = 0, 1, 2
-N_COUNTERS = 3
+#: ``counters`` layout (int64[4], device memory): vertices found this level, the sum of their
+#: degrees (the next frontier's edges, for the direction heuristic), the frontier's long
+#: lists set aside for the whole grid (:data:`LONG_LIST`), and the runs of the frontier that
+#: warps have taken so far (``top_down`` hands them out in order, see :func:`bfs`).
+FOUND, FOUND_EDGES, N_LONG, RUNS_TAKEN = 0, 1, 2, 3
+N_COUNTERS = 4
 
 #: Beamer et al.'s thresholds (the GAP benchmark's defaults): go bottom-up when the frontier's
 #: edges exceed ``1/ALPHA`` of the unexplored edges; back top-down when the frontier holds fewer
@@ -63,6 +64,13 @@ DIRECTIONS = ("top-down", "auto")
 #: about 14 times in discovery order (1.8 M I/Os for 131 k pages, H200, 2026-12-01). Small
 #: frontiers keep the found order, as a pass over every vertex would cost more than they do.
 ORDERED_FRONTIER = 1 << 12
+
+#: Top-down levels walk their frontier first to last and last to first in turn. Both big levels
+#: of a Kronecker search read nearly every page of the neighbours; through a cache smaller than
+#: the graph, a level that walks the same way as the one before finds cached only what it meets
+#: last (the clock evicted what the last level read first), one that walks back meets the last
+#: level's final pages, still cached, first.
+SCAN_BOTH_WAYS = True
 
 #: Top-down, a warp scanning a list longer than this many entries (one 4 KiB page of int64)
 #: first touches the next ``WARP_SIZE`` pages of it, one per lane: through gids those misses are
@@ -195,14 +203,24 @@ def make_bfs_kernels(source) -> BFSKernels:
 
     @gids.jit
     def top_down(arg, offsets, frontier, n_frontier, next_frontier, counters, parents, levels,
-                 depth, count_edges, bad, long_lists, run):
+                 depth, count_edges, bad, long_lists, run, backwards):
         lane = laneid()
-        warp = cuda.grid(1) // WARP_SIZE
-        n_warps = cuda.gridsize(1) // WARP_SIZE
+        n_runs = (n_frontier + run - 1) // run
         # A warp takes ``run`` (at most WARP_SIZE) consecutive frontier vertices at a time: in a
         # vertex-ordered frontier their lists are neighbours on storage, so the page the warp
-        # holds pinned serves several lists (one lookup per page, not per list).
-        for c0 in range(warp * run, n_frontier, n_warps * run):
+        # holds pinned serves several lists (one lookup per page, not per list). Runs are
+        # handed out by a counter, so the grid as a whole walks the frontier in order (first
+        # to last, or last to first if ``backwards``), whatever order its blocks run in.
+        while True:
+            r = np.int64(0)
+            if lane == 0:
+                r = atomic_add(counters, RUNS_TAKEN, 1)
+            r = shfl_sync(FULL_MASK, r, 0)
+            if r >= n_runs:
+                break
+            if backwards:
+                r = n_runs - 1 - r
+            c0 = r * run
             c1 = min(c0 + run, n_frontier)
             # Each lane touches the first entry of one of the run's lists: the misses on their
             # first pages are in flight together, where the scan below has one page in flight.
@@ -351,7 +369,7 @@ def _warm_up(dg: DeviceGraph, kernels: BFSKernels, counters) -> None:
     _collect_frontier[1, 1](none, 0, one, counters)
     counters.copy_to_device(np.zeros(N_COUNTERS, dtype=np.int64))
     kernels.top_down[1, WARP_SIZE](dg.source.arg, dg.offsets, one, 0, one, counters, none, none,
-                                   0, False, dg.bad, one, 1)
+                                   0, False, dg.bad, one, 1, False)
     kernels.long_lists[1, WARP_SIZE](dg.source.arg, dg.offsets, one, one, one, counters, none,
                                      none, 0, False, dg.bad)
     kernels.bottom_up[1, WARP_SIZE](dg.source.arg, dg.offsets, counters, none, none, 0, dg.bad)
@@ -466,6 +484,7 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
     growing = True
     queue_ready = True      # frontier[:n_frontier] is the current level (not after bottom-up)
     level_seconds, level_vertices = [], []
+    backwards = False
     while n_frontier > 0:
         level_start = time.perf_counter()
         if direction == "auto":
@@ -481,14 +500,16 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
                                                   levels, depth, dg.bad)
         else:
             if not queue_ready:
-                _collect_frontier[launch_geometry(n // WARP_SIZE)](levels, depth, frontier,
-                                                                   counters)
+                _collect_frontier[launch_geometry(n // WARP_SIZE, whole=True)](
+                    levels, depth, frontier, counters)
                 counters.copy_to_device(zeros)
             source.before_launch(Access("frontier", vertices=frontier, count=n_frontier))
             run = frontier_run(n_frontier)
             kernels.top_down[launch_geometry(-(-n_frontier // run))](
                 source.arg, dg.offsets, frontier, n_frontier, next_frontier, counters, parents,
-                levels, depth, direction == "auto", dg.bad, long_lists, run)
+                levels, depth, direction == "auto", dg.bad, long_lists, run, backwards)
+            # The next top-down level walks its frontier the other way (see SCAN_BOTH_WAYS).
+            backwards = SCAN_BOTH_WAYS and not backwards
             counts = counters.copy_to_host()
             n_long = int(counts[N_LONG])
             if n_long:

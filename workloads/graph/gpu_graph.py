@@ -92,12 +92,14 @@ read_gids = gids_read
 
 
 # ---------------------------------------------------------------------------------- geometry
-def launch_geometry(n_warps: int) -> tuple[int, int]:
+def launch_geometry(n_warps: int, *, whole: bool = False) -> tuple[int, int]:
     """``(blocks, threads)`` for a grid-stride kernel with ``n_warps`` warps' worth of work.
 
     Every kernel here gives one warp a vertex (a warp is one thread in the simulator unless it
     emulates 32-lane warps), so the grid is sized in warps and always whole warps: the warp-
-    cooperative loops need every lane of a warp present.
+    cooperative loops need every lane of a warp present. At most :data:`MAX_BLOCKS` blocks,
+    unless ``whole`` (on a GPU): a warp for each of the ``n_warps``, so that the work is done in
+    about the order of the warps (blocks start in order), not in ``MAX_BLOCKS``-sized stripes.
     """
     n_warps = max(1, int(n_warps))
     if SIMULATOR and WARP_SIZE == 1:
@@ -106,7 +108,10 @@ def launch_geometry(n_warps: int) -> tuple[int, int]:
     else:
         threads = THREADS_PER_BLOCK
     warps_per_block = threads // WARP_SIZE
-    return max(1, min(MAX_BLOCKS, math.ceil(n_warps / warps_per_block))), threads
+    blocks = math.ceil(n_warps / warps_per_block)
+    if not whole or SIMULATOR:
+        blocks = min(MAX_BLOCKS, blocks)
+    return max(1, blocks), threads
 
 
 # ---------------------------------------------------------------------------------- corrupt ids
