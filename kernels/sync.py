@@ -195,7 +195,10 @@ else:
         return _make_word_op(f"st.{sem}.{scope}.b{{bits}} [$0], $1;", False)
 
     def _make_atomic_add(sem):
-        return _make_word_op(f"atom.{sem}.gpu.add.u{{bits}} $0, [$1], $2;", True)
+        """``atom.{sem}.gpu.global.add`` (device memory only). ``.global``: on a generic
+        address the compiler adds a test for shared memory and a CAS loop for that case to
+        every atomic (SASS of the bench's request kernel, sm_90, 2026-12-01)."""
+        return _make_word_op(f"atom.{sem}.gpu.global.add.u{{bits}} $0, [$1], $2;", True)
 
     def _make_red_add(sem):
         """``red{sem}.gpu.global.add``: an atomic add whose old value nobody waits for.

@@ -54,7 +54,7 @@ SCRIPT = textwrap.dedent('''
     # the SM's L1) on the page's 64-bit word, the unpin a plain reduction whose operand waits
     # for the values read (no fence), the statistics reductions; the miss path a real call (its
     # registers and spills stay out of the hit path).
-    assert "atom.relaxed.gpu.add.u64" in ptx, "the pin is not a relaxed 64-bit atomic"
+    assert "atom.relaxed.gpu.global.add.u64" in ptx, "the pin is not a relaxed 64-bit atomic"
     assert "red.gpu.global.add.u64" in ptx, "statistics are not counted with reductions"
     assert re.search(r"\\.func\\s.*_access_slow", ptx), "the miss path is not a function"
     assert "call.uni" in ptx, "the miss path is inlined"
@@ -65,7 +65,7 @@ SCRIPT = textwrap.dedent('''
     entry = next(i for i, l in enumerate(lines) if l.startswith(".visible .entry"))
     end = next((i for i, l in enumerate(lines) if i > entry and ".func" in l), len(lines))
     body = lines[entry:end]
-    pins = [i for i, l in enumerate(body) if l.startswith("atom.relaxed.gpu.add.u64")]
+    pins = [i for i, l in enumerate(body) if l.startswith("atom.relaxed.gpu.global.add.u64")]
     assert len(pins) == 1, pins
     element = next(i for i, l in enumerate(body) if i > pins[0] and l.startswith("ld.global.cg"))
     assert not [l for l in body[pins[0] + 1:element] if l.startswith(("ld.", "atom."))], \
