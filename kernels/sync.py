@@ -92,6 +92,10 @@ if SIMULATOR:
     ld_relaxed_sys = ld_relaxed_gpu
     ld_weak_l2 = ld_relaxed_gpu
 
+    def make_load(qualifiers):
+        """In the simulator every load flavor is a plain read."""
+        return ld_relaxed_gpu
+
     def ld_pair(arr, i):
         return arr[i], arr[i + 1]
 
@@ -254,19 +258,28 @@ else:
     #: completion's status and source).
     ld_relaxed_sys = _make_load("relaxed", "sys")
 
+    def make_load(qualifiers):
+        """``ld.{qualifiers}`` (``"global.cg"``, ``"relaxed.gpu"``, ``"global.L1::no_allocate"``
+        ...) of any 1-, 2-, 4- or 8-byte element, as side-effecting asm: for comparing load
+        flavors (``python -m workloads.microbench loads``)."""
+        sem, scope = qualifiers.split(".", 1)
+        return _make_load(sem, scope)
+
     def _make_weak_l2_load():
         """``ld.global.cg`` (a weak load cached in L2 only) of any 1-, 2-, 4- or 8-byte element,
         as side-effecting asm with a memory clobber."""
         return _make_load("global", "cg")
 
-    #: ``ld.global.cg``: a *weak* load served by L2, never by this SM's L1: the read of a cache
-    #: slot's bytes after the acquire that pinned the page (``gids.pinned``, the hit path). Not
-    #: ``ld.relaxed.gpu``: a thread's strong loads were served one after another (H200,
-    #: 2026-12-01: a page-per-warp sequential read through ``ld.relaxed.gpu`` reached 0.30 of
-    #: a plain read), while weak loads are pipelined. Weak is enough: its address depends on
-    #: the slot, loaded only once the pin saw VALID (``kernels.cache.take_reference``), and
-    #: ``.cg`` keeps stale L1 lines of the slot's previous page out. The asm is side-effecting with a memory clobber, so the compiler keeps it between
-    #: the pin and the unpin; the hardware still overlaps the loads themselves.
+    #: ``ld.global.cg``: a load served by L2, never by this SM's L1: the read of a cache
+    #: slot's bytes after the pin (``gids.pinned``, the hit path). Its address depends on the
+    #: slot, known only once the pin saw VALID (``kernels.cache.take_reference``), and ``.cg``
+    #: keeps stale L1 lines of the slot's previous page out. The asm is side-effecting with a
+    #: memory clobber, so the compiler keeps it between the pin and the unpin; the hardware
+    #: still overlaps the loads themselves. Not weak, whatever PTX calls it: on sm_90 ptxas
+    #: compiles ``ld.global.cg`` to ``LDG.E.64.STRONG.GPU``, the same instruction as
+    #: ``ld.relaxed.gpu`` (which it replaced with no measured change, H200, 2026-12-01), where a
+    #: plain load is ``LDG.E.64`` (local ptxas + nvdisasm). Whether strong loads are what holds
+    #: the hit path to 0.3 of plain reads: ``python -m workloads.microbench loads``.
     ld_weak_l2 = _make_weak_l2_load()
 
     def _make_pair_load(op, strong=False):

@@ -31,6 +31,18 @@ def test_hit_benchmarks_compare_register_caps(tmp_path):
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="tiny sizes: a check that the comparison runs")
+def test_load_flavors_read_what_plain_reads_in_every_pattern(tmp_path):
+    assert microbench.main(["loads", "--out", str(tmp_path)]) == 0
+    with open(os.path.join(tmp_path, "loads_suite.json")) as f:
+        rows = json.load(f)["rows"]
+    flavors = ("plain",) + microbench.LOAD_FLAVORS
+    assert [(r["pattern"], r["flavor"]) for r in rows] == [
+        (p, f) for p in ("sequential", "random 8 B", "pages 4 KiB") for f in flavors]
+    assert all(r["correct"] for r in rows)
+    assert "`global.cg`" in open(os.path.join(tmp_path, "loads_suite.md")).read()
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="tiny sizes: a check that the comparison runs")
 def test_miss_benchmark_compares_pages_per_warp_and_times_the_misses(tmp_path):
     rows = microbench.misses_suite(str(tmp_path))
     assert [row["per_warp"] for row in rows] == [False, True]

@@ -11,7 +11,8 @@ Stages, in order of priority (default: all, in this order):
   kernels' own mean I/O latency and mean miss time (``gids.Stats``);
 - ``tests``: the GPU tests (``pytest -m gpu``), first, since every figure after them assumes
   the runtime reads the right values;
-- ``core``: the core's GPU suite (``python -m workloads.microbench gpu-suite``): all-miss pages
+- ``core``: the load flavors (``python -m workloads.microbench loads``), then the core's GPU
+  suite (``python -m workloads.microbench gpu-suite``): all-miss pages
   (host daemon and direct NVMe path), hits, QD1 latency, emulation replay, with the ceilings of
   the same run;
 - ``bench``: first ``gids bench workloads --quick`` over every data path, which measures issue 4's
@@ -58,8 +59,11 @@ STAGES = {
     # two minutes, mostly compiling (an estimate: not yet run on a GPU).
     "tests": ([[sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
                 "tests"]], 420),
-    "core": ([[sys.executable, "-m", "workloads.microbench", "gpu-suite", "--no-tests",
-               "--out", "{dir}"]], 540),
+    # The load flavors first (under a minute): whether the hit path's strong loads are what
+    # holds it below plain reads (kernels.sync.ld_weak_l2).
+    "core": ([([sys.executable, "-m", "workloads.microbench", "loads", "--out", "{dir}"], 90),
+              [sys.executable, "-m", "workloads.microbench", "gpu-suite", "--no-tests",
+               "--out", "{dir}"]], 570),
     # Issue 4's targets first and on their own, so that they are written even if the sweeps
     # after them run out of time (a bench writes its report only at the end): 25 points (5
     # workloads x 5 paths), most of their time compiling the gids and nvme kernels and making

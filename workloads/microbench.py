@@ -35,7 +35,7 @@ import numpy as np
 
 import gids
 from numba import cuda
-from kernels.sync import now_ns
+from kernels.sync import make_load, now_ns
 from kernels.platform import WARP_SIZE
 
 
@@ -427,6 +427,132 @@ def hits_suite(out_dir, caps=HIT_CAPS, quick=False):
         f.write(table)
     print(table, flush=True)
     return res
+
+
+# ------------------------------------------------------------------ load flavors
+#
+# gids reads a pinned page's bytes with ``ld.global.cg`` (kernels.sync.ld_weak_l2), which ptxas
+# compiles for sm_90 to a strong GPU-scope load (``LDG.E.64.STRONG.GPU``), where a plain read is a
+# weak one (``LDG.E.64``). This benchmark times the same reads with each flavor, over GPU memory
+# and without gids, so that what the flavor costs is seen apart from the cache's own work.
+
+#: Loads compared with a plain ``a[i]`` (``kernels.sync.make_load``), with what local ptxas
+#: makes of each for sm_90: ``weak.global`` (``LDG.E.64``, the plain load's instruction, written
+#: as the same side-effecting asm as the others: the compiler's part apart from the
+#: hardware's); ``global.cg``, gids's (``LDG.E.64.STRONG.GPU``); ``relaxed.gpu.global`` (the
+#: same) and ``relaxed.gpu`` (generic: ``LD.E.64.STRONG.GPU``, ``kernels.sync.ld_relaxed_gpu``);
+#: ``global.L1::no_allocate`` (``LDG.E.NA.64``) and ``global.cs`` (``LDG.E.EF.64``), weak loads
+#: that hint not to keep the line in L1.
+LOAD_FLAVORS = ("weak.global", "global.cg", "relaxed.gpu.global", "relaxed.gpu",
+                "global.L1::no_allocate", "global.cs")
+_LOADS = {}
+
+
+def _flavor_reader(flavor):
+    """``read(a, i)`` for ``flavor`` ("plain" or one of :data:`LOAD_FLAVORS`), one per flavor."""
+    if flavor == "plain":
+        return _plain_read
+    if flavor not in _LOADS:
+        _LOADS[flavor] = make_load(flavor)
+    return _LOADS[flavor]
+
+
+def _page_reads(read):
+    """A kernel in which each warp reads ``pages_per_warp`` whole pages of ``PAGE_WORDS`` int64
+    (4 KiB) in a random order, lanes side by side, eight loads a lane issued before any is added:
+    the bench's 4 KiB request pattern, with no cache in the way."""
+    @gids.jit
+    def kernel(src, n_pages, pages_per_warp, seed, out):
+        t = cuda.grid(1)
+        lane = t % WARP_SIZE
+        x = np.uint64((t // WARP_SIZE) * 2654435761 + seed + 1)
+        acc = 0
+        for _ in range(pages_per_warp):
+            x = _next_random(x)
+            base = np.int64(x & np.uint64(n_pages - 1)) * PAGE_WORDS
+            for r in range(0, PAGE_WORDS, 8 * WARP_SIZE):
+                j = base + r + lane
+                a0 = read(src, j)
+                a1 = read(src, j + WARP_SIZE)
+                a2 = read(src, j + 2 * WARP_SIZE)
+                a3 = read(src, j + 3 * WARP_SIZE)
+                a4 = read(src, j + 4 * WARP_SIZE)
+                a5 = read(src, j + 5 * WARP_SIZE)
+                a6 = read(src, j + 6 * WARP_SIZE)
+                a7 = read(src, j + 7 * WARP_SIZE)
+                acc += ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+        out[t] = acc
+    return kernel
+
+
+#: int64 words of a page in :func:`_page_reads` (4 KiB).
+PAGE_WORDS = 512
+
+
+def bench_loads(n_elems, log, flavors=LOAD_FLAVORS, threads=256, blocks=132 * 16, reads=16,
+                pages_per_warp=16, repeat=3):
+    """Sequential, random 8-byte and page-per-warp reads of an int64 device array with each
+    load flavor, beside the plain read. Returns one row per pattern and flavor (GB/s, ratio to
+    plain, and whether every thread's sum equals the plain kernel's)."""
+    rng = np.random.default_rng(3)
+    data = cuda.to_device(rng.integers(0, 1 << 40, n_elems, dtype=np.int64))
+    n_threads = threads * blocks
+    n_pages = n_elems // PAGE_WORDS
+    patterns = {
+        "sequential": (_sequential_reads, lambda k, out: k[blocks, threads](data, n_elems, out),
+                       n_elems * 8),
+        "random 8 B": (_random_reads, lambda k, out: k[blocks, threads](data, n_elems - 1, reads,
+                                                                           7, out),
+                       n_threads * reads * 8),
+        "pages 4 KiB": (_page_reads, lambda k, out: k[blocks, threads](data, n_pages,
+                                                                        pages_per_warp, 7, out),
+                        n_threads // WARP_SIZE * pages_per_warp * PAGE_WORDS * 8),
+    }
+    rows = []
+    for pattern, (template, launch, nbytes) in patterns.items():
+        expected = None
+        plain_s = None
+        for flavor in ("plain",) + tuple(flavors):
+            kernel = template(_flavor_reader(flavor))
+            out = cuda.device_array(n_threads, dtype=np.int64)
+            launch(kernel, out)                                  # compile, warm
+            seconds = _time_kernel(lambda: launch(kernel, out), repeat)
+            sums = out.copy_to_host()
+            if expected is None:
+                expected, plain_s = sums, seconds
+            row = {"pattern": pattern, "flavor": flavor, "seconds": seconds,
+                   "GBps": nbytes / seconds / 1e9, "of_plain": plain_s / seconds,
+                   "correct": bool(np.array_equal(sums, expected))}
+            rows.append(row)
+            log(f"{pattern:12s} {flavor:24s} {row['GBps']:9.1f} GB/s  {row['of_plain']:.2f} of "
+                f"plain  {'ok' if row['correct'] else 'WRONG'}")
+    return rows
+
+
+def loads_suite(out_dir, quick=False):
+    """``python -m workloads.microbench loads``: :func:`bench_loads`, a Markdown table (printed,
+    and OUT/loads_suite.md) and OUT/loads_suite.json. Tiny sizes in the simulator."""
+    os.makedirs(out_dir, exist_ok=True)
+    if gids.SIMULATOR:
+        rows = bench_loads(1 << 12, print, threads=4, blocks=2, reads=2, pages_per_warp=1,
+                           repeat=1)
+        where = "CUDA simulator (times mean nothing)"
+    else:
+        rows = bench_loads((1 << 24) if quick else (1 << 26), print)
+        where = _gpu_name()
+    command = "python -m workloads.microbench loads" + (" --quick" if quick else "")
+    meta = {"date": time.strftime("%Y-%m-%d"), "gpu": where, "command": command}
+    lines = [f"Measured {meta['date']} on {where} with `{command}`.", "",
+             "| pattern | load | GB/s | of plain | values |", "|---|---|---|---|---|"]
+    lines += [f"| {r['pattern']} | `{r['flavor']}` | {r['GBps']:.1f} | {r['of_plain']:.2f} | "
+              f"{'ok' if r['correct'] else 'WRONG'} |" for r in rows]
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, "loads_suite.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    with open(os.path.join(out_dir, "loads_suite.md"), "w") as f:
+        f.write(table)
+    print(table, flush=True)
+    return rows
 
 
 def misses_suite(out_dir, quick=False):
@@ -868,6 +994,10 @@ def main(argv=None):
     p = sub.add_parser("latency-child", help=argparse.SUPPRESS)
     p.add_argument("--misses", type=int, default=2000)
     p.add_argument("--quick", action="store_true")
+    p = sub.add_parser("loads", help="reads of GPU memory with each load flavor (gids's "
+                                     "ld.global.cg among them) beside plain reads")
+    p.add_argument("--out", default="out", help="folder for loads_suite.md/.json (default: out)")
+    p.add_argument("--quick", action="store_true", help="a smaller array")
     p = sub.add_parser("nvme", help="the direct NVMe path's all-miss commands/s only")
     p.add_argument("--out", default="out", help="folder for nvme_suite.json (default: out)")
     p.add_argument("--quick", action="store_true", help="smaller sizes")
@@ -887,6 +1017,9 @@ def main(argv=None):
     if args.cmd == "nvme":
         nvme_suite(args.out, quick=args.quick)
         return 0
+    if args.cmd == "loads":
+        rows = loads_suite(args.out, quick=args.quick)
+        return 0 if all(r["correct"] for r in rows) else 1
     if args.cmd == "misses":
         rows = misses_suite(args.out, quick=args.quick)
         return 0 if all(r["correct"] for r in rows) else 1
