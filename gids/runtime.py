@@ -291,6 +291,10 @@ class Runtime:
         self._stats = self._to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
         self._no_zero_copy = self._to_device(np.zeros(1, dtype=np.uint64))
         self._copy_locks = _copy_locks()
+        # The slot epoch and each SM's record of it (GIDS_SLOT_LOAD=weak): -1, no SM has
+        # invalidated its L1 yet, so each does at its first check.
+        self._slot_epoch = self._to_device(np.zeros(1, dtype=np.int64))
+        self._l1_epoch = self._to_device(np.full(L.L1_EPOCH_WORDS, -1, dtype=np.int64))
         # Mapped, so the host can raise it while kernels run (abort(), Ctrl-C in sync()).
         self._abort = cuda.mapped_array(1, dtype=np.int64)
         host_view(self._abort)[0] = 0
@@ -1000,7 +1004,8 @@ class Runtime:
                      bytes_written=(writebacks + self._flushed_pages) * self.page_size,
                      io_ns=int(counts[L.STAT_IO_NS]), miss_ns=int(counts[L.STAT_MISS_NS]),
                      slot_retries=int(counts[L.STAT_SLOT_RETRIES]),
-                     bulk_copies=int(counts[L.STAT_BULK_COPIES]))
+                     bulk_copies=int(counts[L.STAT_BULK_COPIES]),
+                     l1_purges=int(counts[L.STAT_L1_PURGES]))
 
     def reset_stats(self):
         self._check_open()

@@ -23,6 +23,10 @@ class Stats:
     ``bulk_copies`` counts the pages (among ``ios``) that a warp of few lanes copied from host
     memory into the cache by bulk copy (TMA, compute capability 9.0 and up; the others were
     copied by the warp's own loads).
+
+    ``l1_purges`` (``GIDS_SLOT_LOAD=weak`` only) counts the lanes that found that a slot may have
+    changed since their SM's L1 was last invalidated, and invalidated it (each lane of a warp
+    counts): near 0 when the cache is warm and nothing is written.
     """
 
     hits: int = 0
@@ -37,6 +41,7 @@ class Stats:
     miss_ns: int = 0
     slot_retries: int = 0
     bulk_copies: int = 0
+    l1_purges: int = 0
 
     @property
     def lookups(self):
@@ -66,4 +71,5 @@ class Stats:
                 f"(write-backs {self.writebacks:,}), flushed {self.flushed:,}, "
                 f"bytes written {self.bytes_written:,}, mean I/O {self.io_latency_us:.1f} us, "
                 f"mean miss {self.miss_latency_us:.1f} us, slot retries {self.slot_retries:,}, "
-                f"bulk copies {self.bulk_copies:,}")
+                f"bulk copies {self.bulk_copies:,}"
+                + (f", L1 purges {self.l1_purges:,}" if self.l1_purges else ""))
