@@ -135,10 +135,13 @@ def make_bfs_kernels(source) -> BFSKernels:
     -------
     BFSKernels
         ``top_down[grid](arg, offsets, frontier, n_frontier, next_frontier, counters, parents,
-        levels, depth, count_edges, bad)`` expands ``frontier[:n_frontier]`` (vertices at level
-        ``depth``), summing the new frontier's degrees only if ``count_edges``;
-        ``bottom_up[grid](arg, offsets, counters, parents, levels, depth, bad)`` gives every
-        unvisited vertex with a neighbour at level ``depth`` level ``depth + 1``.
+        levels, depth, count_edges, bad, long_lists, run, backwards)`` expands
+        ``frontier[:n_frontier]`` (vertices at level ``depth``) in runs of ``run`` vertices a
+        warp, last run first if ``backwards``, summing the new frontier's degrees only if
+        ``count_edges`` and setting lists longer than :data:`LONG_LIST` aside in
+        ``long_lists``; ``long_lists[grid](arg, offsets, long_lists, first_slice, ...)`` scans
+        those; ``bottom_up[grid](arg, offsets, counters, parents, levels, depth, bad)`` gives
+        every unvisited vertex with a neighbour at level ``depth`` level ``depth + 1``.
     """
     pager = source if isinstance(source, Pager) else element_pager(source)
     read_neighbour, PIN, VALUE, UNPIN_AFTER, PAGE_ELEMS = (
