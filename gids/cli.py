@@ -87,7 +87,8 @@ def cmd_simulate(args):
     return 0
 
 
-def main(argv=None):
+def build_parser():
+    """The ``gids`` command's parser (every subcommand; parsing runs nothing)."""
     parser = argparse.ArgumentParser(prog="gids", description="GPU-initiated storage for Python")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("demo", help="write a file, read random elements from a kernel through a "
@@ -114,7 +115,11 @@ def main(argv=None):
     add_bfs_arguments(sub)
     from workloads.vector.cli import add_search_arguments
     add_search_arguments(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     if args.cmd == "demo":
         sys.setswitchinterval(1e-4)   # the simulator's host<->kernel handshakes go faster
     return args.func(args)

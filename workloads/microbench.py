@@ -965,7 +965,8 @@ def format_thread_rows(r):
     return [line, "", "All-miss M pages/s by thread count:", "", *table, ""]
 
 
-def main(argv=None):
+def build_parser():
+    """``python -m workloads.microbench``'s parser (parsing runs nothing)."""
     parser = argparse.ArgumentParser(prog="python -m workloads.microbench")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("gpu-suite", help="GPU tests + core benchmarks + ceilings, one table")
@@ -1001,7 +1002,11 @@ def main(argv=None):
     p = sub.add_parser("nvme", help="the direct NVMe path's all-miss commands/s only")
     p.add_argument("--out", default="out", help="folder for nvme_suite.json (default: out)")
     p.add_argument("--quick", action="store_true", help="smaller sizes")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     if args.cmd == "hits":
         hits_suite(args.out, caps=tuple(int(c) for c in args.caps.split(",") if c),
                    quick=args.quick)

@@ -1,0 +1,47 @@
+"""``python -m workloads.gpu_session``: every command of every stage parses (a typo found here
+costs nothing; found on the lent GPU it costs a call of its device time). Nothing runs."""
+import sys
+
+import pytest
+
+import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
+from gids.cli import build_parser as gids_parser
+from workloads import bench, microbench, stress
+from workloads.gpu_session import GIDS, STAGES
+
+
+def _parse(argv):
+    """Parse one stage command with its program's own parser; returns what ran the parse."""
+    while argv[0] == "env":                       # env NAME=value ... command
+        argv = argv[1:]
+        while "=" in argv[0]:
+            argv = argv[1:]
+    assert argv[0] == sys.executable, argv
+    if argv[:len(GIDS)] == GIDS:
+        args = gids_parser().parse_args(argv[len(GIDS):])
+        if args.cmd == "bench":                   # its sweeps and workloads are checked here
+            options = {k: getattr(args, k) for k in bench._CONFIG_ARGS
+                       if getattr(args, k, None) is not None}
+            bench.make_config(quick=args.quick, sweeps=list(args.sweeps) or ["all"],
+                              **options)
+        return "gids"
+    module, args = argv[2], argv[3:]
+    if module == "workloads.microbench":
+        microbench.build_parser().parse_args(args)
+    elif module == "workloads.stress":
+        stress.parse_args(args)
+    elif module == "pytest":
+        assert "gpu" in args                      # the GPU tests
+    else:
+        raise AssertionError(f"no parser known for {module}")
+    return module
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_every_stage_command_parses(stage, tmp_path):
+    commands, limit = STAGES[stage]
+    assert 0 < limit <= 600                       # the device tool's limit per call
+    for command in commands:
+        command, cap = command if isinstance(command, tuple) else (command, None)
+        assert cap is None or 0 < cap <= limit
+        _parse([part.replace("{dir}", str(tmp_path)) for part in command])
