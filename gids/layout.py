@@ -91,7 +91,12 @@ STAT_MISS_NS = 6
 STAT_SLOT_RETRIES = 7
 STAT_BULK_COPIES = 8  # pages copied into their slots by bulk copy (TMA; kernels/bulk.py)
 STAT_L1_PURGES = 9    # GIDS_SLOT_LOAD=weak: lanes that invalidated their SM's L1 (kernels.cache)
-N_STATS = 10
+# Two parts of a loader's miss (ns summed over I/Os, like STAT_IO_NS): from its ticket to its
+# request published (the wait for the queue entry, the record's stores to host memory), and
+# from the completion seen to the page in its slot, visible GPU-wide (the copy and the fence).
+STAT_SUBMIT_NS = 10
+STAT_COPY_NS = 11
+N_STATS = 12
 N_STAT_SHARDS = 64
 
 # --- The slot epoch (GIDS_SLOT_LOAD=weak; kernels.cache.l1_is_current) ------------------------

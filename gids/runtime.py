@@ -1005,7 +1005,9 @@ class Runtime:
                      io_ns=int(counts[L.STAT_IO_NS]), miss_ns=int(counts[L.STAT_MISS_NS]),
                      slot_retries=int(counts[L.STAT_SLOT_RETRIES]),
                      bulk_copies=int(counts[L.STAT_BULK_COPIES]),
-                     l1_purges=int(counts[L.STAT_L1_PURGES]))
+                     l1_purges=int(counts[L.STAT_L1_PURGES]),
+                     submit_ns=int(counts[L.STAT_SUBMIT_NS]),
+                     copy_ns=int(counts[L.STAT_COPY_NS]))
 
     def reset_stats(self):
         self._check_open()

@@ -24,6 +24,10 @@ class Stats:
     memory into the cache by bulk copy (TMA, compute capability 9.0 and up; the others were
     copied by the warp's own loads).
 
+    Two parts of ``io_ns`` and after it, summed over I/Os: ``submit_ns`` from a loader's ticket
+    to its request published (the wait for its queue entry, the record's stores to host memory),
+    ``copy_ns`` from the completion seen to the page in its slot, visible GPU-wide.
+
     ``l1_purges`` (``GIDS_SLOT_LOAD=weak`` only) counts the lanes that found that a slot may have
     changed since their SM's L1 was last invalidated, and invalidated it (each lane of a warp
     counts): near 0 when the cache is warm and nothing is written.
@@ -42,6 +46,8 @@ class Stats:
     slot_retries: int = 0
     bulk_copies: int = 0
     l1_purges: int = 0
+    submit_ns: int = 0
+    copy_ns: int = 0
 
     @property
     def lookups(self):
@@ -60,6 +66,16 @@ class Stats:
     def miss_latency_us(self):
         """Mean microseconds a miss spent on the slow path (including waits for other loads)."""
         return self.miss_ns / self.misses / 1e3 if self.misses else 0.0
+
+    @property
+    def submit_latency_us(self):
+        """Mean microseconds from a loader's ticket to its request published (part of I/O)."""
+        return self.submit_ns / self.ios / 1e3 if self.ios else 0.0
+
+    @property
+    def copy_latency_us(self):
+        """Mean microseconds from a completion seen to its page in the slot, visible."""
+        return self.copy_ns / self.ios / 1e3 if self.ios else 0.0
 
     def __sub__(self, other):
         return Stats(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})

@@ -253,11 +253,14 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
     submitted = io_submit(h, mask, q, ticket, True, h.array_id, page, L.OP_READ, deadline)
     if ticket >= 0 and not submitted:
         record_error(h, L.ERR_TIMEOUT_QUEUE, page, ticket)
+    if submitted:
+        _add_stat(h, L.STAT_SUBMIT_NS, now_ns() - asked_at)
     completed, status, source = io_wait(h, mask, lane, q, ticket, submitted, deadline)
     if submitted and not completed:
         record_error(h, L.ERR_TIMEOUT_IO, page, ticket)
+    answered_at = now_ns()
     if completed:
-        _add_stat(h, L.STAT_IO_NS, now_ns() - asked_at)
+        _add_stat(h, L.STAT_IO_NS, answered_at - asked_at)
     # In a warp of at most BULK_COPY_LANES lanes, each loader whose page arrived (its own
     # acquire saw the completion, in io_wait) copies it into its slot alone by bulk copy, where
     # that is compiled in (cc >= 9.0: kernels/bulk.py); the warp copies the rest with its own
@@ -292,6 +295,7 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
     cuda.threadfence()
     syncwarp(mask)
     if completed:
+        _add_stat(h, L.STAT_COPY_NS, now_ns() - answered_at)
         release_entry(h, q, ticket)
     return ticket >= 0, completed, status
 
