@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workloads.graph import (BFSValidationError, CSRGraph, EdgeArray, bfs_reference,
+from workloads.graph import (BFSValidationError, CSRGraph, EdgeArray, GraphFormatError,
+                             bfs_reference,
                              connected_components_reference, generate_kronecker_csr,
                              kronecker_edges, open_csr, same_partition, sample_bfs_roots, scipy_bfs,
                              scipy_components, teps_harmonic_mean, teps_statistics,
@@ -132,6 +133,35 @@ def test_in_memory_graph_without_a_header():
     parents, levels = bfs_reference(graph, 0)
     validate_bfs_tree(graph, 0, parents, levels)
     assert traversed_edges(graph, levels) == 3
+
+
+def test_a_neighbour_id_out_of_range_is_a_format_error():
+    # 0-1 and 1-2, but vertex 2's list names vertex 7 of 3: a corrupt graph, not a broken tree.
+    graph = CSRGraph(np.array([0, 1, 3, 4]), np.array([1, 0, 2, 7]))
+    parents = np.array([0, 0, 1])
+    with pytest.raises(GraphFormatError, match="a neighbour of vertex 2 is 7, not a vertex id"):
+        validate_bfs_tree(graph, 0, parents)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_edge_scan_gives_one_answer_for_any_thread_count(kronecker_files, threads,
+                                                             monkeypatch):
+    """The scan splits each chunk's vertices over threads: valid trees pass and the first
+    broken entry is the one reported, whatever the split."""
+    from workloads.graph import parallel
+    monkeypatch.setattr(parallel, "N_THREADS", threads)
+    graph = open_csr(kronecker_files[10])
+    parents, levels = bfs_reference(graph, 1)
+    validate_bfs_tree(graph, 1, parents, levels, chunk_edges=5000)
+    reached = np.flatnonzero(levels > 1)
+    broken = levels.copy()
+    broken[reached[len(reached) // 2:]] = -1            # cut the tree: an edge leaves it
+    with pytest.raises(BFSValidationError) as caught:
+        validate_bfs_levels(graph, 1, broken, chunk_edges=5000)
+    assert caught.value.rule == 4
+    first = next(v for v in range(graph.n_vertices)
+                 if any((broken[v] >= 0) != (broken[u] >= 0) for u in graph.neighbours_of(v)))
+    assert caught.value.vertex == first
 
 
 @pytest.fixture

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
+from . import parallel
 from .bfs import UNREACHED
-from .csr_file import CSRGraph, Progress
+from .csr_file import CSRGraph, GraphFormatError, Progress
 from .edges import DEFAULT_CHUNK_EDGES
 
 RULES = {
@@ -115,25 +117,86 @@ def _check_levels_shape(graph: CSRGraph, name: str, values: np.ndarray) -> np.nd
     return values.astype(np.int64, copy=False)
 
 
+@numba.njit(nogil=True, cache=True)
+def _scan_rows(offsets, neighbours, base, first, stop, levels, parents, use_parents, has_link):
+    """Rules 3 and 4 over the entries of vertices ``first .. stop - 1`` (``neighbours`` holds the
+    entries from ``base`` on), and ``has_link[v]`` for rule 5: an edge to ``parents[v]`` (with
+    ``use_parents``) or to a neighbour one level up. Returns the first entry whose ends are not
+    both in the tree or both out, the first whose levels differ by more than one, and the first
+    neighbour id outside ``0 .. n - 1`` (-1: none of that kind)."""
+    n = levels.size
+    leaves = -1
+    too_far = -1
+    bad_id = -1
+    for v in range(first, stop):
+        level = levels[v]
+        linked = False
+        for e in range(offsets[v], offsets[v + 1]):
+            u = np.int64(neighbours[e - base])
+            if u < 0 or u >= n:
+                if bad_id < 0:
+                    bad_id = e
+                continue
+            other = levels[u]
+            if (level >= 0) != (other >= 0):
+                if leaves < 0:
+                    leaves = e
+            elif abs(level - other) > 1:
+                if too_far < 0:
+                    too_far = e
+            if use_parents:
+                linked = linked or u == parents[v]
+            else:
+                linked = linked or other == level - 1
+        if linked:
+            has_link[v] = True
+    return leaves, too_far, bad_id
+
+
+def _entry(graph: CSRGraph, entry: int) -> tuple[int, int]:
+    """``(src, dst)`` of neighbours entry ``entry``: the vertex whose list holds it, and it."""
+    src = int(np.searchsorted(graph.offsets, entry, side="right") - 1)
+    return src, int(graph.neighbours[entry])
+
+
 def _scan_edges(graph: CSRGraph, root: int, levels: np.ndarray, *, parents: np.ndarray | None,
                 chunk_edges: int, progress: Progress | None) -> None:
-    """Rules 3, 4 and 5 in one pass over the entries (rule 5 via parents, or via levels)."""
+    """Rules 3, 4 and 5 in one pass over the entries (rule 5 via parents, or via levels).
+
+    Chunk by chunk of the neighbours (a graph need not fit in memory), each chunk's vertices
+    split over :data:`~.parallel.N_THREADS` threads running :func:`_scan_rows`; a chunk with
+    entries that break rule 4 reports its first such entry, else one that breaks rule 3, as a
+    scan in entry order would."""
     reached = levels >= 0
-    has_link = np.zeros(graph.n_vertices, dtype=bool)  # a parent edge, or a neighbour one level up
-    for src, dst in graph.iter_edges(chunk_edges, progress):
-        src_level, dst_level = levels[src], levels[dst]
-        crossing = (src_level >= 0) != (dst_level >= 0)
-        if crossing.any():
-            i = int(np.flatnonzero(crossing)[0])
-            raise BFSValidationError(4, f"edge ({src[i]}, {dst[i]}) leaves the tree: levels "
-                                        f"{src_level[i]} and {dst_level[i]}", int(src[i]))
-        too_far = np.abs(src_level - dst_level) > 1
-        if too_far.any():
-            i = int(np.flatnonzero(too_far)[0])
-            raise BFSValidationError(3, f"edge ({src[i]}, {dst[i]}) joins levels {src_level[i]} and "
-                                        f"{dst_level[i]}", int(src[i]))
-        linked = (dst == parents[src]) if parents is not None else (dst_level == src_level - 1)
-        has_link[src[linked]] = True
+    has_link = np.zeros(graph.n_vertices, dtype=np.bool_)  # a parent edge, or a neighbour one level up
+    use_parents = parents is not None
+    parent_of = parents if use_parents else np.zeros(1, dtype=np.int64)
+    offsets = np.ascontiguousarray(graph.offsets, dtype=np.int64)
+    bounds = graph.row_ranges(chunk_edges)
+    for first, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        base = int(offsets[first])
+        chunk = np.asarray(graph.neighbours[base:int(offsets[stop])])
+        slices = [(first + a, first + b) for a, b in parallel.split(stop - first, 4096)]
+        found = parallel.run_all(
+            lambda a, b: _scan_rows(offsets, chunk, base, a, b, levels, parent_of, use_parents,
+                                    has_link), slices)
+        bad_ids = [f[2] for f in found if f[2] >= 0]
+        if bad_ids:
+            src, dst = _entry(graph, min(bad_ids))
+            raise GraphFormatError(f"a neighbour of vertex {src} is {dst}, not a vertex id "
+                                   f"(0..{graph.n_vertices - 1})")
+        leaves = [f[0] for f in found if f[0] >= 0]
+        if leaves:
+            src, dst = _entry(graph, min(leaves))
+            raise BFSValidationError(4, f"edge ({src}, {dst}) leaves the tree: levels "
+                                        f"{levels[src]} and {levels[dst]}", src)
+        too_far = [f[1] for f in found if f[1] >= 0]
+        if too_far:
+            src, dst = _entry(graph, min(too_far))
+            raise BFSValidationError(3, f"edge ({src}, {dst}) joins levels {levels[src]} and "
+                                        f"{levels[dst]}", src)
+        if progress is not None:
+            progress(int(offsets[stop]), graph.n_edges)
     missing = reached & ~has_link
     missing[root] = False
     if missing.any():
