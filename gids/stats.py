@@ -2,6 +2,11 @@
 from dataclasses import dataclass, fields
 
 
+def _mean_us(total_ns, count):
+    """``total_ns / count`` in microseconds (0 for no count)."""
+    return total_ns / count / 1e3 if count else 0.0
+
+
 @dataclass(frozen=True)
 class Stats:
     """Cache and I/O counters.
@@ -60,22 +65,22 @@ class Stats:
     @property
     def io_latency_us(self):
         """Mean microseconds from a request's submission to its completion, as kernels saw it."""
-        return self.io_ns / self.ios / 1e3 if self.ios else 0.0
+        return _mean_us(self.io_ns, self.ios)
 
     @property
     def miss_latency_us(self):
         """Mean microseconds a miss spent on the slow path (including waits for other loads)."""
-        return self.miss_ns / self.misses / 1e3 if self.misses else 0.0
+        return _mean_us(self.miss_ns, self.misses)
 
     @property
     def submit_latency_us(self):
         """Mean microseconds from a loader's ticket to its request published (part of I/O)."""
-        return self.submit_ns / self.ios / 1e3 if self.ios else 0.0
+        return _mean_us(self.submit_ns, self.ios)
 
     @property
     def copy_latency_us(self):
         """Mean microseconds from a completion seen to its page in the slot, visible."""
-        return self.copy_ns / self.ios / 1e3 if self.ios else 0.0
+        return _mean_us(self.copy_ns, self.ios)
 
     def __sub__(self, other):
         return Stats(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})

@@ -271,11 +271,10 @@ def claim_slot(h, page):
                     return s, False, victim   # evicted once its write-back succeeds
             elif seen == in_slot | _VALID:
                 evicted = True
-            if evicted:
-                note_slot_change(h)
             if not evicted:
                 atomic_exch(h.slot_page, s, victim)   # keep it; try the next slot
                 continue
+            note_slot_change(h)
         atomic_exch(h.slot_page, s, page)
         return s, evicted, -1
     return -1, False, -1

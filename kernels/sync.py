@@ -275,11 +275,6 @@ else:
         sem, scope = qualifiers.split(".", 1)
         return _make_load(sem, scope)
 
-    def _make_weak_l2_load():
-        """``ld.global.cg`` (a weak load cached in L2 only) of any 1-, 2-, 4- or 8-byte element,
-        as side-effecting asm with a memory clobber."""
-        return _make_load("global", "cg")
-
     #: ``ld.global.cg``: a load served by L2, never by this SM's L1: the read of a cache
     #: slot's bytes after the pin (``gids.pinned``, the hit path). Its address depends on the
     #: slot, known only once the pin saw VALID (``kernels.cache.take_reference``), and ``.cg``
@@ -290,7 +285,7 @@ else:
     #: ``ld.relaxed.gpu`` (which it replaced with no measured change, H200, 2026-12-01), where a
     #: plain load is ``LDG.E.64`` (local ptxas + nvdisasm). Whether strong loads are what holds
     #: the hit path to 0.3 of plain reads: ``python -m workloads.microbench loads``.
-    ld_weak_l2 = _make_weak_l2_load()
+    ld_weak_l2 = _make_load("global", "cg")
     #: ``ld.weak.global``: the plain load (``LDG.E.64``), as side-effecting asm that the compiler
     #: keeps between a pin and its unpin; it may hit a stale line in the SM's L1, so only under
     #: the slot epoch's guard (``GIDS_SLOT_LOAD=weak``, :func:`kernels.cache.l1_is_current`).
