@@ -1,4 +1,6 @@
 """Helpers shared by the tests (as numba-cuda's own test helper module)."""
+import json
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -56,6 +58,8 @@ def fake_nvme_handle(dtype):
 WARP32_PREAMBLE = """\
 import sys
 sys.setswitchinterval(1e-4)
+import json
+
 import numpy as np
 import gids
 from numba import cuda
@@ -85,3 +89,101 @@ def write_then_read(h, idx, values, out):
     if k < idx.size:
         gids.write(h, idx[k], values[k])
         out[k] = gids.read(h, idx[k])
+
+
+# --- scripts for the real compiler, in a process shared between tests -----------------------
+
+#: A process that runs scripts sent to it, one JSON line each, each in a namespace of its own
+#: (as ``python -c SCRIPT ARGS``), and answers with what the script printed and its exit status.
+#: Compiling to PTX is mostly numba typing the device functions behind ``gids.read``, and one
+#: process types each (function, signature) once: the compile tests share one such process.
+_SCRIPT_SERVER = r'''
+import contextlib, io, json, os, sys, traceback
+answers = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)          # anything written to fd 1 below Python goes to stderr, not the answers
+for line in sys.stdin:
+    request = json.loads(line)
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    sys.argv = ["-c", *request["args"]]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            exec(compile(request["script"], "<string>", "exec"), {"__name__": "__main__"})
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    answers.write(json.dumps({"stdout": out.getvalue(), "stderr": err.getvalue(),
+                              "returncode": code}) + "\n")
+    answers.flush()
+'''
+
+_servers = {}
+
+
+def _compile_env(overrides):
+    """The environment of a compile script: this one's without the ``GIDS_*`` settings (the
+    scripts check what the defaults compile to), the real compiler, and ``overrides``."""
+    import os
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIDS_")}
+    env["NUMBA_ENABLE_CUDASIM"] = "0"
+    env.update(overrides)
+    return env
+
+
+def _close_servers():
+    for proc, _ in _servers.values():
+        if proc.poll() is None:
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=10)
+            except Exception:
+                proc.kill()
+
+
+def run_compile_script(script, *args, env=None, shared=True, timeout=600):
+    """Run ``script`` (which compiles with the real compiler, ``NUMBA_ENABLE_CUDASIM=0``) as
+    ``python -c script *args`` would, from the repository root, with the ``GIDS_*`` settings at
+    their defaults but for ``env``; return a :class:`subprocess.CompletedProcess` (text).
+
+    ``shared``: in the process kept for scripts with the same ``env`` (device functions typed
+    by an earlier script are not typed again). A script that changes what numba compiles device
+    functions for (another compute capability) must pass ``shared=False``: a process of its own.
+    """
+    import atexit
+    import os
+    import select
+    import subprocess
+    import sys
+    import tempfile
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(env or {})
+    full_env = _compile_env(env)
+    if not shared:
+        return subprocess.run([sys.executable, "-c", script, *args], cwd=root, env=full_env,
+                              capture_output=True, text=True, timeout=timeout, check=False)
+    key = tuple(sorted(env.items()))
+    proc, log = _servers.get(key, (None, None))
+    if proc is None or proc.poll() is not None:
+        if not _servers:
+            atexit.register(_close_servers)
+        log = tempfile.TemporaryFile("w+")
+        proc = subprocess.Popen([sys.executable, "-c", _SCRIPT_SERVER], cwd=root, env=full_env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                text=True)
+        _servers[key] = (proc, log)
+    proc.stdin.write(json.dumps({"script": script, "args": list(args)}) + "\n")
+    proc.stdin.flush()
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    line = proc.stdout.readline() if ready else ""
+    if not line:      # timed out, or the process died (its stderr tells why)
+        proc.kill()
+        proc.wait()
+        del _servers[key]
+        log.seek(0)
+        if not ready:
+            raise subprocess.TimeoutExpired(script[:200], timeout, stderr=log.read())
+        return subprocess.CompletedProcess(script, proc.returncode, "", log.read())
+    answer = json.loads(line)
+    return subprocess.CompletedProcess(script, answer["returncode"], answer["stdout"],
+                                       answer["stderr"])

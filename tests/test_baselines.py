@@ -1,8 +1,5 @@
 """The baseline data paths in the simulator: one kernel body, the same values as numpy on every
 path; the cpu_batch pass protocol; the errors each path raises."""
-import os
-import subprocess
-import sys
 import textwrap
 
 import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
@@ -12,7 +9,7 @@ from numba import cuda
 
 from gids.errors import ConfigError, IndexOutOfRangeError, StorageIOError
 from host_daemon.stores import FaultyStore
-from tests.helpers import run_with_warp32
+from tests.helpers import run_compile_script, run_with_warp32
 from workloads import baselines as B
 from workloads.bench import expected_warp_sums
 from workloads.pager import GIDS_PAGER, element_pager
@@ -446,10 +443,7 @@ def test_templates_compile_for_the_gpu():
     so the closures over device functions and the handles type on a GPU too; the gids request
     kernel pins once per page (one lookup site, whether a warp reads one request or several; no
     lookup in the loop of pinned loads, whose rounds issue all their loads before adding)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, "-c", PTX_SCRIPT], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = run_compile_script(PTX_SCRIPT)
     if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
         pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
     assert "BASELINES_PTX_OK" in proc.stdout, proc.stderr[-3000:]

@@ -18,6 +18,7 @@ import pytest
 from numba import cuda
 from kernels.platform import WARP_SIZE
 
+from tests.helpers import run_compile_script
 from workloads.graph import (EdgeArray, GraphFormatError, connected_components_reference,
                              generate_kronecker_csr, open_csr, sample_bfs_roots, scipy_bfs,
                              traversed_edges, write_csr)
@@ -586,9 +587,7 @@ _PTX = textwrap.dedent('''
 
 def test_kernels_compile_for_a_gpu():
     """The traversal kernels, specialised for both readers, compile to PTX (no GPU needed)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    proc = subprocess.run([sys.executable, "-c", _PTX], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = run_compile_script(_PTX)
     if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
         pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
     assert "PTX_OK" in proc.stdout, proc.stderr[-3000:]

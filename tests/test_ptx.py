@@ -1,14 +1,14 @@
 """Compile the device code to PTX with the real CUDA compiler (no GPU needed) and check it.
 
-Runs in a subprocess with NUMBA_ENABLE_CUDASIM=0, since this process may be in the simulator.
+Runs in a subprocess with NUMBA_ENABLE_CUDASIM=0, since this process may be in the simulator
+(the one the other compile tests use: tests.helpers.run_compile_script).
 Needs the nvidia-nvvm and nvidia-cuda-nvrtc wheels (the ``test`` extra).
 """
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from tests.helpers import run_compile_script
 
 SCRIPT = textwrap.dedent('''
     import os, re
@@ -204,10 +204,7 @@ SCRIPT = textwrap.dedent('''
 
 def test_poll_load_stays_in_the_loop_and_read_compiles():
     pytest.importorskip("numba.cuda")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = run_compile_script(SCRIPT)
     if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
         pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
     assert "POLL_OK" in proc.stdout and "GATHER_OK" in proc.stdout, proc.stderr[-3000:]
@@ -284,13 +281,10 @@ def test_bulk_page_copy_is_compiled_in_for_hopper_only(cc, lanes, bulk):
     4 KiB + 8 bytes of static shared memory); for cc 8.0, or with GIDS_BULK_COPY_LANES=0,
     none of it is there."""
     pytest.importorskip("numba.cuda")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    env.pop("GIDS_BULK_COPY_LANES", None)
-    if lanes is not None:
-        env["GIDS_BULK_COPY_LANES"] = lanes
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, "-c", BULK_SCRIPT, cc], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=600)
+    # At cc 9.0 and the default settings, in the process the other compile scripts use; another
+    # capability or setting, in a process of its own (device functions are typed for one).
+    env = {} if lanes is None else {"GIDS_BULK_COPY_LANES": lanes}
+    proc = run_compile_script(BULK_SCRIPT, cc, env=env, shared=(cc == "9.0" and not env))
     if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
         pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
     assert ("BULK" if bulk else "NO_BULK") in proc.stdout.split(), proc.stderr[-3000:]

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import gids
+from tests.helpers import run_compile_script
 from workloads.vector import (SyntheticClusters, build_ivf, exact_search, ivf_search,
                               pair_distances, probe_lists, recall_at_k, train_kmeans)
 from workloads.vector import gpu_search
@@ -559,10 +560,7 @@ PTX_SCRIPT = textwrap.dedent('''
 
 def test_search_kernels_compile_for_the_gpu_without_fma():
     """The simulator runs the kernel as Python: only the real compiler checks its typing."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, "-c", PTX_SCRIPT], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = run_compile_script(PTX_SCRIPT)
     if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
         pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
     assert "SEARCH_PTX_OK" in proc.stdout, proc.stderr[-3000:]
