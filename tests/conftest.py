@@ -21,3 +21,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+# The simulator's block manager polls its threads holding the GIL: one that lets it go between
+# passes (tests/polite_simulator.py) about halves the time of a simulator test.
+if SIMULATOR:
+    from tests import polite_simulator
+    if not polite_simulator.install():
+        import warnings
+        warnings.warn("numba-cuda's simulator BlockManager.run changed: tests/polite_simulator.py "
+                      "left it as it is (the simulator tests run about twice as long)")

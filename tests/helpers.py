@@ -53,16 +53,17 @@ def fake_nvme_handle(dtype):
 
 
 #: What every emulated-warp script starts with: a short GIL switch interval (the 32 Python
-#: threads of a warp must interleave often), gids before numba, and a check that the subprocess
-#: really emulates 32-lane warps.
+#: threads of a warp must interleave often), gids before numba, the simulator's block manager
+#: that lets the GIL go (tests/polite_simulator.py), and a check that the subprocess really
+#: emulates 32-lane warps.
 WARP32_PREAMBLE = """\
 import sys
 sys.setswitchinterval(1e-4)
-import json
-
 import numpy as np
 import gids
 from numba import cuda
+from tests import polite_simulator
+polite_simulator.install()
 from kernels.platform import WARP_SIZE
 assert WARP_SIZE == 32
 """

@@ -488,6 +488,8 @@ _WARP32 = textwrap.dedent('''
     import kernels.warp as warp
     warp._RENDEZVOUS_TIMEOUT = 20.0     # a lane left behind fails in 20 s, not 120
     from numba import cuda
+    from tests import polite_simulator
+    polite_simulator.install()
     from kernels.platform import WARP_SIZE
     from workloads.graph import open_csr
     from workloads.graph.gpu_graph import DeviceArraySource, DeviceGraph, open_device_graph

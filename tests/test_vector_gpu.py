@@ -479,6 +479,8 @@ WARP32_SCRIPT = textwrap.dedent('''
     import numpy as np
     import gids
     from numba import cuda
+    from tests import polite_simulator
+    polite_simulator.install()
     from kernels import warp
     from kernels.platform import WARP_SIZE
     from workloads.vector import ivf_search, open_ivf

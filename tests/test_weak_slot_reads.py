@@ -20,6 +20,8 @@ _BOOKKEEPING = textwrap.dedent('''
     import numpy as np
     import gids
     from numba import cuda
+    from tests import polite_simulator
+    polite_simulator.install()
     from tests.helpers import write_then_read
     from workloads.microbench import sequential_reads_gids
     from kernels.platform import WEAK_SLOT_READS
