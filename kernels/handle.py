@@ -6,10 +6,14 @@ the simulator too). The host builds it (``StorageArray.handle``); device code on
 ``ArrayHandle`` is the handle of the host-daemon back end; ``NvmeHandle`` (``backend="nvme"``)
 has the same fields and the NVMe queue pairs' after them. The type of the handle picks the
 back end's I/O step at compile time (:mod:`kernels.backend`).
+
+The classes subclass their namedtuples without ``__slots__``, so that an instance has a
+``__dict__``: :mod:`kernels.launch` keeps there what a launch would otherwise recompute from
+the ~30 fields every time (the Numba type, the kernel arguments).
 """
 from collections import namedtuple
 
-ArrayHandle = namedtuple("ArrayHandle", [
+_ARRAY_FIELDS = [
     # --- the array ---
     "cache",        # the cache's slot bytes viewed as the array's dtype, 1-D
     "cache_words",  # the same bytes viewed as uint64 (for page copies)
@@ -48,7 +52,12 @@ ArrayHandle = namedtuple("ArrayHandle", [
     # --- the slot epoch (GIDS_SLOT_LOAD=weak: kernels.cache.l1_is_current) ---
     "slot_epoch",   # int64[1]: slots reused or written so far (device memory)
     "l1_epoch",     # int64[L1_EPOCH_WORDS]: by SM, the slot epoch of its last L1 invalidation
-])
+]
+
+
+class ArrayHandle(namedtuple("ArrayHandle", _ARRAY_FIELDS)):
+    """The host-daemon back end's handle (fields above)."""
+
 
 #: Fields of the NVMe queue pairs (``backend="nvme"``), after ArrayHandle's. A command slot
 #: (``entry`` = q * depth + ticket % depth, as for the host queues) owns a command id, a bounce
@@ -67,4 +76,11 @@ NVME_FIELDS = [
                     # the lane that read the command's CQE, when it was not the command's own
     "nv_prp_base",  # bus address of staging page 0: PRP1 of slot e is nv_prp_base + e * page
 ]
-NvmeHandle = namedtuple("NvmeHandle", list(ArrayHandle._fields) + NVME_FIELDS)
+
+
+class NvmeHandle(namedtuple("NvmeHandle", _ARRAY_FIELDS + NVME_FIELDS)):
+    """The direct NVMe path's handle: ArrayHandle's fields, then :data:`NVME_FIELDS`."""
+
+
+#: Every handle class (what :mod:`kernels.launch` recognises).
+HANDLE_CLASSES = (ArrayHandle, NvmeHandle)
