@@ -111,3 +111,16 @@ def test_latency_ab_runs_each_variant_in_a_process_of_its_own(tmp_path):
             assert r[key]["values_ok"]
     with open(os.path.join(tmp_path, "latency_suite.json")) as f:
         assert len(json.load(f)["rows"]) == 2
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="a few launches: a check that the suite runs")
+def test_launch_cost_suite_times_each_case(tmp_path):
+    assert microbench.main(["launch", "--out", str(tmp_path), "--launches", "3"]) == 0
+    with open(os.path.join(tmp_path, "launch_suite.json")) as f:
+        res = json.load(f)
+    assert [r["case"] for r in res["rows"]] == [
+        "gids handle (kept per handle object)", "gids handle, a fresh handle object each launch",
+        "one device array", "idle Runtime.sync()"]
+    assert all(r["correct"] and r["host_us_median"] > 0 for r in res["rows"])
+    assert all(r["gpu_us_median"] > 0 for r in res["rows"][:3])
+    assert "times mean nothing" in open(os.path.join(tmp_path, "launch_suite.md")).read()

@@ -37,6 +37,7 @@ import gids
 from numba import cuda
 from kernels.sync import make_load, now_ns
 from kernels.platform import WARP_SIZE
+from workloads import timing
 
 
 # ------------------------------------------------------------------ kernels
@@ -168,22 +169,10 @@ def one_miss_at_a_time(h, pages, elems_per_page, times, out):
 # ------------------------------------------------------------------ timing helpers
 
 def _time_kernel(launch, repeat=3):
-    """Median seconds of ``launch()`` over ``repeat`` runs, timed with CUDA events (in the
-    simulator, which times no event, by the wall clock)."""
-    times = []
-    for _ in range(repeat):
-        if gids.SIMULATOR:
-            start = time.perf_counter()
-            launch()
-            times.append(time.perf_counter() - start)
-            continue
-        start, stop = cuda.event(), cuda.event()
-        start.record()
-        launch()
-        stop.record()
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop) / 1e3)
-    return float(np.median(times))
+    """Median GPU seconds of ``launch()`` over ``repeat`` runs, timed with CUDA events behind a
+    latch kernel, so that the launch's host cost is not counted (``workloads/timing.py``; in
+    the simulator, which times no event, by the wall clock)."""
+    return timing.median_gpu_seconds(launch, repeat)
 
 
 def measure_ceilings(nbytes=2 << 30):
@@ -550,6 +539,132 @@ def loads_suite(out_dir, quick=False):
     with open(os.path.join(out_dir, "loads_suite.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     with open(os.path.join(out_dir, "loads_suite.md"), "w") as f:
+        f.write(table)
+    print(table, flush=True)
+    return rows
+
+
+# ------------------------------------------------------------------ launch cost
+#
+# The host's cost of one launch (numba-cuda types and marshals every argument at each launch):
+# a kernel taking a gids handle, whose type and marshalled fields are kept per handle object
+# (kernels/launch.py), the same handle as a fresh object each launch (nothing kept: ~30 fields
+# typed and marshalled), a kernel taking one device array, and an idle Runtime.sync().
+
+
+@gids.jit
+def _touch_handle(h, out):
+    if cuda.grid(1) == 0:
+        out[0] = h.n_elems
+
+
+@cuda.jit
+def _touch_array(a, out):
+    if cuda.grid(1) == 0:
+        out[0] = a.size
+
+
+def bench_launch(n_launches, log, n_elems=1 << 16, threads=32, gpu_repeat=20):
+    """Host microseconds of one launch of a trivial kernel: the median over ``n_launches``
+    back-to-back launches (each timed alone), and the total with the one sync after them per
+    launch; with each case's GPU time (median of ``gpu_repeat`` latch-timed launches,
+    ``workloads/timing.py``: a few microseconds for these kernels where the launch costs the
+    host tens). Also the idle ``Runtime.sync()``. One row per case."""
+    import warnings
+    data = np.arange(n_elems, dtype=np.int64)
+    d_data = cuda.to_device(data)
+    out = cuda.device_array(1, dtype=np.int64)
+    rows = []
+    with warnings.catch_warnings(), gids.Runtime(cache_bytes=1 << 20, page_size=4096) as rt:
+        warnings.simplefilter("ignore")          # one block: Numba's low-occupancy warning
+        h = rt.open_array(data).handle
+        fresh = [type(h)(*h) for _ in range(n_launches + gpu_repeat)]   # built before timing
+        handles = iter(fresh)
+        cases = (
+            ("gids handle (kept per handle object)", lambda: _touch_handle[1, threads](h, out),
+             n_elems),
+            ("gids handle, a fresh handle object each launch",
+             lambda: _touch_handle[1, threads](next(handles), out), n_elems),
+            ("one device array", lambda: _touch_array[1, threads](d_data, out), n_elems),
+        )
+        for name, launch, expected in cases:
+            _touch_handle[1, threads](h, out)    # compile both kernels, outside the timing
+            _touch_array[1, threads](d_data, out)
+            rt.sync()
+            out.copy_to_host()
+            each = []
+            start = time.perf_counter()
+            for _ in range(n_launches):
+                t0 = time.perf_counter()
+                launch()
+                each.append(time.perf_counter() - t0)
+            cuda.synchronize()
+            total = time.perf_counter() - start
+            correct = int(out.copy_to_host()[0]) == expected
+            gpu = [timing.time_launch(launch) for _ in range(gpu_repeat)]
+            row = {"case": name, "launches": n_launches,
+                   "host_us_median": float(np.median(each)) * 1e6,
+                   "host_us_p90": float(np.percentile(each, 90)) * 1e6,
+                   "with_sync_us_per_launch": total / n_launches * 1e6,
+                   "gpu_us_median": float(np.median([g.gpu_s for g in gpu])) * 1e6,
+                   "latch_held": sum(g.held for g in gpu), "gpu_repeat": gpu_repeat,
+                   "correct": correct}
+            rows.append(row)
+            log(f"launch, {name}: {row['host_us_median']:.1f} us host (median of {n_launches}; "
+                f"p90 {row['host_us_p90']:.1f}), {row['with_sync_us_per_launch']:.1f} us per "
+                f"launch with the sync; GPU {row['gpu_us_median']:.1f} us; "
+                f"{'ok' if correct else 'WRONG'}")
+        each = []
+        for _ in range(n_launches):
+            t0 = time.perf_counter()
+            rt.sync()
+            each.append(time.perf_counter() - t0)
+        row = {"case": "idle Runtime.sync()", "launches": n_launches,
+               "host_us_median": float(np.median(each)) * 1e6,
+               "host_us_p90": float(np.percentile(each, 90)) * 1e6,
+               "with_sync_us_per_launch": None, "gpu_us_median": None, "latch_held": None,
+               "gpu_repeat": None, "correct": True}
+        rows.append(row)
+        log(f"idle Runtime.sync(): {row['host_us_median']:.1f} us (median of {n_launches}; p90 "
+            f"{row['host_us_p90']:.1f})")
+    return rows
+
+
+def launch_suite(out_dir, n_launches=200):
+    """``python -m workloads.microbench launch``: :func:`bench_launch`, a Markdown table
+    (printed, and OUT/launch_suite.md) and OUT/launch_suite.json. In the simulator it runs a
+    few launches (the times mean nothing there)."""
+    from kernels import launch as cheap_launch
+    os.makedirs(out_dir, exist_ok=True)
+    if gids.SIMULATOR:
+        rows = bench_launch(min(n_launches, 3), print, n_elems=1 << 10, threads=1, gpu_repeat=2)
+        where = "CUDA simulator (times mean nothing)"
+    else:
+        rows = bench_launch(n_launches, print)
+        where = _gpu_name()
+    import numba
+    try:
+        from numba_cuda import __version__ as numba_cuda_version
+    except ImportError:
+        numba_cuda_version = None
+    command = f"python -m workloads.microbench launch --launches {n_launches}"
+    meta = {"date": time.strftime("%Y-%m-%d"), "gpu": where, "command": command,
+            "numba": numba.__version__, "numba_cuda": numba_cuda_version,
+            "cheap_handle_launches": cheap_launch.installed()}
+    lines = [f"Measured {meta['date']} on {where} with `{command}` (numba {meta['numba']}, "
+             f"numba-cuda {numba_cuda_version}; handle launches kept per handle object "
+             f"(kernels/launch.py): {meta['cheap_handle_launches']}).", "",
+             "| launch | host us (median) | host us (p90) | us per launch with one sync | "
+             "GPU us (latch-timed) | values |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        sync = "-" if r["with_sync_us_per_launch"] is None else f"{r['with_sync_us_per_launch']:.1f}"
+        gpu = "-" if r["gpu_us_median"] is None else f"{r['gpu_us_median']:.1f}"
+        lines.append(f"| {r['case']} | {r['host_us_median']:.1f} | {r['host_us_p90']:.1f} | "
+                     f"{sync} | {gpu} | {'ok' if r['correct'] else 'WRONG'} |")
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, "launch_suite.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    with open(os.path.join(out_dir, "launch_suite.md"), "w") as f:
         f.write(table)
     print(table, flush=True)
     return rows
@@ -1003,6 +1118,10 @@ def build_parser():
                                      "ld.global.cg among them) beside plain reads")
     p.add_argument("--out", default="out", help="folder for loads_suite.md/.json (default: out)")
     p.add_argument("--quick", action="store_true", help="a smaller array")
+    p = sub.add_parser("launch", help="host cost of one kernel launch: a gids handle (kept, "
+                                      "and a fresh handle object), one device array; idle sync")
+    p.add_argument("--out", default="out", help="folder for launch_suite.md/.json (default: out)")
+    p.add_argument("--launches", type=int, default=200, help="launches per case (200)")
     p = sub.add_parser("nvme", help="the direct NVMe path's all-miss commands/s only")
     p.add_argument("--out", default="out", help="folder for nvme_suite.json (default: out)")
     p.add_argument("--quick", action="store_true", help="smaller sizes")
@@ -1028,6 +1147,9 @@ def main(argv=None):
         return 0
     if args.cmd == "loads":
         rows = loads_suite(args.out, quick=args.quick)
+        return 0 if all(r["correct"] for r in rows) else 1
+    if args.cmd == "launch":
+        rows = launch_suite(args.out, n_launches=args.launches)
         return 0 if all(r["correct"] for r in rows) else 1
     if args.cmd == "misses":
         rows = misses_suite(args.out, quick=args.quick)
