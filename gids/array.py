@@ -95,8 +95,6 @@ class StorageArray:
             timeout_ns=int(rt.timeout * 1e9),
             abort=rt._abort,
             copy_locks=rt._copy_locks,
-            slot_epoch=rt._slot_epoch,
-            l1_epoch=rt._l1_epoch,
         )
         if rt.backend == "nvme":   # the handle's type picks the back end's I/O step
             return NvmeHandle(*h, **rt.nvme_handle_fields())

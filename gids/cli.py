@@ -81,7 +81,7 @@ def cmd_info(args):
     # The settings read from the environment at import, for measuring (a figure's conditions).
     from kernels import platform as P
     from host_daemon.daemon import HOT_QUEUE_EVERY
-    print(f"kernels: GIDS_MAX_REGISTERS={P.MAX_REGISTERS or 0} GIDS_SLOT_LOAD={P.SLOT_LOAD} "
+    print(f"kernels: GIDS_MAX_REGISTERS={P.MAX_REGISTERS or 0} "
           f"GIDS_POLL_NS={P.POLL_FIRST_NS},{P.POLL_MIN_NS},{P.POLL_MAX_NS} "
           f"GIDS_BULK_COPY_LANES={P.BULK_COPY_LANES}")
     print(f"daemon: GIDS_HOT_QUEUE_EVERY={HOT_QUEUE_EVERY}")

@@ -90,19 +90,13 @@ STAT_IO_NS = 5
 STAT_MISS_NS = 6
 STAT_SLOT_RETRIES = 7
 STAT_BULK_COPIES = 8  # pages copied into their slots by bulk copy (TMA; kernels/bulk.py)
-STAT_L1_PURGES = 9    # GIDS_SLOT_LOAD=weak: lanes that invalidated their SM's L1 (kernels.cache)
 # Two parts of a loader's miss (ns summed over I/Os, like STAT_IO_NS): from its ticket to its
 # request published (the wait for the queue entry, the record's stores to host memory), and
 # from the completion seen to the page in its slot, visible GPU-wide (the copy and the fence).
-STAT_SUBMIT_NS = 10
-STAT_COPY_NS = 11
-N_STATS = 12
+STAT_SUBMIT_NS = 9
+STAT_COPY_NS = 10
+N_STATS = 11
 N_STAT_SHARDS = 64
-
-# --- The slot epoch (GIDS_SLOT_LOAD=weak; kernels.cache.l1_is_current) ------------------------
-#: Words of the per-SM record of the slot epoch at which each SM last invalidated its L1
-#: (indexed by %smid; an SM whose id is past it invalidates at every check instead).
-L1_EPOCH_WORDS = 1024
 
 # --- Store table (one row per open array; read by the daemon) --------------------------------
 STORE_KIND_FILE = 0         # pread from a file descriptor

@@ -291,10 +291,6 @@ class Runtime:
         self._stats = self._to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
         self._no_zero_copy = self._to_device(np.zeros(1, dtype=np.uint64))
         self._copy_locks = _copy_locks()
-        # The slot epoch and each SM's record of it (GIDS_SLOT_LOAD=weak): -1, no SM has
-        # invalidated its L1 yet, so each does at its first check.
-        self._slot_epoch = self._to_device(np.zeros(1, dtype=np.int64))
-        self._l1_epoch = self._to_device(np.full(L.L1_EPOCH_WORDS, -1, dtype=np.int64))
         # Mapped, so the host can raise it while kernels run (abort(), Ctrl-C in sync()).
         self._abort = cuda.mapped_array(1, dtype=np.int64)
         host_view(self._abort)[0] = 0
@@ -1005,7 +1001,6 @@ class Runtime:
                      io_ns=int(counts[L.STAT_IO_NS]), miss_ns=int(counts[L.STAT_MISS_NS]),
                      slot_retries=int(counts[L.STAT_SLOT_RETRIES]),
                      bulk_copies=int(counts[L.STAT_BULK_COPIES]),
-                     l1_purges=int(counts[L.STAT_L1_PURGES]),
                      submit_ns=int(counts[L.STAT_SUBMIT_NS]),
                      copy_ns=int(counts[L.STAT_COPY_NS]))
 

@@ -32,10 +32,6 @@ class Stats:
     Two parts of ``io_ns`` and after it, summed over I/Os: ``submit_ns`` from a loader's ticket
     to its request published (the wait for its queue entry, the record's stores to host memory),
     ``copy_ns`` from the completion seen to the page in its slot, visible GPU-wide.
-
-    ``l1_purges`` (``GIDS_SLOT_LOAD=weak`` only) counts the lanes that found that a slot may have
-    changed since their SM's L1 was last invalidated, and invalidated it (each lane of a warp
-    counts): near 0 when the cache is warm and nothing is written.
     """
 
     hits: int = 0
@@ -50,7 +46,6 @@ class Stats:
     miss_ns: int = 0
     slot_retries: int = 0
     bulk_copies: int = 0
-    l1_purges: int = 0
     submit_ns: int = 0
     copy_ns: int = 0
 
@@ -92,5 +87,4 @@ class Stats:
                 f"(write-backs {self.writebacks:,}), flushed {self.flushed:,}, "
                 f"bytes written {self.bytes_written:,}, mean I/O {self.io_latency_us:.1f} us, "
                 f"mean miss {self.miss_latency_us:.1f} us, slot retries {self.slot_retries:,}, "
-                f"bulk copies {self.bulk_copies:,}"
-                + (f", L1 purges {self.l1_purges:,}" if self.l1_purges else ""))
+                f"bulk copies {self.bulk_copies:,}")

@@ -39,19 +39,14 @@ from numba import cuda
 from gids import layout as L
 from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait,
                            claim_slot, copy_in_bulk, finish_write_back, give_up_load,
-                           keep_dirty_victim, l1_is_current, mark_dirty, note_slot_change,
-                           publish, settle_pin, take_reference, try_pin, unpin,
-                           unpin_after_reads, warp_copy_out, warp_copy_page)
+                           keep_dirty_victim, mark_dirty, publish, settle_pin, take_reference,
+                           try_pin, unpin, unpin_after_reads, warp_copy_out, warp_copy_page)
 from kernels.backend import io_submit, io_wait
 from kernels.queue import (expired, lowest_lane, queue_of_warp, release_entry, staging_word,
                            take_tickets, wait_turn)
-from kernels.sync import atomic_cas, ld_weak, ld_weak_l2, now_ns, red_add, zero_of
-from kernels.platform import BULK_COPY_LANES, WEAK_SLOT_READS, out_of_line
+from kernels.sync import atomic_cas, ld_weak_l2, now_ns, red_add, zero_of
+from kernels.platform import BULK_COPY_LANES, out_of_line
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
-
-#: The load of a pinned page's bytes (``GIDS_SLOT_LOAD``, kernels/platform.py): ``ld.global.cg``,
-#: or a weak load under the slot epoch's guard (:func:`~kernels.cache.l1_is_current`).
-_read_slot = ld_weak if WEAK_SLOT_READS else ld_weak_l2
 
 #: Sleep between rounds for a lane waiting on another warp's load (doubles up to the max).
 WAIT_MIN_NS = 128
@@ -140,12 +135,8 @@ def _use_pinned(h, mask, leader, pinned, failed, slot, i, value, at, done, is_wr
             # rule as for the lanes' share of a page copy).
             cuda.threadfence()
         else:
-            # Served by L2 (the slot may have held another page in this SM's L1), or weak and
-            # checked after the load (GIDS_SLOT_LOAD=weak): the check's loads go out beside it.
-            value = _read_slot(h.cache, k)
-            if WEAK_SLOT_READS and not l1_is_current(h, k):
-                value = _read_slot(h.cache, k)
-                _add_stat(h, L.STAT_L1_PURGES, 1)
+            # Weak, served by L2 (the slot may have held another page in this SM's L1).
+            value = ld_weak_l2(h.cache, k)
         done = True
     return value, at, done, code
 
@@ -163,7 +154,6 @@ def _unpin_used(h, mask, gpage, pinned, is_write, keep, value):
     if is_write:
         syncwarp(mask)
         if pinned:
-            note_slot_change(h)    # other SMs' L1 may hold the page's bytes from before
             mark_dirty(h, gpage)
             unpin(h, gpage)
         return
@@ -549,20 +539,15 @@ def pin_page(h, i):
     kernel ends with :class:`~gids.errors.CacheExhaustedError` (bounded by the timeout, never a
     hang). Pinning one page per call (all lanes the same page) never holds a pin while waiting.
     """
-    at = _access(h, i, False, zero_of(h.cache), True)[1]
-    # With weak slot reads the caller's loads come after this: the L1 must be current first.
-    if WEAK_SLOT_READS and at >= 0 and not l1_is_current(h, at):
-        _add_stat(h, L.STAT_L1_PURGES, 1)
-    return at
+    return _access(h, i, False, zero_of(h.cache), True)[1]
 
 
 @cuda.jit(device=True)
 def pinned(h, k):
     """Element at index ``k`` of ``h.cache``, within a page this warp has pinned
     (:func:`pin_page`): ``ld.global.cg`` (:data:`~kernels.sync.ld_weak_l2`), served by L2, not
-    by this SM's L1, which may hold lines of the slot's previous page; or, with
-    ``GIDS_SLOT_LOAD=weak``, a weak load, which :func:`pin_page`'s check made safe."""
-    return _read_slot(h.cache, k)
+    by this SM's L1, which may hold lines of the slot's previous page."""
+    return ld_weak_l2(h.cache, k)
 
 
 @cuda.jit(device=True)

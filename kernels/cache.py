@@ -41,9 +41,9 @@ from numba import cuda
 from gids import layout as L
 from kernels.sync import (atomic_add, atomic_add_relaxed_gpu, atomic_add_release_gpu, atomic_and,
                           atomic_cas, atomic_exch, atomic_or, ld_acquire_gpu, ld_pair,
-                          ld_relaxed_gpu, red_add, red_add_release_gpu, smid, st_relaxed_gpu)
+                          ld_relaxed_gpu, red_add, red_add_release_gpu)
 from kernels.bulk import bulk_copy_available, bulk_copy_page
-from kernels.platform import SIMULATOR, WEAK_SLOT_READS, device_helper
+from kernels.platform import SIMULATOR, device_helper
 from kernels.warp import lanemask_lt, popc
 
 PIN_HIT = 0      # pinned: the page is resident
@@ -187,52 +187,6 @@ def unpin_after_reads(h, page, reads_done):
     red_add(h.page_state, page, _MINUS_ONE + np.uint64(reads_done & h.zero_word))
 
 
-# ------------------------------------------------------------------ the slot epoch
-#
-# With ``GIDS_SLOT_LOAD=weak`` a slot's bytes are read with plain weak loads, which the SM's L1
-# may serve, and an SM's L1 may hold lines of a slot's previous page (or of a page from before a
-# write to it): L1 is not coherent. The guard: ``h.slot_epoch`` counts the times a slot's bytes
-# changed under readers (a loader evicting its previous page, a writer), and ``h.l1_epoch[sm]``
-# is the count at which SM ``sm`` last invalidated its L1. A reader that holds its pin loads the
-# count after the pin (its address depends on the pin's value, so the count is at least the one
-# before the page it pinned was published or last written: that loader or writer raised it
-# before its fence and publish or release); if its SM's L1 was invalidated at that count or
-# later, every line of the slot in that L1 was read after the slot took its present bytes. Else
-# it invalidates the L1 and reads again. Lines cannot come back stale after the invalidation:
-# between a raise of the count and the publish, nobody holds a pin that lets them read the slot.
-# A warm cache that nobody writes raises the count no more: weak reads then cost two loads of
-# words a warp shares, beside the reads. L1 is also invalidated at every kernel launch, so the
-# record outlives kernels safely.
-
-@cuda.jit(device=True)
-def note_slot_change(h):
-    """A slot's bytes are about to change under readers (a loader took it from its previous
-    page, or a writer wrote into it): raise the slot epoch, before the fence that precedes the
-    page's publish (or the writer's release). Nothing unless ``GIDS_SLOT_LOAD=weak``."""
-    if WEAK_SLOT_READS:
-        red_add(h.slot_epoch, 0, np.int64(1))
-
-
-@cuda.jit(device=True)
-def l1_is_current(h, after):
-    """``GIDS_SLOT_LOAD=weak``: True if this SM's L1 can hold no line of a slot older than its
-    present bytes, for a lane that holds a pin; ``after`` is a value that depends on the pin
-    (the element's index in the slot), so the loads here come after it. Else invalidates this
-    SM's L1 (an acquire load: ``CCTL.IVALL``), records the epoch for the SM, and returns False:
-    the caller reads again what it read from the slot."""
-    dep = np.int64(after) & np.int64(h.zero_word)       # 0, unknown to the compiler
-    sm = smid()
-    words = h.l1_epoch.size
-    epoch = ld_relaxed_gpu(h.slot_epoch, dep)
-    seen = ld_relaxed_gpu(h.l1_epoch, min(sm, words - 1) + dep)
-    if sm < words and seen == epoch:
-        return True
-    ld_acquire_gpu(h.slot_epoch, dep)
-    if sm < words:
-        st_relaxed_gpu(h.l1_epoch, sm, epoch)
-    return False
-
-
 @cuda.jit(device=True)
 def claim_slot(h, page):
     """Find a slot for ``page`` (whose BUSY the caller owns).
@@ -264,7 +218,6 @@ def claim_slot(h, page):
                 # written back from it (a Runtime.flush after a failed kernel finds it there).
                 if (atomic_cas(h.page_state, victim, in_slot | _DIRTY_VALID, in_slot | _DIRTY_BUSY)
                         == in_slot | _DIRTY_VALID):
-                    note_slot_change(h)
                     # Acquire side of the writers' unpin: their stores into the slot are
                     # visible before the caller copies it out.
                     cuda.threadfence()
@@ -274,7 +227,6 @@ def claim_slot(h, page):
             if not evicted:
                 atomic_exch(h.slot_page, s, victim)   # keep it; try the next slot
                 continue
-            note_slot_change(h)
         atomic_exch(h.slot_page, s, page)
         return s, evicted, -1
     return -1, False, -1

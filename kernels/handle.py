@@ -49,9 +49,6 @@ _ARRAY_FIELDS = [
     # --- the bulk page copy (kernels/bulk.py) ---
     "copy_locks",   # uint32[N_LOCKS] (device, one array per CUDA context): lock b % N_LOCKS
                     # is held by a lane copying a page through block b's shared-memory buffer
-    # --- the slot epoch (GIDS_SLOT_LOAD=weak: kernels.cache.l1_is_current) ---
-    "slot_epoch",   # int64[1]: slots reused or written so far (device memory)
-    "l1_epoch",     # int64[L1_EPOCH_WORDS]: by SM, the slot epoch of its last L1 invalidation
 ]
 
 

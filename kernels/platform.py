@@ -53,20 +53,6 @@ def _ints(name, default):
 #: gain is under a microsecond and not worth the turns; at 8 it is 2.7x.
 BULK_COPY_LANES = _ints("GIDS_BULK_COPY_LANES", (8,))[0]
 
-#: How a warp reads a pinned page's bytes (``gids.read``'s value, ``gids.pinned``).
-#: ``"cg"`` (default): ``ld.global.cg``, served by L2, never by the SM's L1 (which may hold lines
-#: of the slot's previous page); for sm_90 ptxas makes it a *strong* load
-#: (``LDG.E.64.STRONG.GPU``). ``"weak"``: a plain weak load (``LDG.E.64``, as a read of a device
-#: array), which may hit L1, guarded by the slot epoch (:func:`kernels.cache.l1_is_current`):
-#: loaders bump a GPU-wide count when they reuse a slot and writers when they write one, and a
-#: reader whose SM's L1 was not invalidated since the count it sees invalidates it and reads
-#: again. ``GIDS_SLOT_LOAD=weak`` sets it, read at import, for measuring (an A/B in one GPU
-#: call) until the H200 says which is faster.
-SLOT_LOAD = os.environ.get("GIDS_SLOT_LOAD", "cg")
-if SLOT_LOAD not in ("cg", "weak"):
-    raise ValueError(f"GIDS_SLOT_LOAD must be cg or weak, got {SLOT_LOAD!r}")
-WEAK_SLOT_READS = SLOT_LOAD == "weak"
-
 #: The completion poll's schedule (ns): ``(first, min, max)``. A warp's polling lane sleeps
 #: ``first`` before its first poll of a completion (a host round trip takes ~4.5 us, so an
 #: earlier poll only spends a PCIe read), then polls with back-off from ``min`` doubling to

@@ -96,14 +96,6 @@ if SIMULATOR:
         """In the simulator every load flavor is a plain read."""
         return ld_relaxed_gpu
 
-    ld_weak = ld_relaxed_gpu
-
-    def st_relaxed_gpu(arr, i, value):
-        arr[i] = value
-
-    def smid():
-        return 0
-
     def ld_pair(arr, i):
         return arr[i], arr[i + 1]
 
@@ -246,8 +238,6 @@ else:
     st_release_sys = _make_store("release", "sys")
     #: ``st.release.gpu``: hand a queue entry on to the next ticket holder.
     st_release_gpu = _make_store("release", "gpu")
-    #: ``st.relaxed.gpu``: a word other SMs read with strong loads (an SM's L1 epoch).
-    st_relaxed_gpu = _make_store("relaxed", "gpu")
     #: ``st.relaxed.sys``: a strong store the host sees, with no fence of its own. A doorbell
     #: after an explicit ``fence.sc.sys`` (the fence and the store form a release pattern,
     #: with other work between them), or after acquire loads whose values decided it.
@@ -283,13 +273,10 @@ else:
     #: still overlaps the loads themselves. Not weak, whatever PTX calls it: on sm_90 ptxas
     #: compiles ``ld.global.cg`` to ``LDG.E.64.STRONG.GPU``, the same instruction as
     #: ``ld.relaxed.gpu`` (which it replaced with no measured change, H200, 2026-12-01), where a
-    #: plain load is ``LDG.E.64`` (local ptxas + nvdisasm). Whether strong loads are what holds
-    #: the hit path to 0.3 of plain reads: ``python -m workloads.microbench loads``.
+    #: plain load is ``LDG.E.64`` (local ptxas + nvdisasm). Strong or weak made no difference
+    #: that counts: every flavor within ~10 % of plain loads for 4 KiB pages (``python -m
+    #: workloads.microbench loads``, H200, 2026-12-01).
     ld_weak_l2 = _make_load("global", "cg")
-    #: ``ld.weak.global``: the plain load (``LDG.E.64``), as side-effecting asm that the compiler
-    #: keeps between a pin and its unpin; it may hit a stale line in the SM's L1, so only under
-    #: the slot epoch's guard (``GIDS_SLOT_LOAD=weak``, :func:`kernels.cache.l1_is_current`).
-    ld_weak = _make_load("weak", "global")
 
     def _make_pair_load(op, strong=False):
         """``{op}.v2.b64`` of words ``i`` and ``i + 1`` (16-byte aligned) of a 64-bit array.
@@ -402,17 +389,6 @@ else:
         (enough to publish to the host; lighter than ``fence.sc.sys``, which
         ``cuda.threadfence_system`` emits). Cumulative: it also orders the writes of other
         lanes that a ``syncwarp`` ordered before it.""")
-
-    @intrinsic
-    def smid(typingctx):
-        """The SM this thread runs on (``%smid``: fixed for a thread's life)."""
-        sig = types.int64()
-
-        def codegen(context, builder, sig, args):
-            fnty = ir.FunctionType(ir.IntType(32), [])
-            asm = ir.InlineAsm(fnty, "mov.u32 $0, %smid;", "=r", side_effect=True)
-            return builder.zext(builder.call(asm, []), ir.IntType(64))
-        return sig, codegen
 
     @intrinsic
     def now_ns(typingctx):

@@ -19,6 +19,6 @@ def test_info_names_the_world_and_the_settings_read_at_import(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert ("CUDA simulator" if SIMULATOR else "GPU") in out
-    for name in ("GIDS_MAX_REGISTERS=", "GIDS_SLOT_LOAD=", "GIDS_POLL_NS=",
+    for name in ("GIDS_MAX_REGISTERS=", "GIDS_POLL_NS=",
                  "GIDS_BULK_COPY_LANES=", "GIDS_HOT_QUEUE_EVERY="):
         assert name in out
