@@ -166,6 +166,18 @@ def one_miss_at_a_time(h, pages, elems_per_page, times, out):
     out[0] = acc
 
 
+# ------------------------------------------------------------------ suite output
+
+def _write_suite(out_dir, name, payload, table):
+    """A suite's results: ``OUT/<name>_suite.json`` (``payload``) and ``.md`` (``table``), and
+    the table printed."""
+    with open(os.path.join(out_dir, f"{name}_suite.json"), "w") as f:
+        json.dump(payload, f, indent=1)
+    with open(os.path.join(out_dir, f"{name}_suite.md"), "w") as f:
+        f.write(table)
+    print(table, flush=True)
+
+
 # ------------------------------------------------------------------ timing helpers
 
 def _time_kernel(launch, repeat=3):
@@ -410,11 +422,7 @@ def hits_suite(out_dir, caps=HIT_CAPS, quick=False):
              paged_row(res)]
     lines += format_cap_rows(res) + [""]
     table = "\n".join(lines)
-    with open(os.path.join(out_dir, "hits_suite.json"), "w") as f:
-        json.dump(res, f, indent=1)
-    with open(os.path.join(out_dir, "hits_suite.md"), "w") as f:
-        f.write(table)
-    print(table, flush=True)
+    _write_suite(out_dir, "hits", res, table)
     return res
 
 
@@ -536,11 +544,7 @@ def loads_suite(out_dir, quick=False):
     lines += [f"| {r['pattern']} | `{r['flavor']}` | {r['GBps']:.1f} | {r['of_plain']:.2f} | "
               f"{'ok' if r['correct'] else 'WRONG'} |" for r in rows]
     table = "\n".join(lines) + "\n"
-    with open(os.path.join(out_dir, "loads_suite.json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    with open(os.path.join(out_dir, "loads_suite.md"), "w") as f:
-        f.write(table)
-    print(table, flush=True)
+    _write_suite(out_dir, "loads", {"meta": meta, "rows": rows}, table)
     return rows
 
 
@@ -662,11 +666,7 @@ def launch_suite(out_dir, n_launches=200):
         lines.append(f"| {r['case']} | {r['host_us_median']:.1f} | {r['host_us_p90']:.1f} | "
                      f"{sync} | {gpu} | {'ok' if r['correct'] else 'WRONG'} |")
     table = "\n".join(lines) + "\n"
-    with open(os.path.join(out_dir, "launch_suite.json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    with open(os.path.join(out_dir, "launch_suite.md"), "w") as f:
-        f.write(table)
-    print(table, flush=True)
+    _write_suite(out_dir, "launch", {"meta": meta, "rows": rows}, table)
     return rows
 
 
@@ -695,9 +695,7 @@ def misses_suite(out_dir, quick=False):
               f"{r['io_latency_us']:.1f} | {r['miss_latency_us']:.1f} | {r['slot_retries']:,} | "
               f"{'equal' if r['correct'] else 'WRONG'} |" for r in rows]
     table = "\n".join(lines) + "\n"
-    with open(os.path.join(out_dir, "misses_suite.json"), "w") as f:
-        json.dump({"date": time.strftime("%Y-%m-%d"), "rows": rows}, f, indent=1)
-    print(table, flush=True)
+    _write_suite(out_dir, "misses", {"date": time.strftime("%Y-%m-%d"), "rows": rows}, table)
     return rows
 
 
@@ -839,9 +837,7 @@ def latency_suite(out_dir, variants=LATENCY_VARIANTS, n_misses=2000, quick=False
                      f"{'equal' if ok else 'WRONG'} | lanes {st['bulk_copy_lanes']}, poll "
                      f"{st['poll_ns']}, hot {st['hot_queue_every']} |")
     table = "\n".join(lines) + "\n"
-    with open(os.path.join(out_dir, "latency_suite.json"), "w") as f:
-        json.dump({"date": time.strftime("%Y-%m-%d"), "rows": rows}, f, indent=1)
-    print(table, flush=True)
+    _write_suite(out_dir, "latency", {"date": time.strftime("%Y-%m-%d"), "rows": rows}, table)
     return rows
 
 
