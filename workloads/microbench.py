@@ -568,12 +568,27 @@ def _touch_array(a, out):
         out[0] = a.size
 
 
+def _event_time(launch):
+    """Seconds between CUDA events recorded just before and after ``launch()`` on an idle
+    stream, with no latch (what ``_time_kernel`` measured before ``workloads/timing.py``)."""
+    cuda.synchronize()
+    start, stop = cuda.event(), cuda.event()
+    start.record()
+    launch()
+    stop.record()
+    stop.synchronize()
+    return cuda.event_elapsed_time(start, stop) / 1e3
+
+
 def bench_launch(n_launches, log, n_elems=1 << 16, threads=32, gpu_repeat=20):
     """Host microseconds of one launch of a trivial kernel: the median over ``n_launches``
     back-to-back launches (each timed alone), and the total with the one sync after them per
     launch; with each case's GPU time (median of ``gpu_repeat`` latch-timed launches,
     ``workloads/timing.py``: a few microseconds for these kernels where the launch costs the
-    host tens). Also the idle ``Runtime.sync()``. One row per case."""
+    host tens), and its time by CUDA events around one launch on an idle stream, without the
+    latch (how kernels were timed before 2eab8af: whether those times held the launch's host
+    cost is what this column says; not in the simulator). Also the idle ``Runtime.sync()``. One
+    row per case."""
     import warnings
     data = np.arange(n_elems, dtype=np.int64)
     d_data = cuda.to_device(data)
@@ -582,7 +597,7 @@ def bench_launch(n_launches, log, n_elems=1 << 16, threads=32, gpu_repeat=20):
     with warnings.catch_warnings(), gids.Runtime(cache_bytes=1 << 20, page_size=4096) as rt:
         warnings.simplefilter("ignore")          # one block: Numba's low-occupancy warning
         h = rt.open_array(data).handle
-        fresh = [type(h)(*h) for _ in range(n_launches + gpu_repeat)]   # built before timing
+        fresh = [type(h)(*h) for _ in range(n_launches + 2 * gpu_repeat)]   # before timing
         handles = iter(fresh)
         cases = (
             ("gids handle (kept per handle object)", lambda: _touch_handle[1, threads](h, out),
@@ -606,17 +621,20 @@ def bench_launch(n_launches, log, n_elems=1 << 16, threads=32, gpu_repeat=20):
             total = time.perf_counter() - start
             correct = int(out.copy_to_host()[0]) == expected
             gpu = [timing.time_launch(launch) for _ in range(gpu_repeat)]
+            events = None if gids.SIMULATOR else [_event_time(launch) for _ in range(gpu_repeat)]
             row = {"case": name, "launches": n_launches,
                    "host_us_median": float(np.median(each)) * 1e6,
                    "host_us_p90": float(np.percentile(each, 90)) * 1e6,
                    "with_sync_us_per_launch": total / n_launches * 1e6,
                    "gpu_us_median": float(np.median([g.gpu_s for g in gpu])) * 1e6,
+                   "event_us_median": None if events is None else float(np.median(events)) * 1e6,
                    "latch_held": sum(g.held for g in gpu), "gpu_repeat": gpu_repeat,
                    "correct": correct}
             rows.append(row)
             log(f"launch, {name}: {row['host_us_median']:.1f} us host (median of {n_launches}; "
                 f"p90 {row['host_us_p90']:.1f}), {row['with_sync_us_per_launch']:.1f} us per "
-                f"launch with the sync; GPU {row['gpu_us_median']:.1f} us; "
+                f"launch with the sync; GPU {row['gpu_us_median']:.1f} us (behind the latch), "
+                f"{row['event_us_median'] or 0:.1f} us by events around one launch; "
                 f"{'ok' if correct else 'WRONG'}")
         each = []
         for _ in range(n_launches):
@@ -626,7 +644,8 @@ def bench_launch(n_launches, log, n_elems=1 << 16, threads=32, gpu_repeat=20):
         row = {"case": "idle Runtime.sync()", "launches": n_launches,
                "host_us_median": float(np.median(each)) * 1e6,
                "host_us_p90": float(np.percentile(each, 90)) * 1e6,
-               "with_sync_us_per_launch": None, "gpu_us_median": None, "latch_held": None,
+               "with_sync_us_per_launch": None, "gpu_us_median": None,
+               "event_us_median": None, "latch_held": None,
                "gpu_repeat": None, "correct": True}
         rows.append(row)
         log(f"idle Runtime.sync(): {row['host_us_median']:.1f} us (median of {n_launches}; p90 "
@@ -659,12 +678,14 @@ def launch_suite(out_dir, n_launches=200):
              f"numba-cuda {numba_cuda_version}; handle launches kept per handle object "
              f"(kernels/launch.py): {meta['cheap_handle_launches']}).", "",
              "| launch | host us (median) | host us (p90) | us per launch with one sync | "
-             "GPU us (latch-timed) | values |", "|---|---|---|---|---|---|"]
+             "GPU us (latch-timed) | us by events around one launch | values |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         sync = "-" if r["with_sync_us_per_launch"] is None else f"{r['with_sync_us_per_launch']:.1f}"
         gpu = "-" if r["gpu_us_median"] is None else f"{r['gpu_us_median']:.1f}"
+        event = "-" if r["event_us_median"] is None else f"{r['event_us_median']:.1f}"
         lines.append(f"| {r['case']} | {r['host_us_median']:.1f} | {r['host_us_p90']:.1f} | "
-                     f"{sync} | {gpu} | {'ok' if r['correct'] else 'WRONG'} |")
+                     f"{sync} | {gpu} | {event} | {'ok' if r['correct'] else 'WRONG'} |")
     table = "\n".join(lines) + "\n"
     _write_suite(out_dir, "launch", {"meta": meta, "rows": rows}, table)
     return rows
