@@ -25,7 +25,8 @@ from workloads.graph import (EdgeArray, GraphFormatError, connected_components_r
 from workloads.graph.cli import add_bfs_arguments, main as cli_main
 from workloads.graph.gpu_bfs import make_bfs_kernels, run_bfs, validate_bfs_result
 from workloads.graph.gpu_cc import make_cc_kernels, run_cc, validate_cc_result
-from workloads.graph.gpu_graph import (DATA_PATHS, Access, DeviceArraySource, data_path_options,
+from workloads.graph.gpu_graph import (DATA_PATHS, WHOLE_CACHE_REGISTERS, Access,
+                                       DeviceArraySource, data_path_options,
                                        launch_geometry, open_device_graph,
                                        read_device_array, read_gids, register_data_path)
 
@@ -126,6 +127,8 @@ def test_long_lists_are_scanned_by_the_whole_grid(graphs, monkeypatch):
 def test_bfs_through_gids_whole_graph_cached(graphs):
     graph = open_csr(graphs["kron6"])
     with open_device_graph(graph, "gids", cache_fraction=1.0, page_size=PAGE) as dg:
+        # A cache of every page: the traversal kernels get the whole-cache register cap.
+        assert dg.source.max_registers == WHOLE_CACHE_REGISTERS
         n_pages = dg.source.array.n_pages
         for root in sample_bfs_roots(graph, 2, seed=5).tolist():
             result = dg.bfs(root)
@@ -169,6 +172,7 @@ def test_bfs_and_components_through_the_nvme_path(graphs):
     """The nvme data path: gids' source over a Runtime(backend="nvme"), misses as NVMe commands."""
     graph = open_csr(graphs["kron6"])
     with open_device_graph(graph, "nvme", cache_fraction=0.25, page_size=PAGE) as dg:
+        assert dg.source.max_registers is None      # gids.jit's cap below a whole cache
         assert dg.source.name == "nvme" and dg.source.runtime.backend == "nvme"
         assert dg.source.label.startswith("gids NVMe path, cache 25%")
         for root, direction in zip(sample_bfs_roots(graph, 2, seed=13).tolist(),
@@ -304,6 +308,7 @@ def test_registered_data_path_and_launch_hook(graphs):
     # One compiled traversal per reader, shared by every path that uses it.
     assert make_bfs_kernels(read_device_array) is make_bfs_kernels(read_device_array)
     assert make_bfs_kernels(read_gids) is not make_bfs_kernels(read_device_array)
+    assert make_bfs_kernels(read_gids, 80) is not make_bfs_kernels(read_gids)   # a cap apiece
     assert make_cc_kernels(read_device_array) is make_cc_kernels(read_device_array)
 
 

@@ -23,8 +23,9 @@ Stages, in order of priority (default: all, in this order):
 - ``bfs``: ``gids bfs`` on a Graph500 graph over the data paths and cache sizes, and a smaller
   graph over gids and the direct NVMe path, unemulated and under real-time emulation of 1 and 4
   modelled SSDs (``--ssd p5800x --n-ssd 1,4``);
-- ``bfs-warm``: the scale-24 graph with the cache holding all of it, warm, at the default
-  register cap and at 80, beside the all-in-GPU-memory path;
+- ``bfs-warm``: the scale-24 graph with the cache holding all of it, warm, with the traversal
+  capped at 80 registers (the default for a whole cache) and at 128, beside the
+  all-in-GPU-memory path;
 - ``search``: ``gids search`` on synthetic vectors over the data paths, and a smaller index over
   gids and the NVMe path, unemulated and emulated the same way;
 - ``stress``: the write path under load (``python -m workloads.stress``): 60 s of 1 M threads
@@ -102,17 +103,19 @@ STAGES = {
               "--json", "{dir}/bfs.json"]], 590),
     # Issue 5's whole-graph target on its own call: the scale-24 graph with the GPU-memory path
     # (the reference, and it saves the file outside {dir}, which must not be sent back), then
-    # gids with the cache holding the whole graph, warm, at the default register cap and at 80
-    # (a warm cache gained 15-30 % at 80 on 2026-12-01, a quarter-size one lost 10 %). Each
-    # warm run opens the graph, fills the cache and validates every search: more than 90 s at
-    # scale 24 on 2026-12-01.
+    # gids with the cache holding the whole graph, warm: by default its traversal kernels are
+    # capped at 80 registers (workloads/graph/gpu_graph.py, WHOLE_CACHE_REGISTERS), then at
+    # gids.jit's 128 (GIDS_WHOLE_CACHE_REGISTERS=0), side by side. Each warm run opens the
+    # graph, fills the cache and validates every search: more than 90 s at scale 24 before
+    # 079ece5 (2026-12-01), 50 s for 2 roots after.
     "bfs-warm": ([([*GIDS, "bfs", "--scale", "24", "--roots", "4", "--storage", "memory",
                     "--save-graph", "/tmp/gids-session-k24.csr", "--data-path", "memory",
                     "--json", "{dir}/bfs_memory.json"], 200)]
                  + [([*env, *GIDS, "bfs", "--graph", "/tmp/gids-session-k24.csr", "--roots", "4",
                       "--storage", "memory", "--data-path", "gids", "--cache-fractions", "1.0",
                       "--warm-cache", "--json", "{dir}/bfs_warm" + tag + ".json"], 195)
-                    for env, tag in (([], ""), (["env", "GIDS_MAX_REGISTERS=80"], "_cap80"))],
+                    for env, tag in (([], ""),
+                                     (["env", "GIDS_WHOLE_CACHE_REGISTERS=0"], "_cap128"))],
                  590),
     # The same split. The emulated table: 100 k vectors of dim 128 (51 MB, a tenth of the main
     # index), 1,000 queries at nprobe 16, gids and the NVMe path each unemulated and on 1 and 4

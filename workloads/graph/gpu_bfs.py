@@ -119,7 +119,7 @@ class BFSKernels(NamedTuple):
 
 
 @functools.lru_cache(maxsize=None)
-def make_bfs_kernels(source) -> BFSKernels:
+def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
     """BFS kernels specialised for one data path's reader (or pager).
 
     Parameters
@@ -130,6 +130,9 @@ def make_bfs_kernels(source) -> BFSKernels:
         page at a time (the gids paths: one cache lookup per page and warp). A plain reader
         gets :func:`~workloads.pager.element_pager`. Each distinct reader gets its
         own compiled kernels (cached here).
+    max_registers : int, optional
+        Register cap of the kernels (default: ``gids.jit``'s); the source's ``max_registers``
+        (see ``gpu_graph.WHOLE_CACHE_REGISTERS``).
 
     Returns
     -------
@@ -144,6 +147,7 @@ def make_bfs_kernels(source) -> BFSKernels:
         every unvisited vertex with a neighbour at level ``depth`` level ``depth + 1``.
     """
     pager = source if isinstance(source, Pager) else element_pager(source)
+    jit = gids.jit(max_registers=max_registers) if max_registers else gids.jit
     read_neighbour, PIN, VALUE, UNPIN_AFTER, PAGE_ELEMS = (
         pager.read, pager.pin, pager.value, pager.unpin_after, pager.page_elems)
 
@@ -204,7 +208,7 @@ def make_bfs_kernels(source) -> BFSKernels:
             base = seg_end
         return held, at, used
 
-    @gids.jit
+    @jit
     def top_down(arg, offsets, frontier, n_frontier, next_frontier, counters, parents, levels,
                  depth, count_edges, bad, long_lists, run, backwards):
         lane = laneid()
@@ -253,7 +257,7 @@ def make_bfs_kernels(source) -> BFSKernels:
             if held >= 0:
                 UNPIN_AFTER(arg, held, at, used)
 
-    @gids.jit
+    @jit
     def long_lists_step(arg, offsets, long_lists, first_slice, next_frontier, counters, parents,
                         levels, depth, count_edges, bad):
         """The lists ``top_down`` set aside, scanned by every warp, a slice at a time: slice
@@ -282,7 +286,7 @@ def make_bfs_kernels(source) -> BFSKernels:
         if held >= 0:
             UNPIN_AFTER(arg, held, at, used)
 
-    @gids.jit
+    @jit
     def bottom_up(arg, offsets, counters, parents, levels, depth, bad):
         lane = laneid()
         warp = cuda.grid(1) // WARP_SIZE
@@ -465,13 +469,13 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
     root = int(root)
     if not 0 <= root < n:
         raise ValueError(f"root {root} is not a vertex (0..{n - 1})")
-    kernels = make_bfs_kernels(source.pager or source.reader)
+    kernels = make_bfs_kernels(source.pager or source.reader, source.max_registers)
     # Kept on the DeviceGraph between searches: four arrays of n, allocated once, not per root.
     parents, levels, frontier, next_frontier, long_lists = dg.scratch("bfs", 5, n)
     counters = dg.scratch("bfs-counters", 1, N_COUNTERS)[0]
     zeros = np.zeros(N_COUNTERS, dtype=np.int64)
     host_offsets = graph.offsets
-    if dg.first_use(("bfs", source.pager or source.reader)):
+    if dg.first_use(("bfs", source.pager or source.reader, source.max_registers)):
         _warm_up(dg, kernels, counters)
     dg.reset_bad()
     source.begin_search(cold=dg.cold_cache)

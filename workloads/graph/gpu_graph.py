@@ -191,6 +191,9 @@ class NeighbourSource:
     pager = None
     arg = None
     cache_fraction = None
+    #: Register cap of the traversal kernels that read through this source (``None``: that of
+    #: ``gids.jit``); see :data:`WHOLE_CACHE_REGISTERS`.
+    max_registers = None
 
     def begin_search(self, cold: bool = True) -> None:
         """Before a timed search; ``cold`` asks for an empty cache (for paths that have one)."""
@@ -238,6 +241,17 @@ class DeviceArraySource(NeighbourSource):
         self.label = label or name
 
 
+#: Register cap of the BFS kernels over a gids cache that holds the whole neighbours array.
+#: There a miss is only a page's first touch and the hit path sets the pace: at cap 80 (3
+#: blocks of 256 threads an SM instead of 2 at ``gids.jit``'s 128) warm searches ran 19 %
+#: faster at scale 22 (hmean 0.69 of the all-in-GPU-memory TEPS against 0.58) and 25 % at
+#: scale 24 (one root, 0.64 against 0.51); through a quarter-size cache, where misses are many
+#: and the slow path spills at 80, 11 % slower (1.70e9 against 1.91e9 TEPS at scale 22). H200,
+#: 2026-12-01, before a launch's host cost fell (079ece5): to be measured again side by side.
+#: ``GIDS_WHOLE_CACHE_REGISTERS=0`` (read at import) keeps the default cap everywhere.
+WHOLE_CACHE_REGISTERS = int(os.environ.get("GIDS_WHOLE_CACHE_REGISTERS", "80")) or None
+
+
 class GidsSource(NeighbourSource):
     """The neighbours section of the graph file, read through a gids Runtime's page cache.
 
@@ -268,6 +282,9 @@ class GidsSource(NeighbourSource):
     ----------
     emulation : workloads.ssd_options.Emulation or None
         The SSD array the Runtime emulates in real time (``ssd=``, ``n_ssd=``).
+    max_registers : int or None
+        :data:`WHOLE_CACHE_REGISTERS` where the cache holds every page of the neighbours array,
+        else None (``gids.jit``'s cap).
     """
 
     name = "gids"
@@ -301,6 +318,8 @@ class GidsSource(NeighbourSource):
         data_pages = self.array.n_pages
         self.cache_pages = runtime.cache_slots
         self.cache_fraction = self.cache_pages / data_pages
+        if self.cache_pages >= data_pages:
+            self.max_registers = WHOLE_CACHE_REGISTERS
         self.name = _BACKEND_PATHS[runtime.backend]
         self.emulation = runtime_emulation(runtime)
         self.label = (f"{_RUNTIME_PATH_TITLES[self.name]}, cache {self.cache_fraction:.0%} "
