@@ -323,7 +323,9 @@ class GidsSource(NeighbourSource):
         self.name = _BACKEND_PATHS[runtime.backend]
         self.emulation = runtime_emulation(runtime)
         self.label = (f"{_RUNTIME_PATH_TITLES[self.name]}, cache {self.cache_fraction:.0%} "
-                      f"({self.cache_pages} pages of {runtime.page_size} B)"
+                      f"({self.cache_pages} pages of {runtime.page_size} B"
+                      + (f"; kernels at {self.max_registers} registers"
+                         if self.max_registers and not SIMULATOR else "") + ")"
                       + (f", emulated {self.emulation.label}" if self.emulation else ""))
         # Taken after the array is open: opening another array may grow the page tables.
         self.arg = self.array.handle
