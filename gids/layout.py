@@ -95,7 +95,11 @@ STAT_BULK_COPIES = 8  # pages copied into their slots by bulk copy (TMA; kernels
 # from the completion seen to the page in its slot, visible GPU-wide (the copy and the fence).
 STAT_SUBMIT_NS = 9
 STAT_COPY_NS = 10
-N_STATS = 11
+# A loader's time finding a slot (the clock's scan, the victim's unmapping; ns summed over the
+# claims, retries included): with the two above, what one miss spends besides waiting for its
+# I/O (python -m workloads.microbench latency prints the breakdown).
+STAT_CLAIM_NS = 11
+N_STATS = 12
 N_STAT_SHARDS = 64
 
 # --- Store table (one row per open array; read by the daemon) --------------------------------

@@ -1002,7 +1002,8 @@ class Runtime:
                      slot_retries=int(counts[L.STAT_SLOT_RETRIES]),
                      bulk_copies=int(counts[L.STAT_BULK_COPIES]),
                      submit_ns=int(counts[L.STAT_SUBMIT_NS]),
-                     copy_ns=int(counts[L.STAT_COPY_NS]))
+                     copy_ns=int(counts[L.STAT_COPY_NS]),
+                     claim_ns=int(counts[L.STAT_CLAIM_NS]))
 
     def reset_stats(self):
         self._check_open()

@@ -31,7 +31,9 @@ class Stats:
 
     Two parts of ``io_ns`` and after it, summed over I/Os: ``submit_ns`` from a loader's ticket
     to its request published (the wait for its queue entry, the record's stores to host memory),
-    ``copy_ns`` from the completion seen to the page in its slot, visible GPU-wide.
+    ``copy_ns`` from the completion seen to the page in its slot, visible GPU-wide. Before the
+    request, ``claim_ns``: a loader's time finding its slot (the clock's scan and the victim's
+    unmapping, retries included).
     """
 
     hits: int = 0
@@ -48,6 +50,7 @@ class Stats:
     bulk_copies: int = 0
     submit_ns: int = 0
     copy_ns: int = 0
+    claim_ns: int = 0
 
     @property
     def lookups(self):
@@ -76,6 +79,11 @@ class Stats:
     def copy_latency_us(self):
         """Mean microseconds from a completion seen to its page in the slot, visible."""
         return _mean_us(self.copy_ns, self.ios)
+
+    @property
+    def claim_latency_us(self):
+        """Mean microseconds a loader spent finding its slot, per I/O."""
+        return _mean_us(self.claim_ns, self.ios)
 
     def __sub__(self, other):
         return Stats(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})

@@ -414,7 +414,9 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
             q = queue_of_warp(h)
             victim = -1
             if loading:
+                claim_start = now_ns()
                 slot, ev, victim = claim_slot(h, gpage)
+                _add_stat(h, L.STAT_CLAIM_NS, now_ns() - claim_start)
                 evicted = evicted or ev
                 if slot < 0:
                     wait_code = L.ERR_TIMEOUT_SLOT

@@ -69,13 +69,13 @@ def test_stats_time_the_misses_and_not_the_hits():
         assert first.ios == 1 and first.io_ns > 0 and first.miss_ns >= first.io_ns
         # The request's submission is part of its I/O time; its copy comes after it, and both
         # are within the miss.
-        assert 0 < first.submit_ns <= first.io_ns and first.copy_ns > 0
-        assert first.io_ns + first.copy_ns <= first.miss_ns
+        assert 0 < first.submit_ns <= first.io_ns and first.copy_ns > 0 and first.claim_ns > 0
+        assert first.io_ns + first.copy_ns + first.claim_ns <= first.miss_ns
         assert (rt.gather(arr, np.array([9])).copy_to_host() == [9]).all()
         delta = rt.stats() - first
         assert delta.hits == 1 and delta.misses == 0
         assert delta.io_ns == 0 and delta.miss_ns == 0 and delta.slot_retries == 0
-        assert delta.submit_ns == 0 and delta.copy_ns == 0
+        assert delta.submit_ns == 0 and delta.copy_ns == 0 and delta.claim_ns == 0
 
 
 def test_thread_rows_label_each_figure_with_its_own_thread_count():

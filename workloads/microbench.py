@@ -767,12 +767,14 @@ def bench_latency(data, page_size, n_misses, log, keys=("zero_copy", "copy", "nv
                         "p99_us": float(np.percentile(t, 99)), "mean_wall_us": wall / n_misses * 1e6,
                         "ios": st.ios, "bulk_copies": st.bulk_copies,
                         "io_us": st.io_latency_us, "submit_us": st.submit_latency_us,
-                        "copy_us": st.copy_latency_us, "miss_us": st.miss_latency_us,
+                        "copy_us": st.copy_latency_us, "claim_us": st.claim_latency_us,
+                        "miss_us": st.miss_latency_us,
                         "values_ok": ok}
             log(f"QD1 miss latency ({key}): p50 {res[key]['p50_us']:.1f} us, p99 {res[key]['p99_us']:.1f} us, "
                 f"wall mean {res[key]['mean_wall_us']:.1f} us, mean miss {st.miss_latency_us:.1f} us "
                 f"= I/O {st.io_latency_us:.1f} (of which submit {st.submit_latency_us:.1f}) + copy "
-                f"{st.copy_latency_us:.1f} + the rest, "
+                f"{st.copy_latency_us:.1f} + claiming the slot {st.claim_latency_us:.1f} + the "
+                f"rest {st.miss_latency_us - st.io_latency_us - st.copy_latency_us - st.claim_latency_us:.1f}, "
                 f"bulk copies {st.bulk_copies} of {st.ios}, values {'ok' if ok else 'WRONG'}")
     return res
 
