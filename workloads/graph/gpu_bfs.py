@@ -36,8 +36,8 @@ from kernels.warp import ballot_sync, lanemask_lt, laneid, popc, shfl_sync
 
 from .bfs import UNREACHED
 from .csr_file import CSRGraph
-from .gpu_graph import (FULL_MASK, LANE_BITS, Access, DeviceGraph, data_path_options,
-                        launch_geometry, open_device_graph, report_bad_entry)
+from .gpu_graph import (FULL_MASK, LANE_BITS, THREADS_PER_BLOCK, Access, DeviceGraph,
+                        data_path_options, launch_geometry, open_device_graph, report_bad_entry)
 from .validate import scipy_bfs, traversed_edges, validate_bfs_tree
 from workloads.pager import Pager, element_pager
 
@@ -89,9 +89,9 @@ PREFETCH_WINDOW = WARP_SIZE * PREFETCH_ENTRIES
 LONG_LIST = 1 << 16
 LONG_SLICE = 1024
 
-#: Warps per SM a traversal kernel runs at once (two 256-thread blocks at the 128-register cap
-#: of ``gids.jit``).
-WARPS_PER_SM = 16
+#: Registers per SM (every GPU since compute capability 5.0): with THREADS_PER_BLOCK, how many
+#: warps an SM runs at once at a register cap (128 -> 2 blocks of 256, 16 warps; 80 -> 3, 24).
+REGISTERS_PER_SM = 65536
 
 
 @cuda.jit(device=True)
@@ -324,18 +324,23 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
 
 
 @functools.lru_cache(maxsize=None)
-def _resident_warps() -> int:
-    """Warps the GPU runs at once in a traversal kernel (a few in the simulator)."""
+def _resident_warps(max_registers=None) -> int:
+    """Warps the GPU runs at once in a traversal kernel capped at ``max_registers`` (default
+    ``gids.jit``'s cap; a few in the simulator)."""
     if gids.SIMULATOR:
         return 4
-    return WARPS_PER_SM * cuda.get_current_device().MULTIPROCESSOR_COUNT
+    cap = max_registers or gids.MAX_REGISTERS or 255
+    blocks = max(1, REGISTERS_PER_SM // (cap * THREADS_PER_BLOCK))
+    return (blocks * (THREADS_PER_BLOCK // WARP_SIZE)
+            * cuda.get_current_device().MULTIPROCESSOR_COUNT)
 
 
-def frontier_run(n_frontier: int) -> int:
+def frontier_run(n_frontier: int, max_registers=None) -> int:
     """Consecutive frontier vertices one warp takes at a time in a top-down step: up to
     ``WARP_SIZE`` (lists that share pages share one pin), but no more than keeps every warp the
-    GPU runs at once busy: a small frontier gets a warp per vertex."""
-    return int(max(1, min(WARP_SIZE, n_frontier // _resident_warps())))
+    GPU runs at once busy (at the kernels' register cap): a small frontier gets a warp per
+    vertex."""
+    return int(max(1, min(WARP_SIZE, n_frontier // _resident_warps(max_registers))))
 
 
 @gids.jit
@@ -511,7 +516,7 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
                     levels, depth, frontier, counters)
                 counters.copy_to_device(zeros)
             source.before_launch(Access("frontier", vertices=frontier, count=n_frontier))
-            run = frontier_run(n_frontier)
+            run = frontier_run(n_frontier, source.max_registers)
             kernels.top_down[launch_geometry(-(-n_frontier // run))](
                 source.arg, dg.offsets, frontier, n_frontier, next_frontier, counters, parents,
                 levels, depth, direction == "auto", dg.bad, long_lists, run, backwards)
