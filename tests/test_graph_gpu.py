@@ -595,6 +595,4 @@ _PTX = textwrap.dedent('''
 def test_kernels_compile_for_a_gpu():
     """The traversal kernels, specialised for both readers, compile to PTX (no GPU needed)."""
     proc = run_compile_script(_PTX)
-    if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
-        pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
     assert "PTX_OK" in proc.stdout, proc.stderr[-3000:]

@@ -205,8 +205,6 @@ SCRIPT = textwrap.dedent('''
 def test_poll_load_stays_in_the_loop_and_read_compiles():
     pytest.importorskip("numba.cuda")
     proc = run_compile_script(SCRIPT)
-    if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
-        pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
     assert "POLL_OK" in proc.stdout and "GATHER_OK" in proc.stdout, proc.stderr[-3000:]
     assert "PAGES_OK" in proc.stdout, proc.stderr[-3000:]
     assert "MASKS_OK" in proc.stdout, proc.stderr[-3000:]
@@ -285,6 +283,4 @@ def test_bulk_page_copy_is_compiled_in_for_hopper_only(cc, lanes, bulk):
     # capability or setting, in a process of its own (device functions are typed for one).
     env = {} if lanes is None else {"GIDS_BULK_COPY_LANES": lanes}
     proc = run_compile_script(BULK_SCRIPT, cc, env=env, shared=(cc == "9.0" and not env))
-    if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
-        pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
     assert ("BULK" if bulk else "NO_BULK") in proc.stdout.split(), proc.stderr[-3000:]

@@ -563,6 +563,4 @@ PTX_SCRIPT = textwrap.dedent('''
 def test_search_kernels_compile_for_the_gpu_without_fma():
     """The simulator runs the kernel as Python: only the real compiler checks its typing."""
     proc = run_compile_script(PTX_SCRIPT)
-    if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
-        pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
     assert "SEARCH_PTX_OK" in proc.stdout, proc.stderr[-3000:]

@@ -1118,7 +1118,7 @@ def build_parser():
     p.add_argument("--quick", action="store_true", help="smaller sizes")
     p = sub.add_parser("misses", help="all-miss pages one per thread vs one per warp, with the "
                                       "kernels' own I/O and miss latencies")
-    p.add_argument("--out", default="out", help="folder for misses_suite.json (default: out)")
+    p.add_argument("--out", default="out", help="folder for misses_suite.md/.json (default: out)")
     p.add_argument("--quick", action="store_true", help="smaller sizes")
     p = sub.add_parser("emulation", help="runs under real-time SSD emulation (pm1743 x1, x2, "
                                          "x4), recorded and replayed: predicted vs wall time")
@@ -1127,7 +1127,7 @@ def build_parser():
     p.add_argument("--n-ssd", default="1,2,4", help="drive counts (1,2,4)")
     p = sub.add_parser("latency", help="one thread, one miss at a time, under each variant of "
                                        "the copy path and poll schedule (an A/B, one process each)")
-    p.add_argument("--out", default="out", help="folder for latency_suite.json (default: out)")
+    p.add_argument("--out", default="out", help="folder for latency_suite.md/.json (default: out)")
     p.add_argument("--misses", type=int, default=2000, help="misses per data path and variant")
     p.add_argument("--quick", action="store_true", help="a smaller array")
     p = sub.add_parser("latency-child", help=argparse.SUPPRESS)
