@@ -140,6 +140,17 @@ def _converted(values, dtype):
                       f"written to an array of {dtype}; convert them first")
 
 
+def _describe_page_word(word):
+    """A page's state word (``page_state``, bits in :mod:`gids.layout`) in words."""
+    word = int(word)
+    flags = [name for name, bit in (("VALID", L.PAGE_VALID), ("BUSY", L.PAGE_BUSY),
+                                    ("ERROR", L.PAGE_ERROR), ("DIRTY", L.PAGE_DIRTY))
+             if word & int(bit)]
+    refs = word & int(L.PAGE_REF_MASK)
+    return (f"page state word {word:#018x}: {'|'.join(flags) or 'no flags'}, {refs} references, "
+            f"slot field {word >> int(L.PAGE_SLOT_SHIFT)}")
+
+
 class Runtime:
     """A GPU page cache over file-backed arrays, with its queues and host daemon.
 
@@ -939,6 +950,10 @@ class Runtime:
         reason = {L.STATUS_SHORT_READ: "short read", L.STATUS_IO_ERROR: "read failed",
                   L.STATUS_OK: "an earlier read of it failed",
                   L.STATUS_BAD_REQUEST: "bad request"}.get(status, f"status {status}")
+        if status == L.STATUS_OK:
+            # A reader found the page marked ERROR, and no load failure was recorded before it:
+            # name the word, so that a report of this shows the state that said so.
+            reason += f" ({_describe_page_word(self._page_state[array.page_base + page])})"
         try:   # read it again here to name the OS's reason
             got = len(array.store.read_bytes(start, n))
             if got < n:

@@ -417,6 +417,22 @@ def test_cli_bfs_and_cc(tmp_path, capsys):
     assert cli_main(["bfs", "--graph", str(tmp_path / "missing.csr")]) == 2
 
 
+def test_cli_warm_up_search_makes_the_first_timed_search_warm(tmp_path, capsys):
+    """Every path runs one untimed search first; with --warm-cache and a cache that holds the
+    graph, the timed searches, the first one included, then read nothing from storage."""
+    graph_path = tmp_path / "g.csr"
+    generate_kronecker_csr(graph_path, 5, 4, seed=9)
+    out = tmp_path / "bfs.json"
+    status = cli_main(["bfs", "--graph", str(graph_path), "--roots", "2", "--data-path", "gids",
+                       "--cache-fractions", "1", "--warm-cache", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "warm-up search from root" in captured.err and "(untimed)" in captured.err
+    searches = json.loads(out.read_text())["runs"][0]["searches"]
+    assert len(searches) == 2 and all(s["valid"] for s in searches)
+    assert [s["stats"]["ios"] for s in searches] == [0, 0]
+
+
 def test_cli_emulated_ssd_rows(tmp_path, capsys):
     """--ssd / --n-ssd: gids and nvme rows once unemulated and once per drive count."""
     graph_path = tmp_path / "g.csr"
