@@ -48,6 +48,9 @@ from kernels.sync import atomic_cas, ld_weak_l2, now_ns, red_add, zero_of
 from kernels.platform import BULK_COPY_LANES, out_of_line
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
 
+#: References a leader takes for its group when it gives the pin back itself (read, write).
+_ONE_REF = np.uint64(1)
+
 #: Sleep between rounds for a lane waiting on another warp's load (doubles up to the max).
 WAIT_MIN_NS = 128
 WAIT_MAX_NS = 4096
@@ -108,6 +111,16 @@ FAILED = -2         # its page cannot be had (the error is recorded): its group 
 
 
 @cuda.jit(device=True)
+def _refs(peers, keep):
+    """References a leader takes for its group of lanes (``peers``): one, given back by the
+    leader after the group's reads; for a pin the caller keeps (:func:`pin_page`), one per lane,
+    each given back by its own lane (:func:`unpin_page`), whichever lanes are converged then."""
+    if keep:
+        return np.uint64(popc(peers))
+    return _ONE_REF
+
+
+@cuda.jit(device=True)
 def _use_pinned(h, mask, leader, pinned, failed, slot, i, value, at, done, is_write, new_value,
                 keep):
     """Lanes whose leader holds a pin read (or write) their element in the slot, or, to
@@ -155,11 +168,11 @@ def _unpin_used(h, mask, gpage, pinned, is_write, keep, value):
         syncwarp(mask)
         if pinned:
             mark_dirty(h, gpage)
-            unpin(h, gpage)
+            unpin(h, gpage, _ONE_REF)
         return
     reads_done = ballot_sync(mask, value == zero_of(h.cache))
     if pinned:
-        unpin_after_reads(h, gpage, reads_done)
+        unpin_after_reads(h, gpage, _ONE_REF, reads_done)
 
 
 @cuda.jit(device=True)
@@ -333,7 +346,7 @@ def _access(h, i, is_write, new_value, keep):
     old = np.uint64(0)   # the page's word before the pin (kernels.cache.take_reference)
     slot = np.int64(-1)
     if is_leader:
-        old, slot = take_reference(h, gpage)
+        old, slot = take_reference(h, gpage, _refs(peers, keep))
     pinned = slot >= 0
     value, at, done, code = _use_pinned(h, mask, leader, pinned, 0, slot, i, zero_of(h.cache),
                                         np.int64(-1), not in_range, is_write, new_value, keep)
@@ -369,6 +382,7 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
     page = gpage - h.page_base
     leader = lowest_lane(peers)
     is_leader = lane == leader and in_range
+    refs = _refs(peers, keep)   # what the leader's pin holds (round 1 took them)
 
     failed = 0              # leader only: 1 once the page cannot be had (the error is recorded)
     loading = False         # leader only: owns BUSY on the page
@@ -390,11 +404,11 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
         # pinning again here took a new reference (or BUSY) that nobody released.
         if is_leader and not done and not loading and failed == 0:
             if first_round:
-                outcome, slot = settle_pin(h, gpage, old)   # the reference of round 1
+                outcome, slot = settle_pin(h, gpage, old, refs)   # taken in round 1
             elif waiting:
-                outcome, slot = check_wait(h, gpage)
+                outcome, slot = check_wait(h, gpage, refs)
             else:
-                outcome, slot = try_pin(h, gpage)
+                outcome, slot = try_pin(h, gpage, refs)
             waiting = outcome == PIN_WAIT
             if outcome == PIN_HIT:
                 pinned = True
@@ -448,7 +462,7 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
             if completed:
                 loading = False
                 if status == L.STATUS_OK:
-                    publish(h, gpage, slot)
+                    publish(h, gpage, slot, refs)
                     pinned = True
                     loaded = True
                 else:
@@ -470,7 +484,7 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
                     give_up_load(h, gpage)
                     loading = False
                 if waiting:
-                    unpin(h, gpage)
+                    unpin(h, gpage, refs)
                     waiting = False
                 failed = 1
             else:
@@ -529,7 +543,9 @@ def pin_page(h, i):
     them with :func:`pinned`, then give the pin back with ``unpin_page(h, i, k)``.
 
     Collective over the calling warp, like :func:`read`: lanes that name the same page share one
-    lookup, one load on a miss and one pin. Returns -1 for a lane whose page could not be had (an
+    lookup and one load on a miss; the pin holds one reference per lane (taken in the lookup's
+    one atomic), so that the lanes may give it back in whatever parts the warp is in by then
+    (:func:`unpin_page`). Returns -1 for a lane whose page could not be had (an
     index out of range, an I/O error, a timeout: recorded, and raised after the kernel) and which
     holds no pin.
 
@@ -560,6 +576,14 @@ def unpin_page(h, i, k):
 
     The page is named by ``i`` (any element of it), not found from the slot: a loader probing
     for a victim marks a slot CLAIMED for a moment even while its page is pinned.
+
+    The lanes need not be converged as they were at the pin: after a loop whose trip count
+    differs between lanes, the warp may arrive here in parts, one call each. A pin holds one
+    reference per lane, and each part's lowest lane per page gives back its part's, so every
+    reference is given back once, by its own lane's part, after that part's reads. (With one
+    reference per group, a group split in two gave it back twice: on the H200, 2026-12-02,
+    the bench's 64 KiB requests, whose idle groups skip the reading loop, drove pages' counts
+    below zero, into the ERROR bit.)
     """
     mask = activemask()
     gpage = h.page_base + (i >> h.elem_shift) if k >= 0 else np.int64(-1)
@@ -567,7 +591,7 @@ def unpin_page(h, i, k):
     # Every lane's reads of the page are done before its leader's release.
     syncwarp(mask)
     if k >= 0 and laneid() == lowest_lane(peers):
-        unpin(h, gpage)
+        unpin(h, gpage, np.uint64(popc(peers)))
 
 
 @cuda.jit(device=True)
@@ -582,14 +606,14 @@ def unpin_page_after(h, i, k, used):
     2026-12-01, though without it those requests took as long: the wait moved to the loads).
     A ``used`` that misses a read lets the page go while that read may still be in
     flight: it could then return bytes of the slot's next page. Collective, as
-    :func:`unpin_page`.
+    :func:`unpin_page` (and, as it, right whichever lanes are converged at the call).
     """
     mask = activemask()
     gpage = h.page_base + (i >> h.elem_shift) if k >= 0 else np.int64(-1)
     peers = match_any_sync(mask, gpage)
     reads_done = ballot_sync(mask, used == 0)
     if k >= 0 and laneid() == lowest_lane(peers):
-        unpin_after_reads(h, gpage, reads_done)
+        unpin_after_reads(h, gpage, np.uint64(popc(peers)), reads_done)
 
 
 @cuda.jit(device=True)

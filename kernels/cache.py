@@ -67,17 +67,23 @@ _SLOT_SHIFT = L.PAGE_SLOT_SHIFT
 _SLOT_MASK = L.PAGE_SLOT_MASK
 _ZERO = np.uint64(0)
 _ONE = np.uint64(1)
-# Adding it drops one reference: -1 modulo 2**64. A 32-bit 0xFFFFFFFF would carry into the slot.
-# The count is >= 1 whenever a reference is dropped (only its holder drops it), so the subtraction
-# never borrows from the state bits or the slot.
-_MINUS_ONE = np.uint64(0xFFFFFFFFFFFFFFFF)
 _NOT_BUSY = np.uint64(~int(L.PAGE_BUSY) & 0xFFFFFFFFFFFFFFFF)   # keeps the slot
 
 
 @cuda.jit(device=True)
-def take_reference(h, page):
-    """The hit path's pin: one reference on ``page`` (a relaxed 64-bit atomic add), and its slot
-    if it was VALID. Returns ``(old word, slot or -1)``. The caller holds the reference either
+def _minus(refs):
+    """What, added to a page's word, drops ``refs`` references (a uint64): ``-refs`` modulo
+    2**64; a 32-bit operand would carry into the slot. The count is >= ``refs`` whenever they
+    are dropped (only their holder drops them), so the subtraction never borrows from the state
+    bits or the slot."""
+    return (~refs) + _ONE
+
+
+@cuda.jit(device=True)
+def take_reference(h, page, refs):
+    """The hit path's pin: ``refs`` references on ``page`` (a relaxed 64-bit atomic add: one for
+    a leader that gives the pin back itself, one per lane for a kept pin, see
+    :func:`kernels.access.pin_page`), and its slot if it was VALID. Returns ``(old word, slot or -1)``. The caller holds the reference either
     way: on a page that was not VALID it must settle it (:func:`settle_pin`).
 
     The slot comes back in the atomic's old value (the word's high half), so a hit waits for one
@@ -97,23 +103,23 @@ def take_reference(h, page):
     ``gids.read`` 12 % faster, page-level and 4 KiB request hits unchanged, the wait moving to
     the data loads: docs/results.md, 2026-12-01 third session.)
     """
-    old = atomic_add_relaxed_gpu(h.page_state, page, _ONE)
+    old = atomic_add_relaxed_gpu(h.page_state, page, refs)
     if old & _VALID:
         return old, np.int64(old >> _SLOT_SHIFT)
     return old, np.int64(-1)
 
 
 @cuda.jit(device=True)
-def settle_pin(h, page, old):
+def settle_pin(h, page, old, refs):
     """After :func:`take_reference` found ``page`` not VALID (its state was ``old``): become its
     loader, or wait for it. Returns (PIN_*, slot).
 
-    A waiter keeps the reference it took: a page that is referenced cannot be evicted, so once
+    A waiter keeps the ``refs`` references it took: a page that is referenced cannot be evicted, so once
     its loader publishes it, it stays until every waiter has read it (no waiter starves behind
     evictions, however small the cache).
     """
     if old & _ERROR:
-        atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
+        atomic_add_release_gpu(h.page_state, page, _minus(refs))
         return PIN_ERROR, -1
     if old & _BUSY:
         return PIN_WAIT, -1
@@ -121,70 +127,71 @@ def settle_pin(h, page, old):
     if old & _BUSY:
         return PIN_WAIT, -1
     if old & _VALID:
-        # Loaded between our two atomics: give BUSY back; our reference pins it in the slot
+        # Loaded between our two atomics: give BUSY back; our references pin it in the slot
         # the OR returned.
         atomic_and(h.page_state, page, _NOT_BUSY)
         cuda.threadfence()
         return PIN_HIT, np.int64(old >> _SLOT_SHIFT)
     if old & _ERROR:
         atomic_and(h.page_state, page, _NOT_BUSY)
-        atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
+        atomic_add_release_gpu(h.page_state, page, _minus(refs))
         return PIN_ERROR, -1
-    # The loader holds no reference while loading; publish() adds one.
-    atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
+    # The loader holds no reference while loading; publish() adds its group's.
+    atomic_add_release_gpu(h.page_state, page, _minus(refs))
     return PIN_LOAD, -1
 
 
 @cuda.jit(device=True)
-def try_pin(h, page):
+def try_pin(h, page, refs):
     """Pin ``page`` if resident; else become its loader, or wait for it. Returns (PIN_*, slot)
     (:func:`take_reference`, then :func:`settle_pin` if it was not resident)."""
-    old, slot = take_reference(h, page)
+    old, slot = take_reference(h, page, refs)
     if slot >= 0:
         return PIN_HIT, slot
-    return settle_pin(h, page, old)
+    return settle_pin(h, page, old, refs)
 
 
 @device_helper
-def check_wait(h, page):
-    """For a waiter (holding a reference): PIN_HIT once VALID, PIN_WAIT while BUSY, else the
-    reference is dropped and PIN_ERROR or PIN_RETRY (the loader gave up) is returned."""
+def check_wait(h, page, refs):
+    """For a waiter (holding ``refs`` references): PIN_HIT once VALID, PIN_WAIT while BUSY, else
+    they are dropped and PIN_ERROR or PIN_RETRY (the loader gave up) is returned."""
     state = ld_acquire_gpu(h.page_state, page)
     if state & _VALID:
         return PIN_HIT, np.int64(state >> _SLOT_SHIFT)
     if state & _BUSY:
         return PIN_WAIT, -1
-    atomic_add_release_gpu(h.page_state, page, _MINUS_ONE)
+    atomic_add_release_gpu(h.page_state, page, _minus(refs))
     if state & _ERROR:
         return PIN_ERROR, -1
     return PIN_RETRY, -1
 
 
 @device_helper
-def unpin(h, page):
-    """Drop a reference. Release: the caller's (and, after a ``syncwarp``, its warp's) reads
+def unpin(h, page, refs):
+    """Drop ``refs`` references. Release: the caller's (and, after a ``syncwarp``, its warp's) reads
     and writes of the slot happen before it, so an evictor that sees the count reach zero
     cannot overwrite bytes still being read. A reduction: the old count is not needed, so the
     thread does not wait for it."""
-    red_add_release_gpu(h.page_state, page, _MINUS_ONE)
+    red_add_release_gpu(h.page_state, page, _minus(refs))
 
 
 @device_helper
-def unpin_after_reads(h, page, reads_done):
-    """Drop a reference once the values read from the slot are in registers, without a fence.
+def unpin_after_reads(h, page, refs, reads_done):
+    """Drop ``refs`` references once the values read from the slot are in registers, without a
+    fence.
 
     ``reads_done`` is a value that depends on every value read under the pin (a ballot of the
     warp's values: :func:`kernels.access._access`) and that the compiler cannot know, so the
-    reduction's operand, ``-1 + (reads_done & h.zero_word)``, waits for those loads, and the
+    reduction's operand, ``-refs + (reads_done & h.zero_word)``, waits for those loads, and the
     reduction cannot issue before they returned; a load that has returned its value cannot see
-    a later overwrite of the slot. ``h.zero_word`` is 0 at run time, so the operand is -1
+    a later overwrite of the slot. ``h.zero_word`` is 0 at run time, so the operand is -refs
     (modulo 2**64, the width of the page's word) whatever ``reads_done`` is. :func:`unpin`'s
     release orders every earlier access of the thread instead (``MEMBAR.ALL.GPU`` and a wait for
     it: 26 % of the stall samples of a sequential ``gids.read`` on the H200, 2026-12-01, though
     taking it away gained less: the wait moved to the loads); that is needed after writes, and
     where the reads are not known to have returned (``gids.unpin_page``).
     """
-    red_add(h.page_state, page, _MINUS_ONE + np.uint64(reads_done & h.zero_word))
+    red_add(h.page_state, page, _minus(refs) + np.uint64(reads_done & h.zero_word))
 
 
 @cuda.jit(device=True)
@@ -273,11 +280,11 @@ def _update_state(h, page, set_bits, clear_bits, add_refs):
 
 
 @cuda.jit(device=True)
-def publish(h, page, slot):
+def publish(h, page, slot, refs):
     """The page's bytes are in ``slot``: make it VALID in that slot (one compare-and-swap writes
-    both, so whoever sees VALID sees the slot), keeping one reference for the loader."""
+    both, so whoever sees VALID sees the slot), adding the loader's ``refs`` references."""
     cuda.threadfence()   # the warp's copy into the slot is visible before VALID is
-    _update_state(h, page, _VALID | (np.uint64(slot) << _SLOT_SHIFT), _BUSY | _SLOT_MASK, _ONE)
+    _update_state(h, page, _VALID | (np.uint64(slot) << _SLOT_SHIFT), _BUSY | _SLOT_MASK, refs)
 
 
 @cuda.jit(device=True)

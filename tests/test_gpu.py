@@ -190,3 +190,47 @@ def test_stress_workload_small(tmp_path):
     r = json.loads(out.read_text())
     assert rc == 0 and r["ok"], r
     assert r["writebacks"] > 0 and r["file_mismatches"] == 0
+
+
+@cuda.jit
+def _pin_then_split(h, pages, out, use_after):
+    """Each warp pins one page with all lanes (one group), then its halves read different counts
+    of elements (lanes 0-15: none), so the warp may reach the unpin in two parts."""
+    t = cuda.grid(1)
+    lane = cuda.threadIdx.x % 32
+    w = t // 32
+    i = pages[w % pages.size] * (np.int64(1) << h.elem_shift)
+    k = gids.pin_page(h, i)
+    total = 0
+    n = 0 if lane < 16 else 64 + lane
+    for j in range(n):
+        total += gids.pinned(h, k + j)
+    if use_after:
+        gids.unpin_page_after(h, i, k, total)
+    else:
+        gids.unpin_page(h, i, k)
+    out[t] = total
+
+
+@pytest.mark.parametrize("use_after", [False, True])
+def test_a_warp_may_give_its_pins_back_in_parts(use_after):
+    """A pin holds one reference per lane, so a warp whose lanes reach unpin_page split by a
+    loop gives every reference back once: no page is left pinned or driven below zero (the
+    H200's 64 KiB bench requests did that before, 2026-12-02)."""
+    from gids import layout as L
+    data = np.random.default_rng(3).integers(0, 1 << 40, 64 * 8192, dtype=np.int64)
+    with gids.Runtime(cache_pages=64, page_size=65536, timeout=30) as rt:
+        a = rt.open_array(gids.MemoryStore(data), np.int64, shape=data.shape)
+        pages = cuda.to_device(np.arange(64, dtype=np.int64))
+        out = cuda.device_array(132 * 1024, np.int64)
+        for _ in range(3):
+            _pin_then_split[132, 1024](a.handle, pages, out, use_after)
+            rt.sync()
+            words = rt._page_state.copy_to_host()[:64]
+            assert not (words & np.uint64(L.PAGE_REF_MASK)).any()
+            assert not (words & np.uint64(L.PAGE_ERROR)).any()
+        lane = np.arange(out.size) % 32
+        page = (np.arange(out.size) // 32) % 64
+        want = np.array([data[p * 8192:p * 8192 + 64 + ln].sum() if ln >= 16 else 0
+                         for p, ln in zip(page, lane)])
+        np.testing.assert_array_equal(out.copy_to_host(), want)

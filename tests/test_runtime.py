@@ -168,8 +168,8 @@ def test_helpers_called_in_loops_skip_the_simulators_call_wrapper():
 
 @skip_unless_simulator
 def test_references_change_the_count_of_a_page_word_and_nothing_else():
-    """A page's word holds its slot in the high half: the pin and the unpins add +1 and -1
-    (2**64 - 1) to the whole uint64 word, which changes the count and leaves the state bits and
+    """A page's word holds its slot in the high half: the pins and the unpins add +n and -n
+    (2**64 - n) to the whole uint64 word, which changes the count and leaves the state bits and
     the slot as they were (the simulator's atomics wrap at 64 bits, as the GPU's do)."""
     from types import SimpleNamespace
 
@@ -182,10 +182,16 @@ def test_references_change_the_count_of_a_page_word_and_nothing_else():
     for _ in range(3):
         assert int(atomic_add_relaxed_gpu(h.page_state, 1, np.uint64(1))) >> 32 == slot
     assert int(h.page_state[1]) & L.PAGE_REF_MASK == 3
-    assert check_wait(h, 1) == (PIN_HIT, slot)
-    unpin(h, 1)
-    unpin_after_reads(h, 1, 0xFFFFFFFF)
-    unpin(h, 1)
+    one = np.uint64(1)
+    assert check_wait(h, 1, one) == (PIN_HIT, slot)
+    unpin(h, 1, one)
+    unpin_after_reads(h, 1, one, 0xFFFFFFFF)
+    unpin(h, 1, one)
+    assert int(h.page_state[1]) == word
+    # A kept pin holds one reference per lane; its lanes give them back in any parts.
+    atomic_add_relaxed_gpu(h.page_state, 1, np.uint64(32))
+    unpin_after_reads(h, 1, np.uint64(20), 0xFFFFFFFF)
+    unpin(h, 1, np.uint64(12))
     assert int(h.page_state[1]) == word
     assert h.page_state[0] == 0 and h.page_state[2] == 0
 
