@@ -222,9 +222,9 @@ def test_a_warp_may_give_its_pins_back_in_parts(use_after):
     with gids.Runtime(cache_pages=64, page_size=65536, timeout=30) as rt:
         a = rt.open_array(gids.MemoryStore(data), np.int64, shape=data.shape)
         pages = cuda.to_device(np.arange(64, dtype=np.int64))
-        out = cuda.device_array(132 * 1024, np.int64)
+        out = cuda.device_array(132 * 1024, np.int64)   # blocks of 256: any register count
         for _ in range(3):
-            _pin_then_split[132, 1024](a.handle, pages, out, use_after)
+            _pin_then_split[132 * 4, 256](a.handle, pages, out, use_after)
             rt.sync()
             words = rt._page_state.copy_to_host()[:64]
             assert not (words & np.uint64(L.PAGE_REF_MASK)).any()
