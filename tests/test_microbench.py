@@ -17,6 +17,7 @@ def test_hit_benchmarks_compare_register_caps(tmp_path):
     assert [row["max_registers"] for row in res["caps"]] == [128, 80, 64]
     assert res["paged_sequential"]["same_result"]        # a page per warp: the same sum
     assert res["paged_sequential_4"]["same_result"]      # four pages per warp call: the same
+    assert res["paged_sequential_8"]["same_result"]
     for part in [res] + res["caps"]:
         assert part["random"]["same_result"] and part["sequential"]["same_result"]
         assert part["random"]["misses_during_timing"] == 0

@@ -23,9 +23,9 @@ Stages, in order of priority (default: all, in this order):
 - ``bfs``: ``gids bfs`` on a Graph500 graph over the data paths and cache sizes, and a smaller
   graph over gids and the direct NVMe path, unemulated and under real-time emulation of 1 and 4
   modelled SSDs (``--ssd p5800x --n-ssd 1,4``);
-- ``bfs-warm``: the scale-24 graph with the cache holding all of it, warm, with the traversal
-  capped at 80 registers (the default for a whole cache) and at 128, beside the
-  all-in-GPU-memory path;
+- ``bfs-warm``: the scale-24 graph with the cache holding all of it, warm, beside the
+  all-in-GPU-memory path in the same run, with the traversal capped at 80 registers (the
+  default for a whole cache), then at 64 and 96;
 - ``search``: ``gids search`` on synthetic vectors over the data paths, and a smaller index over
   gids and the NVMe path, unemulated and emulated the same way;
 - ``stress``: the write path under load (``python -m workloads.stress``): 60 s of 1 M threads
@@ -61,8 +61,7 @@ STAGES = {
                   [*GIDS, "bfs", "--scale", "18", "--roots", "2", "--storage", "memory",
                    "--data-path", "gids,memory", "--cache-fractions", "0.25,1.0",
                    "--json", "{dir}/bfs_small.json"]], 420),
-    # 420 s: the write tests (four dtypes, 64 k writers, the stress run at 1/64) add about
-    # two minutes, mostly compiling (an estimate: not yet run on a GPU).
+    # 420 s: 46 tests took 162 s on 2026-12-02 (173 s with the process), mostly compiling.
     "tests": ([[sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
                 "tests"]], 420),
     "core": ([[sys.executable, "-m", "workloads.microbench", "gpu-suite", "--no-tests",
@@ -70,8 +69,8 @@ STAGES = {
     # Issue 2's hit figures, re-measured now that kernel times hold out a launch's host cost
     # (workloads/timing.py, 2eab8af): first the host cost of one launch with a handle, kept and
     # not (68 vs ~500 us on the H200, 2026-12-01), then the hit benchmarks at caps 128 and 80,
-    # then the PTX load flavors over GPU memory (under a minute). An estimate of ~5 minutes,
-    # most of it compiling.
+    # then the PTX load flavors over GPU memory (under a minute). The stage took under a
+    # minute on 2026-12-02.
     "hits": ([([sys.executable, "-m", "workloads.microbench", "launch", "--out", "{dir}/launch"],
                60),
               ([sys.executable, "-m", "workloads.microbench", "hits", "--caps", "128,80",
@@ -81,9 +80,9 @@ STAGES = {
     # Issue 4's targets first and on their own, so that they are written even if the sweeps
     # after them run out of time (a bench writes its report only at the end): 25 points (5
     # workloads x 5 paths), most of their time compiling the gids and nvme kernels and making
-    # Runtimes, capped at 240 s (an estimate: the wall time of the workloads sweep of
-    # 2026-11-29 was not recorded). Its report is OUT/bench/workloads/bench.md. Then the other
-    # sweeps in what is left of the 570 s (OUT/bench/sweeps/).
+    # Runtimes, capped at 240 s. Its report is OUT/bench/workloads/bench.md. Then the other
+    # sweeps in what is left of the 570 s (OUT/bench/sweeps/). Both took 165 s together on
+    # 2026-12-02. The device tool returns at most 8 files: take the tarball.
     "bench": ([([*GIDS, "bench", "workloads", "--quick", "--no-progress",
                  "--out", "{dir}/workloads"], 240),
                [*GIDS, "bench", "iops", "bandwidth", "cache", "latency", "--quick",
@@ -93,29 +92,34 @@ STAGES = {
     # and the NVMe path on a scale-18 graph, 2 roots, cache 25 %, each path unemulated and on 1
     # and 4 emulated P5800X drives (capped at 120 s). Then issue 5's setting: scale 24 (16.8 M
     # vertices, 2.1 GB of neighbours), a RAM-backed store, the cache at 25 % (cold each search)
-    # beside the other paths: generating the graph and 4 roots on each of the four paths,
-    # validated, took 395 s on 2026-12-01 (`667abf1`; validation is now parallel, `740b915`).
+    # beside the other paths, each first running an untimed warm-up search: the stage took
+    # 173 s on 2026-12-02.
     "bfs": ([([*GIDS, "bfs", "--scale", "18", "--roots", "2", "--storage", "memory",
                "--data-path", "gids,nvme", "--cache-fractions", "0.25",
                "--ssd", "p5800x", "--n-ssd", "1,4", "--json", "{dir}/bfs_emulated.json"], 120),
              [*GIDS, "bfs", "--scale", "24", "--roots", "4", "--storage", "memory",
               "--data-path", "gids,memory,zero_copy,cpu_batch", "--cache-fractions", "0.25",
               "--json", "{dir}/bfs.json"]], 590),
-    # Issue 5's whole-graph target on its own call: the scale-24 graph with the GPU-memory path
-    # (the reference, and it saves the file outside {dir}, which must not be sent back), then
-    # gids with the cache holding the whole graph, warm: by default its traversal kernels are
-    # capped at 80 registers (workloads/graph/gpu_graph.py, WHOLE_CACHE_REGISTERS), then at
-    # gids.jit's 128 (GIDS_WHOLE_CACHE_REGISTERS=0), side by side. Each warm run opens the
-    # graph, fills the cache and validates every search: more than 90 s at scale 24 before
-    # 079ece5 (2026-12-01), 50 s for 2 roots after.
+    # Issue 5's whole-graph target: the scale-24 graph with the GPU-memory path (it saves the
+    # file outside {dir}, which must not be sent back), then gids with the cache holding the
+    # whole graph, warm (an untimed warm-up search fills it: workloads/graph/cli.py), beside
+    # the GPU-memory path again in the same run (the reference moved 1.29e10-1.36e10 TEPS
+    # between runs on 2026-12-02). Its traversal kernels are capped at 80 registers by default
+    # (workloads/graph/gpu_graph.py, WHOLE_CACHE_REGISTERS; 5 % above gids.jit's 128 on
+    # 2026-12-02), then at 64 and 96 (GIDS_WHOLE_CACHE_REGISTERS). The stage took 135 s with
+    # three commands on 2026-12-02 (each warm run opens the graph, fills the cache, validates
+    # every search).
     "bfs-warm": ([([*GIDS, "bfs", "--scale", "24", "--roots", "4", "--storage", "memory",
                     "--save-graph", "/tmp/gids-session-k24.csr", "--data-path", "memory",
                     "--json", "{dir}/bfs_memory.json"], 200)]
                  + [([*env, *GIDS, "bfs", "--graph", "/tmp/gids-session-k24.csr", "--roots", "4",
-                      "--storage", "memory", "--data-path", "gids", "--cache-fractions", "1.0",
-                      "--warm-cache", "--json", "{dir}/bfs_warm" + tag + ".json"], 195)
-                    for env, tag in (([], ""),
-                                     (["env", "GIDS_WHOLE_CACHE_REGISTERS=0"], "_cap128"))],
+                      "--storage", "memory", "--data-path", paths, "--cache-fractions", "1.0",
+                      "--warm-cache", "--json", "{dir}/bfs_warm" + tag + ".json"], 150)
+                    for env, paths, tag in (([], "gids,memory", ""),
+                                            (["env", "GIDS_WHOLE_CACHE_REGISTERS=64"], "gids",
+                                             "_cap64"),
+                                            (["env", "GIDS_WHOLE_CACHE_REGISTERS=96"], "gids",
+                                             "_cap96"))],
                  590),
     # The same split. The emulated table: 100 k vectors of dim 128 (51 MB, a tenth of the main
     # index), 1,000 queries at nprobe 16, gids and the NVMe path each unemulated and on 1 and 4
