@@ -2,6 +2,7 @@
 the cache."""
 import numpy as np
 
+from gids import layout as L
 from kernels.handle import ArrayHandle, NvmeHandle
 
 #: Element types a kernel can read (``gids.read`` returns a scalar of this type).
@@ -99,6 +100,17 @@ class StorageArray:
         if rt.backend == "nvme":   # the handle's type picks the back end's I/O step
             return NvmeHandle(*h, **rt.nvme_handle_fields())
         return h
+
+    def resident_pages(self):
+        """How many of the array's pages the GPU cache holds now (VALID in a slot).
+
+        Call it between kernels: it copies the array's page words to the host (8 bytes a page;
+        it waits for the kernels queued before it), and a running kernel may change them.
+        """
+        rt = self.runtime
+        rt._check_open()
+        words = rt._page_state[self.page_base:self.page_base + self.n_pages].copy_to_host()
+        return int(np.count_nonzero(words & L.PAGE_VALID))
 
     def __repr__(self):
         return (f"StorageArray(shape={self.shape}, dtype={self.dtype}, offset={self.offset}, "

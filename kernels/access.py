@@ -444,7 +444,7 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
                         evicted = True
                     else:
                         keep_dirty_victim(h, victim, slot)
-                        give_up_load(h, gpage)
+                        give_up_load(h, gpage, refs)
                         loading = False
                         slot = -1
                         failed = 1
@@ -453,7 +453,7 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
                                               slot, deadline)
             if asked and not completed:
                 # The entry may never be answered now; the Runtime resets the queues.
-                abandon(h, gpage, slot)
+                abandon(h, gpage, slot, refs)
                 loading = False
                 failed = 1
             # 4. publish (keeping a pin), use, unpin. A failure of this round reaches the
@@ -462,12 +462,12 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
             if completed:
                 loading = False
                 if status == L.STATUS_OK:
-                    publish(h, gpage, slot, refs)
+                    publish(h, gpage, slot)
                     pinned = True
                     loaded = True
                 else:
                     record_error(h, L.ERR_IO, page, status)
-                    abandon(h, gpage, slot)
+                    abandon(h, gpage, slot, refs)
                     failed = 1
             value, at, done, code = _use_pinned(h, mask, leader, pinned, failed, slot, i, value,
                                                 at, done, is_write, new_value, keep)
@@ -481,7 +481,7 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
             if expired(h, deadline, rounds):
                 record_error(h, wait_code, page, -1)
                 if loading:
-                    give_up_load(h, gpage)
+                    give_up_load(h, gpage, refs)
                     loading = False
                 if waiting:
                     unpin(h, gpage, refs)

@@ -5,8 +5,8 @@ as in BaM:
 
 - not VALID, not BUSY: not cached. A thread that sets BUSY (atomic OR, first one wins) becomes
   its loader: it claims a slot, issues the I/O, copies the page in and publishes VALID.
-- BUSY: being loaded. Others wait holding a reference, so the page cannot be evicted between
-  its publication and their read.
+- BUSY: being loaded. Its loader keeps the reference it took, and others wait holding one, so
+  the page cannot be evicted between its publication and their read.
 - VALID: in the slot held in the word's high half. A reader pins it (reference count + 1, one
   atomic add on the whole word, which returns the slot with the state: :func:`take_reference`),
   and unpins once its reads are done (:func:`unpin`, a release, or :func:`unpin_after_reads`).
@@ -136,8 +136,9 @@ def settle_pin(h, page, old, refs):
         atomic_and(h.page_state, page, _NOT_BUSY)
         atomic_add_release_gpu(h.page_state, page, _minus(refs))
         return PIN_ERROR, -1
-    # The loader holds no reference while loading; publish() adds its group's.
-    atomic_add_release_gpu(h.page_state, page, _minus(refs))
+    # The loader keeps its references while it loads: once it publishes they are its group's
+    # pin (a BUSY page is never evicted, whatever its count), and dropping them here took a
+    # release atomic, a fence and a round trip, on every miss.
     return PIN_LOAD, -1
 
 
@@ -266,13 +267,14 @@ def mark_dirty(h, page):
 
 
 @cuda.jit(device=True)
-def _update_state(h, page, set_bits, clear_bits, add_refs):
+def _update_state(h, page, set_bits, clear_bits, drop_refs):
     """One compare-and-swap loop on the page's whole word: ``clear_bits`` cleared, then
     ``set_bits`` set (so a field, the slot, can be cleared and written in one go), then
-    ``add_refs`` added to the count; the bits named in neither are kept (uint64 masks)."""
+    ``drop_refs`` taken from the count (the caller holds them); the bits named in neither are
+    kept (uint64 masks)."""
     old = ld_acquire_gpu(h.page_state, page)
     while True:
-        new = ((old & ~clear_bits) | set_bits) + add_refs
+        new = ((old & ~clear_bits) | set_bits) - drop_refs
         seen = atomic_cas(h.page_state, page, old, new)
         if seen == old:
             return
@@ -280,24 +282,27 @@ def _update_state(h, page, set_bits, clear_bits, add_refs):
 
 
 @cuda.jit(device=True)
-def publish(h, page, slot, refs):
+def publish(h, page, slot):
     """The page's bytes are in ``slot``: make it VALID in that slot (one compare-and-swap writes
-    both, so whoever sees VALID sees the slot), adding the loader's ``refs`` references."""
+    both, so whoever sees VALID sees the slot). The loader's references, kept since
+    :func:`settle_pin`, are now its group's pin."""
     cuda.threadfence()   # the warp's copy into the slot is visible before VALID is
-    _update_state(h, page, _VALID | (np.uint64(slot) << _SLOT_SHIFT), _BUSY | _SLOT_MASK, refs)
+    _update_state(h, page, _VALID | (np.uint64(slot) << _SLOT_SHIFT), _BUSY | _SLOT_MASK, _ZERO)
 
 
 @cuda.jit(device=True)
-def abandon(h, page, slot):
-    """The load failed: free the slot and mark the page ERROR so that waiters stop."""
+def abandon(h, page, slot, refs):
+    """The load failed: free the slot, mark the page ERROR so that waiters stop, and drop the
+    loader's ``refs`` references, in one compare-and-swap."""
     atomic_exch(h.slot_page, slot, L.SLOT_EMPTY)
-    _update_state(h, page, _ERROR, _BUSY, _ZERO)
+    _update_state(h, page, _ERROR, _BUSY, refs)
 
 
 @cuda.jit(device=True)
-def give_up_load(h, page):
-    """Drop BUSY on a page the caller could not find a slot for within its time."""
-    _update_state(h, page, _ZERO, _BUSY, _ZERO)
+def give_up_load(h, page, refs):
+    """Drop BUSY, and the loader's ``refs`` references, on a page the caller could not load
+    within its time (no slot, or the write-back of the slot's dirty page failed)."""
+    _update_state(h, page, _ZERO, _BUSY, refs)
 
 
 @cuda.jit(device=True)

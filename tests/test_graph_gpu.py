@@ -433,6 +433,34 @@ def test_cli_warm_up_search_makes_the_first_timed_search_warm(tmp_path, capsys):
     assert [s["stats"]["ios"] for s in searches] == [0, 0]
 
 
+def test_touches_ahead_stop_once_every_page_is_resident(graphs):
+    """A gids source touches pages ahead of its reads while some page is not resident: cold
+    searches always, warm ones until the cache holds the whole array (then a touch is a lookup
+    for nothing). Searches give the same levels either way."""
+    g = open_csr(graphs["kron6"])
+    with open_device_graph(g, "gids", cold_cache=False, cache_fraction=1.0,
+                           page_size=PAGE) as dg:
+        src = dg.source
+        assert src.array.resident_pages() == 0
+        src.begin_search(cold=False)
+        assert src.touch_ahead
+        root = int(np.argmax(np.diff(g.offsets)))
+        first = dg.bfs(root)
+        assert 0 < src.array.resident_pages() <= src.array.n_pages
+        src.begin_search(cold=True)
+        assert src.touch_ahead and src.array.resident_pages() == 0
+        # Fill every page, as a warm-up search of a connected graph would.
+        rt = src.runtime
+        rt.gather(src.array, np.arange(0, src.array.size, 64))
+        assert src.array.resident_pages() == src.array.n_pages
+        src.begin_search(cold=False)
+        assert not src.touch_ahead
+        again = dg.bfs(root)
+        check_search(g, again)
+        assert np.array_equal(again.levels, first.levels)
+        assert again.stats["ios"] == 0
+
+
 def test_cli_emulated_ssd_rows(tmp_path, capsys):
     """--ssd / --n-ssd: gids and nvme rows once unemulated and once per drive count."""
     graph_path = tmp_path / "g.csr"
@@ -586,7 +614,7 @@ _PTX = textwrap.dedent('''
     k = make_bfs_kernels(read_device_array)
     ptx, _ = cuda.compile_ptx(k.top_down.py_func,
                               (memory, i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64,
-                               i64, n, types.boolean), cc=(9, 0))
+                               i64, n, types.boolean, types.boolean), cc=(9, 0))
     assert "atom.global.cas.b64" in ptx and "vote.sync.ballot" in ptx and "shfl.sync" in ptx
     ptx, _ = cuda.compile_ptx(k.long_lists.py_func,
                               (memory, i64, i64, i64, i64, i64, i64, i64, n, types.boolean, i64),
@@ -601,7 +629,7 @@ _PTX = textwrap.dedent('''
     k = make_bfs_kernels(GIDS_PAGER)
     ptx, _ = cuda.compile_ptx(k.top_down.py_func,
                               (typeof(h), i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64,
-                               i64, n, types.boolean), cc=(9, 0))
+                               i64, n, types.boolean, types.boolean), cc=(9, 0))
     assert "match.any.sync" in ptx and "atom.global.cas.b64" in ptx
     assert "ld.global.cg" in ptx and "red.release.gpu.global.add.u64" in ptx   # 64-bit page words
     print("PTX_OK")

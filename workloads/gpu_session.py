@@ -25,7 +25,8 @@ Stages, in order of priority (default: all, in this order):
   modelled SSDs (``--ssd p5800x --n-ssd 1,4``);
 - ``bfs-warm``: the scale-24 graph with the cache holding all of it, warm, beside the
   all-in-GPU-memory path in the same run, with the traversal capped at 80 registers (the
-  default for a whole cache), then at 64 and 96;
+  default for a whole cache), then at 64, then at 80 with the touches ahead that a warm whole
+  cache now goes without (``GIDS_BFS_TOUCH=always``);
 - ``search``: ``gids search`` on synthetic vectors over the data paths, and a smaller index over
   gids and the NVMe path, unemulated and emulated the same way;
 - ``stress``: the write path under load (``python -m workloads.stress``): 60 s of 1 M threads
@@ -106,9 +107,11 @@ STAGES = {
     # the GPU-memory path again in the same run (the reference moved 1.29e10-1.36e10 TEPS
     # between runs on 2026-12-02). Its traversal kernels are capped at 80 registers by default
     # (workloads/graph/gpu_graph.py, WHOLE_CACHE_REGISTERS; 5 % above gids.jit's 128 on
-    # 2026-12-02), then at 64 and 96 (GIDS_WHOLE_CACHE_REGISTERS). The stage took 135 s with
-    # three commands on 2026-12-02 (each warm run opens the graph, fills the cache, validates
-    # every search).
+    # 2026-12-02), then at 64 (GIDS_WHOLE_CACHE_REGISTERS), then at 80 with the top-down
+    # kernel's touches ahead kept though every page is resident (GIDS_BFS_TOUCH=always: by
+    # default a warm whole cache runs without them, workloads/graph/gpu_graph.py, not yet
+    # measured). The stage took 135 s with three commands on 2026-12-02 (each warm run opens
+    # the graph, fills the cache, validates every search).
     "bfs-warm": ([([*GIDS, "bfs", "--scale", "24", "--roots", "4", "--storage", "memory",
                     "--save-graph", "/tmp/gids-session-k24.csr", "--data-path", "memory",
                     "--json", "{dir}/bfs_memory.json"], 200)]
@@ -118,8 +121,8 @@ STAGES = {
                     for env, paths, tag in (([], "gids,memory", ""),
                                             (["env", "GIDS_WHOLE_CACHE_REGISTERS=64"], "gids",
                                              "_cap64"),
-                                            (["env", "GIDS_WHOLE_CACHE_REGISTERS=96"], "gids",
-                                             "_cap96"))],
+                                            (["env", "GIDS_BFS_TOUCH=always"], "gids",
+                                             "_touch"))],
                  590),
     # The same split. The emulated table: 100 k vectors of dim 128 (51 MB, a tenth of the main
     # index), 1,000 queries at nprobe 16, gids and the NVMe path each unemulated and on 1 and 4

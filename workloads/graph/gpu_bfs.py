@@ -138,11 +138,12 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
     -------
     BFSKernels
         ``top_down[grid](arg, offsets, frontier, n_frontier, next_frontier, counters, parents,
-        levels, depth, count_edges, bad, long_lists, run, backwards)`` expands
+        levels, depth, count_edges, bad, long_lists, run, backwards, touch)`` expands
         ``frontier[:n_frontier]`` (vertices at level ``depth``) in runs of ``run`` vertices a
-        warp, last run first if ``backwards``, summing the new frontier's degrees only if
-        ``count_edges`` and setting lists longer than :data:`LONG_LIST` aside in
-        ``long_lists``; ``long_lists[grid](arg, offsets, long_lists, first_slice, ...)`` scans
+        warp, last run first if ``backwards``, touching the pages ahead of its reads only if
+        ``touch`` (:attr:`~workloads.graph.gpu_graph.NeighbourSource.touch_ahead`), summing
+        the new frontier's degrees only if ``count_edges`` and setting lists longer than
+        :data:`LONG_LIST` aside in ``long_lists``; ``long_lists[grid](arg, offsets, long_lists, first_slice, ...)`` scans
         those; ``bottom_up[grid](arg, offsets, counters, parents, levels, depth, bad)`` gives
         every unvisited vertex with a neighbour at level ``depth`` level ``depth + 1``.
     """
@@ -210,7 +211,7 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
 
     @jit
     def top_down(arg, offsets, frontier, n_frontier, next_frontier, counters, parents, levels,
-                 depth, count_edges, bad, long_lists, run, backwards):
+                 depth, count_edges, bad, long_lists, run, backwards, touch):
         lane = laneid()
         n_runs = (n_frontier + run - 1) // run
         # A warp takes ``run`` (at most WARP_SIZE) consecutive frontier vertices at a time: in a
@@ -239,7 +240,7 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
                 if 0 < offsets[w + 1] - offsets[w] <= LONG_LIST:
                     first = offsets[w]
             have = ballot_sync(FULL_MASK, first >= 0) & LANE_BITS
-            if have != 0:
+            if touch and have != 0:
                 donor = shfl_sync(FULL_MASK, first, lowest_lane(have))
                 read_neighbour(arg, first if first >= 0 else donor)
             held = np.int64(-1)
@@ -252,7 +253,7 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
                         long_lists[atomic_add(counters, N_LONG, 1)] = v
                     continue
                 held, at, used = scan(arg, offsets, v, offsets[v], offsets[v + 1], held, at,
-                                      used, True, next_frontier, counters, parents, levels,
+                                      used, touch, next_frontier, counters, parents, levels,
                                       depth, count_edges, bad)
             if held >= 0:
                 UNPIN_AFTER(arg, held, at, used)
@@ -381,7 +382,7 @@ def _warm_up(dg: DeviceGraph, kernels: BFSKernels, counters) -> None:
     _collect_frontier[1, 1](none, 0, one, counters)
     counters.copy_to_device(np.zeros(N_COUNTERS, dtype=np.int64))
     kernels.top_down[1, WARP_SIZE](dg.source.arg, dg.offsets, one, 0, one, counters, none, none,
-                                   0, False, dg.bad, one, 1, False)
+                                   0, False, dg.bad, one, 1, False, True)
     kernels.long_lists[1, WARP_SIZE](dg.source.arg, dg.offsets, one, one, one, counters, none,
                                      none, 0, False, dg.bad)
     kernels.bottom_up[1, WARP_SIZE](dg.source.arg, dg.offsets, counters, none, none, 0, dg.bad)
@@ -519,7 +520,8 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
             run = frontier_run(n_frontier, source.max_registers)
             kernels.top_down[launch_geometry(-(-n_frontier // run))](
                 source.arg, dg.offsets, frontier, n_frontier, next_frontier, counters, parents,
-                levels, depth, direction == "auto", dg.bad, long_lists, run, backwards)
+                levels, depth, direction == "auto", dg.bad, long_lists, run, backwards,
+                source.touch_ahead)
             # The next top-down level walks its frontier the other way (see SCAN_BOTH_WAYS).
             backwards = SCAN_BOTH_WAYS and not backwards
             counts = counters.copy_to_host()

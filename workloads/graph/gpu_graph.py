@@ -194,6 +194,10 @@ class NeighbourSource:
     #: Register cap of the traversal kernels that read through this source (``None``: that of
     #: ``gids.jit``); see :data:`WHOLE_CACHE_REGISTERS`.
     max_registers = None
+    #: Whether the top-down kernel touches pages ahead of its reads (the first entries of a
+    #: run's lists, the next window of a long list), so that their misses are in flight
+    #: together. Set by :meth:`begin_search`; a source whose every page is resident turns it off.
+    touch_ahead = True
 
     def begin_search(self, cold: bool = True) -> None:
         """Before a timed search; ``cold`` asks for an empty cache (for paths that have one)."""
@@ -250,6 +254,11 @@ class DeviceArraySource(NeighbourSource):
 #: 2026-12-01, before a launch's host cost fell (079ece5): to be measured again side by side.
 #: ``GIDS_WHOLE_CACHE_REGISTERS=0`` (read at import) keeps the default cap everywhere.
 WHOLE_CACHE_REGISTERS = int(os.environ.get("GIDS_WHOLE_CACHE_REGISTERS", "80")) or None
+
+
+#: ``GIDS_BFS_TOUCH=always`` (read at import) keeps the top-down kernel's touches ahead even
+#: when every page is resident (:attr:`NeighbourSource.touch_ahead`), to measure what they cost.
+TOUCH_AHEAD = os.environ.get("GIDS_BFS_TOUCH", "auto")
 
 
 class GidsSource(NeighbourSource):
@@ -334,6 +343,11 @@ class GidsSource(NeighbourSource):
         if cold:
             self.runtime.invalidate()
         self.runtime.reset_stats()
+        # Touches ahead only bring pages in: with every page resident (a warm cache that holds
+        # the whole array) each would be one more lookup, an atomic and a reduction on the
+        # page's word, for nothing.
+        self.touch_ahead = (TOUCH_AHEAD == "always" or cold
+                            or self.array.resident_pages() < self.array.n_pages)
 
     def check(self) -> None:
         # Waits for the kernel, raises StorageIOError / GidsTimeoutError / ... a thread recorded
