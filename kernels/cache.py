@@ -83,8 +83,9 @@ def _minus(refs):
 def take_reference(h, page, refs):
     """The hit path's pin: ``refs`` references on ``page`` (a relaxed 64-bit atomic add: one for
     a leader that gives the pin back itself, one per lane for a kept pin, see
-    :func:`kernels.access.pin_page`), and its slot if it was VALID. Returns ``(old word, slot or -1)``. The caller holds the reference either
-    way: on a page that was not VALID it must settle it (:func:`settle_pin`).
+    :func:`kernels.access.pin_page`), and its slot if it was VALID. Returns ``(old word, slot or
+    -1)``. The caller holds the references either way: on a page that was not VALID it must
+    settle them (:func:`settle_pin`).
 
     The slot comes back in the atomic's old value (the word's high half), so a hit waits for one
     L2 round trip before the loads of its bytes, not two (a separate load of the slot after the
@@ -114,9 +115,9 @@ def settle_pin(h, page, old, refs):
     """After :func:`take_reference` found ``page`` not VALID (its state was ``old``): become its
     loader, or wait for it. Returns (PIN_*, slot).
 
-    A waiter keeps the ``refs`` references it took: a page that is referenced cannot be evicted, so once
-    its loader publishes it, it stays until every waiter has read it (no waiter starves behind
-    evictions, however small the cache).
+    A waiter keeps the ``refs`` references it took: a page that is referenced cannot be
+    evicted, so once its loader publishes it, it stays until every waiter has read it (no
+    waiter starves behind evictions, however small the cache).
     """
     if old & _ERROR:
         atomic_add_release_gpu(h.page_state, page, _minus(refs))
@@ -169,8 +170,8 @@ def check_wait(h, page, refs):
 
 @device_helper
 def unpin(h, page, refs):
-    """Drop ``refs`` references. Release: the caller's (and, after a ``syncwarp``, its warp's) reads
-    and writes of the slot happen before it, so an evictor that sees the count reach zero
+    """Drop ``refs`` references. Release: the caller's (and, after a ``syncwarp``, its warp's)
+    reads and writes of the slot happen before it, so an evictor that sees the count reach zero
     cannot overwrite bytes still being read. A reduction: the old count is not needed, so the
     thread does not wait for it."""
     red_add_release_gpu(h.page_state, page, _minus(refs))

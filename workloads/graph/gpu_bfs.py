@@ -143,9 +143,10 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
         warp, last run first if ``backwards``, touching the pages ahead of its reads only if
         ``touch`` (:attr:`~workloads.graph.gpu_graph.NeighbourSource.touch_ahead`), summing
         the new frontier's degrees only if ``count_edges`` and setting lists longer than
-        :data:`LONG_LIST` aside in ``long_lists``; ``long_lists[grid](arg, offsets, long_lists, first_slice, ...)`` scans
-        those; ``bottom_up[grid](arg, offsets, counters, parents, levels, depth, bad)`` gives
-        every unvisited vertex with a neighbour at level ``depth`` level ``depth + 1``.
+        :data:`LONG_LIST` aside in ``long_lists``; ``long_lists[grid](arg, offsets,
+        long_lists, first_slice, ...)`` scans those; ``bottom_up[grid](arg, offsets, counters,
+        parents, levels, depth, bad)`` gives every unvisited vertex with a neighbour at level
+        ``depth`` level ``depth + 1``.
     """
     pager = source if isinstance(source, Pager) else element_pager(source)
     jit = gids.jit(max_registers=max_registers) if max_registers else gids.jit
