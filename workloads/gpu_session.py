@@ -27,6 +27,8 @@ Stages, in order of priority (default: all, in this order):
   all-in-GPU-memory path in the same run, with the traversal capped at 80 registers (the
   default for a whole cache), then at 64, then at 80 with the touches ahead that a warm whole
   cache now goes without (``GIDS_BFS_TOUCH=always``);
+- ``bfs-ssd``: issue 5's scale-24 graph through a quarter-size cache on gids and the NVMe path
+  under real-time emulation of 1 and 4 modelled P5800X drives;
 - ``search``: ``gids search`` on synthetic vectors over the data paths, and a smaller index over
   gids and the NVMe path, unemulated and emulated the same way;
 - ``stress``: the write path under load (``python -m workloads.stress``): 60 s of 1 M threads
@@ -124,6 +126,13 @@ STAGES = {
                                             (["env", "GIDS_BFS_TOUCH=always"], "gids",
                                              "_touch"))],
                  590),
+    # Issue 5's table under real-time emulation at its own scale: scale 24, cache 25 %, gids
+    # and the NVMe path each on 1 and 4 emulated P5800X drives (2 roots after the warm-up
+    # search; ~885 k page reads a search, so about 0.6 s a search on one modelled drive). Not
+    # yet run (an estimate: ~4 minutes with generating the graph).
+    "bfs-ssd": ([[*GIDS, "bfs", "--scale", "24", "--roots", "2", "--storage", "memory",
+                  "--data-path", "gids,nvme", "--cache-fractions", "0.25", "--ssd", "p5800x",
+                  "--n-ssd", "1,4", "--json", "{dir}/bfs_ssd.json"]], 590),
     # The same split. The emulated table: 100 k vectors of dim 128 (51 MB, a tenth of the main
     # index), 1,000 queries at nprobe 16, gids and the NVMe path each unemulated and on 1 and 4
     # emulated P5800X drives, capped at 120 s. Then the main run (issue 6's setting): 1 M vectors
