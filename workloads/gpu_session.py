@@ -24,9 +24,8 @@ Stages, in order of priority (default: all, in this order):
   graph over gids and the direct NVMe path, unemulated and under real-time emulation of 1 and 4
   modelled SSDs (``--ssd p5800x --n-ssd 1,4``);
 - ``bfs-warm``: the scale-24 graph with the cache holding all of it, warm, beside the
-  all-in-GPU-memory path in the same run, with the traversal capped at 80 registers (the
-  default for a whole cache), then at 64, then at 80 with the touches ahead that a warm whole
-  cache now goes without (``GIDS_BFS_TOUCH=always``);
+  all-in-GPU-memory path in the same run, with the traversal capped at 64 registers (the
+  default for a whole cache), then at 48 and at 80;
 - ``bfs-ssd``: issue 5's scale-24 graph through a quarter-size cache on gids and the NVMe path
   under real-time emulation of 1 and 4 modelled P5800X drives;
 - ``search``: ``gids search`` on synthetic vectors over the data paths, and a smaller index over
@@ -107,13 +106,11 @@ STAGES = {
     # file outside {dir}, which must not be sent back), then gids with the cache holding the
     # whole graph, warm (an untimed warm-up search fills it: workloads/graph/cli.py), beside
     # the GPU-memory path again in the same run (the reference moved 1.29e10-1.36e10 TEPS
-    # between runs on 2026-12-02). Its traversal kernels are capped at 80 registers by default
-    # (workloads/graph/gpu_graph.py, WHOLE_CACHE_REGISTERS; 5 % above gids.jit's 128 on
-    # 2026-12-02), then at 64 (GIDS_WHOLE_CACHE_REGISTERS), then at 80 with the top-down
-    # kernel's touches ahead kept though every page is resident (GIDS_BFS_TOUCH=always: by
-    # default a warm whole cache runs without them, workloads/graph/gpu_graph.py, not yet
-    # measured). The stage took 135 s with three commands on 2026-12-02 (each warm run opens
-    # the graph, fills the cache, validates every search).
+    # between runs on 2026-12-02). Its traversal kernels are capped at 64 registers by default
+    # (workloads/graph/gpu_graph.py, WHOLE_CACHE_REGISTERS: 1.00e10 TEPS at 64, 9.39e9 at 80
+    # on 2026-12-02), then at 48 and 80 (GIDS_WHOLE_CACHE_REGISTERS) for the comparison. The
+    # stage took 182 s with four commands on 2026-12-02 (each warm run opens the graph, fills
+    # the cache, validates every search).
     "bfs-warm": ([([*GIDS, "bfs", "--scale", "24", "--roots", "4", "--storage", "memory",
                     "--save-graph", "/tmp/gids-session-k24.csr", "--data-path", "memory",
                     "--json", "{dir}/bfs_memory.json"], 200)]
@@ -121,10 +118,10 @@ STAGES = {
                       "--storage", "memory", "--data-path", paths, "--cache-fractions", "1.0",
                       "--warm-cache", "--json", "{dir}/bfs_warm" + tag + ".json"], 150)
                     for env, paths, tag in (([], "gids,memory", ""),
-                                            (["env", "GIDS_WHOLE_CACHE_REGISTERS=64"], "gids",
-                                             "_cap64"),
-                                            (["env", "GIDS_BFS_TOUCH=always"], "gids",
-                                             "_touch"))],
+                                            (["env", "GIDS_WHOLE_CACHE_REGISTERS=48"], "gids",
+                                             "_cap48"),
+                                            (["env", "GIDS_WHOLE_CACHE_REGISTERS=80"], "gids",
+                                             "_cap80"))],
                  590),
     # Issue 5's table under real-time emulation at its own scale: scale 24, cache 25 %, gids
     # and the NVMe path each on 1 and 4 emulated P5800X drives (2 roots after the warm-up

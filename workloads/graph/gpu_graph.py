@@ -246,14 +246,14 @@ class DeviceArraySource(NeighbourSource):
 
 
 #: Register cap of the BFS kernels over a gids cache that holds the whole neighbours array.
-#: There a miss is only a page's first touch and the hit path sets the pace: at cap 80 (3
-#: blocks of 256 threads an SM instead of 2 at ``gids.jit``'s 128) warm searches ran 19 %
-#: faster at scale 22 (hmean 0.69 of the all-in-GPU-memory TEPS against 0.58) and 25 % at
-#: scale 24 (one root, 0.64 against 0.51); through a quarter-size cache, where misses are many
-#: and the slow path spills at 80, 11 % slower (1.70e9 against 1.91e9 TEPS at scale 22). H200,
-#: 2026-12-01, before a launch's host cost fell (079ece5): to be measured again side by side.
-#: ``GIDS_WHOLE_CACHE_REGISTERS=0`` (read at import) keeps the default cap everywhere.
-WHOLE_CACHE_REGISTERS = int(os.environ.get("GIDS_WHOLE_CACHE_REGISTERS", "80")) or None
+#: There a miss is only a page's first touch and the hit path sets the pace, so more blocks an
+#: SM pay: at scale 24 on the H200 (2026-12-02, ``gpu_session bfs-warm`` at ``11dad09``) warm
+#: searches ran at 1.00e10 TEPS at cap 64 (four blocks of 256 threads an SM), 9.39e9 at 80
+#: (three) and, the run before, 8.72e9 at ``gids.jit``'s 128 (two), beside 1.35e10 over GPU
+#: memory. Through a quarter-size cache, where misses are many and the slow path spills, a low
+#: cap costs (80: 11 % slower at scale 22, 2026-12-01), so it applies to the whole cache only.
+#: ``GIDS_WHOLE_CACHE_REGISTERS=N`` (read at import) sets it; 0 keeps the default cap everywhere.
+WHOLE_CACHE_REGISTERS = int(os.environ.get("GIDS_WHOLE_CACHE_REGISTERS", "64")) or None
 
 
 #: ``GIDS_BFS_TOUCH=always`` (read at import) keeps the top-down kernel's touches ahead even
