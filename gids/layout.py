@@ -44,13 +44,45 @@ OP_READ = 0     # also the value of a record never written (the rings start zero
 OP_WRITE = 1    # write-back of a dirty page on eviction; the page is in the entry's staging
 
 # --- Completion queue record (written by a host daemon thread) -------------------------------
-CQ_SEQ = 0      # ticket + 1; stored last (release): the completion is ready
-CQ_STATUS = 2   # STATUS_OK or a negative STATUS_* code
-CQ_SOURCE = 3   # SOURCE_STAGING: the page is in the entry's staging buffer; >= 0: word offset
-                # of the page in the array's zero-copy store buffer (no CPU copy was made)
-                # (words 2 and 3: one 16-byte aligned pair, which the GPU reads in one load;
-                # word 1 is unused)
-CQ_WORDS = 4
+# One 64-bit word holds the whole answer, stored with release by the daemon and read by the GPU
+# with one acquire load: each strong load from host memory is a PCIe round trip of about a
+# microsecond, and a second load for the status after the one that saw the sequence was one
+# more on every miss (2026-12-02; the record was seq, then a 16-byte status/source pair).
+#
+#   bits  0-19  (ticket + 1) mod 2**20: the completion is the ticket's (an entry is reused by
+#               ticket + depth, and depth < 2**19, so the value of the entry's previous
+#               ticket never matches)
+#   bits 20-23  -status (STATUS_OK = 0, or a negative STATUS_* code)
+#   bits 24-62  source + 1: 0 for SOURCE_STAGING (the page is in the entry's staging buffer),
+#               else 1 + the word offset of the page in the array's zero-copy store buffer
+#               (no CPU copy was made); offsets above CQ_MAX_SOURCE go through staging
+CQ_WORD = 0
+CQ_WORDS = 4    # 32 bytes per record (the rest unused): one record per PCIe-friendly sector
+CQ_SEQ_BITS = 20
+CQ_SEQ_MASK = (1 << CQ_SEQ_BITS) - 1
+CQ_STATUS_SHIFT = 20
+CQ_STATUS_MASK = 0xF
+CQ_SOURCE_SHIFT = 24
+CQ_MAX_SOURCE = (1 << 39) - 2       # word offsets up to 4 TiB of zero-copy store
+MAX_QUEUE_DEPTH = 1 << (CQ_SEQ_BITS - 1)
+
+
+def cq_seq(ticket):
+    """The sequence field of ticket ``ticket``'s completion word."""
+    return (ticket + 1) & CQ_SEQ_MASK
+
+
+def cq_word(ticket, status, source):
+    """The completion word of ``ticket`` (host side: ``host_daemon.daemon`` stores it)."""
+    return ((source + 1) << CQ_SOURCE_SHIFT) | ((-status) << CQ_STATUS_SHIFT) | cq_seq(ticket)
+
+
+def cq_fields(word):
+    """``(seq, status, source)`` of a completion word (the kernels decode it the same way in
+    ``kernels.queue.wait_completion``)."""
+    return (word & CQ_SEQ_MASK, -((word >> CQ_STATUS_SHIFT) & CQ_STATUS_MASK),
+            (word >> CQ_SOURCE_SHIFT) - 1)
+
 
 SOURCE_STAGING = -1
 STATUS_OK = 0

@@ -239,6 +239,9 @@ class Runtime:
         if queue_depth < WARP_SIZE:
             raise ConfigError(f"gids: queue_depth must be >= the warp size ({WARP_SIZE}), "
                               f"got {queue_depth}")
+        if queue_depth > L.MAX_QUEUE_DEPTH:
+            raise ConfigError(f"gids: queue_depth must be at most {L.MAX_QUEUE_DEPTH} (the "
+                              f"completion word's sequence field), got {queue_depth}")
         if backend == "nvme" and queue_depth > L.NVME_MAX_DEPTH:
             raise ConfigError(f"gids: the NVMe queue depth is at most {L.NVME_MAX_DEPTH} "
                               f"commands per queue pair, got {queue_depth}")

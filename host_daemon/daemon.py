@@ -166,7 +166,9 @@ def serve_page(table, array_id, page, page_size, dst):
     n = min(page_size, nbytes - start)
     offset = table[array_id, T_OFFSET] + start
     kind = table[array_id, T_KIND]
-    if kind == L.STORE_KIND_ZERO_COPY and offset % 8 == 0:
+    # A page whose word offset does not fit the completion word (gids.layout.CQ_MAX_SOURCE:
+    # 4 TiB) is copied through staging like a misaligned one.
+    if kind == L.STORE_KIND_ZERO_COPY and offset % 8 == 0 and offset // 8 <= L.CQ_MAX_SOURCE:
         return L.STATUS_OK, offset // 8
     status = L.STATUS_OK
     if kind == L.STORE_KIND_FILE:
@@ -242,10 +244,11 @@ def park(emu, entry, due, status, source, ticket, seen, ready, device, offset, n
 
 @njit(nogil=True, cache=True)
 def _post(cq, entry, ticket, status, source):
-    crec = entry * L.CQ_WORDS
-    cq[crec + L.CQ_STATUS] = status
-    cq[crec + L.CQ_SOURCE] = source
-    store_release(cq, crec + L.CQ_SEQ, ticket + 1)
+    """Answer ``ticket`` in entry ``entry``'s completion word (``gids.layout``, ``cq_word``):
+    one release store, which the GPU reads with one acquire load."""
+    word = ((source + 1) << L.CQ_SOURCE_SHIFT) | ((-status) << L.CQ_STATUS_SHIFT) \
+        | ((ticket + 1) & L.CQ_SEQ_MASK)
+    store_release(cq, entry * L.CQ_WORDS + L.CQ_WORD, word)
 
 
 @njit(nogil=True, cache=True)

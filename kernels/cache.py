@@ -282,13 +282,45 @@ def _update_state(h, page, set_bits, clear_bits, drop_refs):
         old = seen
 
 
-@cuda.jit(device=True)
-def publish(h, page, slot):
-    """The page's bytes are in ``slot``: make it VALID in that slot (one compare-and-swap writes
-    both, so whoever sees VALID sees the slot). The loader's references, kept since
-    :func:`settle_pin`, are now its group's pin."""
-    cuda.threadfence()   # the warp's copy into the slot is visible before VALID is
-    _update_state(h, page, _VALID | (np.uint64(slot) << _SLOT_SHIFT), _BUSY | _SLOT_MASK, _ZERO)
+#: What :func:`publish` adds to a loading page's word: BUSY (bit 30) plus this carries into
+#: VALID (bit 31), so BUSY becomes VALID; the slot is added above it.
+_BUSY_TO_VALID = np.uint64(int(L.PAGE_VALID) - int(L.PAGE_BUSY))
+#: Bits that are 0 in the word of a page being loaded (besides BUSY and the count).
+_NOT_WHILE_LOADING = np.uint64(int(L.PAGE_VALID) | int(L.PAGE_ERROR) | int(L.PAGE_DIRTY)
+                               | int(L.PAGE_SLOT_MASK))
+
+
+@device_helper
+def _publish_add(slot):
+    """What :func:`publish` adds: BUSY to VALID, and the slot."""
+    return _BUSY_TO_VALID + (np.uint64(slot) << _SLOT_SHIFT)
+
+
+if SIMULATOR:
+    @cuda.jit(device=True)
+    def publish(h, page, slot):
+        """As below, with the page word's invariant checked (the simulator has the old word)."""
+        old = red_add(h.page_state, page, _publish_add(slot))
+        assert (old & _BUSY) != 0 and (old & _NOT_WHILE_LOADING) == 0, \
+            f"published page {page} from word {int(old):#x}: not BUSY | count"
+else:
+    @cuda.jit(device=True)
+    def publish(h, page, slot):
+        """The page's bytes are in ``slot``: make it VALID in that slot, in one reduction that
+        writes both (whoever sees VALID sees the slot). The loader's references, kept since
+        :func:`settle_pin`, are now its group's pin.
+
+        While a page is loaded its word is exactly BUSY and a count (:func:`settle_pin` set
+        BUSY on a word with no state bits and no slot; until now only counts change), so one
+        add of a constant turns it VALID with its slot, whatever the count is meanwhile: no
+        load and compare-and-swap loop (two L2 round trips on every miss before 2026-12-02),
+        and no wait at all. The simulator checks the invariant on every publish.
+
+        The caller has fenced after its warp's copy into the slot (:func:`kernels.access._fetch`:
+        every lane's ``threadfence`` and a ``syncwarp``), so the copy is visible GPU-wide before
+        VALID is: a fence followed by a relaxed reduction is a release.
+        """
+        red_add(h.page_state, page, _publish_add(slot))
 
 
 @cuda.jit(device=True)

@@ -12,8 +12,8 @@ than its own, or on the host.
 from numba import cuda
 
 from gids import layout as L
-from kernels.sync import (atomic_add, ld_acquire_gpu, ld_acquire_sys, ld_relaxed_sys_pair, now_ns,
-                          st_release_gpu, st_release_sys)
+from kernels.sync import (atomic_add, ld_acquire_gpu, ld_acquire_sys, now_ns, st_release_gpu,
+                          st_release_sys)
 from kernels.warp import ballot_sync, lanemask_lt, laneid, nanosleep, popc, shfl_sync, syncwarp
 from kernels.platform import (POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS, SIMULATOR, WARP_SIZE,
                               device_helper)
@@ -156,22 +156,26 @@ def wait_completion(h, q, ticket, deadline, first_ns):
     """Poll the ticket's completion, the first time after ``first_ns`` (0: at once). Returns
     (done, status, source); done is False on timeout.
 
-    Status and source are one 16-byte load (:data:`~kernels.sync.ld_relaxed_sys_pair`), after
-    the acquire that saw the sequence word: each strong load from host memory is a PCIe round
-    trip of about a microsecond, and a thread's strong loads are served one after another.
+    The whole answer is one word (``gids.layout``, "Completion queue record"), read by the
+    acquire that sees its sequence: each strong load from host memory is a PCIe round trip of
+    about a microsecond, and a thread's strong loads are served one after another.
     """
     entry = q * h.depth + ticket % h.depth
-    rec = entry * L.CQ_WORDS
+    rec = entry * L.CQ_WORDS + L.CQ_WORD
+    seq = (ticket + 1) & L.CQ_SEQ_MASK
     if first_ns > 0:
         nanosleep(first_ns)
     pause = POLL_MIN_NS
     polls = 0
-    while ld_acquire_sys(h.cq, rec + L.CQ_SEQ) != ticket + 1:
+    word = ld_acquire_sys(h.cq, rec)
+    while (word & L.CQ_SEQ_MASK) != seq:
         polls += 1
         give_up, pause = back_off(h, deadline, polls, pause)
         if give_up:
             return False, 0, 0
-    status, source = ld_relaxed_sys_pair(h.cq, rec + L.CQ_STATUS)
+        word = ld_acquire_sys(h.cq, rec)
+    status = -((word >> L.CQ_STATUS_SHIFT) & L.CQ_STATUS_MASK)
+    source = (word >> L.CQ_SOURCE_SHIFT) - 1
     return True, status, source
 
 

@@ -99,7 +99,6 @@ if SIMULATOR:
     def ld_pair(arr, i):
         return arr[i], arr[i + 1]
 
-    ld_relaxed_sys_pair = ld_pair
     atomic_cas_acquire_gpu = atomic_cas
 
     def fence_proxy_async():
@@ -278,14 +277,13 @@ else:
     #: workloads.microbench loads``, H200, 2026-12-01).
     ld_weak_l2 = _make_load("global", "cg")
 
-    def _make_pair_load(op, strong=False):
+    def _make_pair_load(op):
         """``{op}.v2.b64`` of words ``i`` and ``i + 1`` (16-byte aligned) of a 64-bit array.
 
-        Unless ``strong``, unlike the loads above, this asm has no side effect and no memory
-        clobber, so the compiler may issue many of them before their results are used (one lane
-        then has many PCIe reads in flight). Ordering comes from the caller: a page copy runs
-        only after an acquire of the completion, on which it is control-dependent. A ``strong``
-        one is side-effecting asm with a memory clobber, as the single-word loads above.
+        Unlike the loads above, this asm has no side effect and no memory clobber, so the
+        compiler may issue many of them before their results are used (one lane then has many
+        PCIe reads in flight). Ordering comes from the caller: a page copy runs only after an
+        acquire of the completion, on which it is control-dependent.
         """
         @intrinsic
         def load_pair(typingctx, arr, idx):
@@ -298,9 +296,7 @@ else:
                 ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1])
                 i64 = ir.IntType(64)
                 fnty = ir.FunctionType(ir.LiteralStructType([i64, i64]), [ptr.type])
-                asm = ir.InlineAsm(fnty, f"{op}.v2.b64 {{$0, $1}}, [$2];",
-                                   "=l,=l,l,~{memory}" if strong else "=l,=l,l",
-                                   side_effect=strong)
+                asm = ir.InlineAsm(fnty, f"{op}.v2.b64 {{$0, $1}}, [$2];", "=l,=l,l")
                 pair = builder.call(asm, [ptr])
                 ty = context.get_value_type(dtype)
                 words = [builder.bitcast(builder.extract_value(pair, k), ty) for k in range(2)]
@@ -315,11 +311,6 @@ else:
     #: host's writes happen before it, and for the warp's other lanes the ``syncwarp`` after
     #: the acquire carries that order on (causality order is transitive in the PTX model).
     ld_pair = _make_pair_load("ld.global")
-
-    #: ``ld.relaxed.sys.global.v2.b64``: two words the host wrote (a completion's status and
-    #: source) in one strong 16-byte load, one PCIe round trip where two single-word loads of a
-    #: thread take two, one after the other. After the acquire that saw the completion.
-    ld_relaxed_sys_pair = _make_pair_load("ld.relaxed.sys.global", strong=True)
 
     @intrinsic
     def atomic_cas_acquire_gpu(typingctx, arr, idx, expected, value):

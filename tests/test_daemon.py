@@ -39,9 +39,9 @@ def _submit(sq, q, ticket, page):
 def _wait(cq, q, ticket, timeout=10.0):
     rec = (q * DEPTH + ticket % DEPTH) * L.CQ_WORDS
     end = time.monotonic() + timeout
-    while cq[rec + L.CQ_SEQ] != ticket + 1:
+    while L.cq_fields(int(cq[rec + L.CQ_WORD]))[0] != L.cq_seq(ticket):
         assert time.monotonic() < end, f"queue {q} ticket {ticket} not served"
-    return cq[rec + L.CQ_STATUS], cq[rec + L.CQ_SOURCE]
+    return L.cq_fields(int(cq[rec + L.CQ_WORD]))[1:]
 
 
 @pytest.mark.parametrize("hot_every", [0, 32, 1])
@@ -70,3 +70,20 @@ def test_one_request_at_a_time_then_many_queues_at_once(hot_every, monkeypatch):
                 assert _wait(cq, q, tickets[q])[0] == L.STATUS_OK
             tickets += 1
         assert d.served == 40 + DEPTH * QUEUES
+
+
+@pytest.mark.parametrize("ticket", [0, 5, L.CQ_SEQ_MASK - 1, L.CQ_SEQ_MASK, 3 << 40])
+@pytest.mark.parametrize("status", [L.STATUS_OK, L.STATUS_IO_ERROR, L.STATUS_SHORT_READ,
+                                    L.STATUS_BAD_REQUEST, L.STATUS_SHORT_WRITE])
+@pytest.mark.parametrize("source", [L.SOURCE_STAGING, 0, 12345, L.CQ_MAX_SOURCE])
+def test_the_completion_word_carries_ticket_status_and_source(ticket, status, source):
+    """One word holds the whole answer (the GPU reads it with one acquire): the daemon's
+    encoding (``_post``) decodes to what it was given, and the sequence of an entry's next
+    ticket never matches its previous one."""
+    cq = np.zeros(L.CQ_WORDS, dtype=np.int64)
+    D._post(cq, 0, ticket, status, source)
+    word = int(cq[L.CQ_WORD])
+    assert 0 <= word and word == L.cq_word(ticket, status, source)
+    assert L.cq_fields(word) == (L.cq_seq(ticket), status, source)
+    for depth in (32, 128, L.MAX_QUEUE_DEPTH):
+        assert L.cq_seq(ticket + depth) != L.cq_seq(ticket)

@@ -236,8 +236,10 @@ BULK_SCRIPT = textwrap.dedent('''
     ptx, _ = cuda.compile_ptx(gather_kernel.py_func,
                               (typeof(h), types.int64[::1], typeof(np.zeros(4, np.int64))), cc=CC)
     lines = [l.strip() for l in ptx.splitlines()]
-    # A completion's status and source: one 16-byte load after the acquire, whatever the GPU.
-    assert any(l.startswith("ld.relaxed.sys.global.v2.b64") for l in lines), "status/source"
+    # A completion is one word, status and source with the sequence: the acquire that polls it
+    # is its only load, with no second (status/source) load from host memory after it.
+    assert any(l.startswith("ld.acquire.sys.b64") for l in lines), "completion poll"
+    assert not any(l.startswith("ld.relaxed.sys.global.v2") for l in lines), "second load"
     if "cp.async.bulk" not in ptx:
         assert "mbarrier" not in ptx and "fence.proxy.async" not in ptx
         assert not [l for l in lines if ".shared" in l and l.endswith("];")], "shared memory"

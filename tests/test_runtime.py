@@ -105,6 +105,8 @@ def test_bad_input_gets_clear_errors(tmp_path):
         gids.Runtime(cache_pages=0)
     with pytest.raises(gids.ConfigError, match="backend"):
         gids.Runtime(backend="magic")
+    with pytest.raises(gids.ConfigError, match="queue_depth must be at most"):
+        gids.Runtime(queue_depth=gids.layout.MAX_QUEUE_DEPTH + 1)
     with gids.Runtime(cache_pages=2, page_size=512) as rt:
         with pytest.raises(FileNotFoundError):
             rt.open_array(tmp_path / "missing.bin", np.int32)

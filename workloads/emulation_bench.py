@@ -64,7 +64,8 @@ def drive(my_queues, sq, cq, depth, n_pages, quota, state, times, seed):
             while state[k, 1] < state[k, 0]:
                 t = state[k, 1]
                 e = q * depth + t % depth
-                if load_acquire(cq, e * L.CQ_WORDS + L.CQ_SEQ) != t + 1:
+                if (load_acquire(cq, e * L.CQ_WORDS + L.CQ_WORD) & L.CQ_SEQ_MASK) != \
+                        (t + 1) & L.CQ_SEQ_MASK:
                     break
                 state[k, 1] = t + 1
                 reaped += 1

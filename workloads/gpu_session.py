@@ -75,7 +75,7 @@ STAGES = {
     # minute on 2026-12-02.
     "hits": ([([sys.executable, "-m", "workloads.microbench", "launch", "--out", "{dir}/launch"],
                60),
-              ([sys.executable, "-m", "workloads.microbench", "hits", "--caps", "128,80",
+              ([sys.executable, "-m", "workloads.microbench", "hits", "--caps", "128,80,64",
                 "--out", "{dir}/hits"], 200),
               ([sys.executable, "-m", "workloads.microbench", "loads", "--out", "{dir}/loads"],
                90)], 360),

@@ -104,8 +104,7 @@ def _sequential_reads(read, max_registers=gids.MAX_REGISTERS):
     return kernel
 
 
-@gids.jit
-def paged_sequential_reads_gids(h, n, out, pages_per_warp):
+def _paged_sequential_reads(h, n, out, pages_per_warp):
     """Elements 0..n-1 a page at a time per lane group (grid-stride over pages): the warp's
     lanes split into ``pages_per_warp`` groups (1, 2, 4 ...), each group names one page in one
     ``gids.pin_page`` call (a lookup per page), its lanes add their share of the page with
@@ -133,6 +132,21 @@ def paged_sequential_reads_gids(h, n, out, pages_per_warp):
                 acc += gids.pinned(h, at + j)
         gids.unpin_page_after(h, first, at, acc)   # acc holds every value read: no fence
     out[cuda.grid(1)] = acc
+
+
+paged_sequential_reads_gids = gids.jit(_paged_sequential_reads)
+_paged_kernels = {}
+
+
+def paged_kernel(cap):
+    """:func:`_paged_sequential_reads` compiled with registers capped at ``cap`` (the default
+    cap's is the module's own): its lookups' slow path is out of line, so a lower cap mostly
+    buys blocks an SM, and with them loads in flight."""
+    if cap == gids.MAX_REGISTERS:
+        return paged_sequential_reads_gids
+    if cap not in _paged_kernels:
+        _paged_kernels[cap] = gids.jit(max_registers=cap)(_paged_sequential_reads)
+    return _paged_kernels[cap]
 
 
 #: The page-level sequential reads measured: (result key, pages per warp call). More pages per
@@ -326,18 +340,23 @@ def bench_hits(n_elems, cache_bytes, reads_per_thread, log, caps=(), threads=256
             return rnd, seq
 
         res["random"], res["sequential"] = measure(random_reads_gids, sequential_reads_gids)
-        # The same bytes a page per warp through gids.pin_page, against the plain grid-stride
-        # read of the same run (the sums over all threads must agree).
-        for key, per_warp in PAGED_VARIANTS:
-            t_pg = _time_kernel(lambda: paged_sequential_reads_gids[blocks, threads](
-                h, n_elems, out_g, per_warp), repeat)
-            rt.sync()
-            t_p = _time_kernel(lambda: sequential_reads_plain[blocks, threads](d_data, n_elems,
-                                                                               out_p), repeat)
-            res[key] = {
-                "gids_GBps": n_elems * 8 / t_pg / 1e9, "plain_GBps": n_elems * 8 / t_p / 1e9,
-                "ratio": t_p / t_pg, "pages_per_warp_call": per_warp,
-                "same_result": bool(out_g.copy_to_host().sum() == out_p.copy_to_host().sum())}
+        def measure_paged(kernel):
+            """The same bytes a page per lane group through gids.pin_page, each variant against
+            the plain grid-stride read of the same run (the sums over all threads must agree)."""
+            paged = {}
+            for key, per_warp in PAGED_VARIANTS:
+                t_pg = _time_kernel(lambda: kernel[blocks, threads](h, n_elems, out_g, per_warp),
+                                    repeat)
+                rt.sync()
+                t_p = _time_kernel(lambda: sequential_reads_plain[blocks, threads](
+                    d_data, n_elems, out_p), repeat)
+                paged[key] = {
+                    "gids_GBps": n_elems * 8 / t_pg / 1e9, "plain_GBps": n_elems * 8 / t_p / 1e9,
+                    "ratio": t_p / t_pg, "pages_per_warp_call": per_warp,
+                    "same_result": bool(out_g.copy_to_host().sum() == out_p.copy_to_host().sum())}
+            return paged
+
+        res.update(measure_paged(paged_sequential_reads_gids))
         log(f"all-hit random 8 B: gids {res['random']['gids_Greads_per_s']:.2f} G/s, plain "
             f"{res['random']['plain_Greads_per_s']:.2f} G/s, ratio {res['random']['ratio']:.2f}, "
             f"same={res['random']['same_result']}")
@@ -353,10 +372,12 @@ def bench_hits(n_elems, cache_bytes, reads_per_thread, log, caps=(), threads=256
         for cap in caps:
             random_k, sequential_k = hit_kernels(cap)
             rnd, seq = measure(random_k, sequential_k)
+            paged_k = paged_kernel(cap)
             row = {"max_registers": cap, "label": f"registers capped at {cap}",
-                   "random": rnd, "sequential": seq,
+                   "random": rnd, "sequential": seq, "paged": measure_paged(paged_k),
                    "random_kernel": _kernel_resources(random_k, threads),
-                   "sequential_kernel": _kernel_resources(sequential_k, threads)}
+                   "sequential_kernel": _kernel_resources(sequential_k, threads),
+                   "paged_kernel": _kernel_resources(paged_k, threads)}
             rows.append(row)
             rk = row["random_kernel"]
             log(f"cap {cap}: random ratio {rnd['ratio']:.2f} ({rnd['gids_Greads_per_s']:.2f} G/s), "
@@ -380,6 +401,17 @@ def format_cap_rows(hits):
             f"{row['sequential']['gids_GBps']:.0f} GB/s | plain {row['random']['plain_Greads_per_s']:.2f} "
             f"G reads/s, {row['sequential']['plain_GBps']:.0f} GB/s | {row['random']['ratio']:.2f} / "
             f"{row['sequential']['ratio']:.2f} | >= 0.30 / >= 0.60 |")
+        pk = row.get("paged_kernel")
+        for key, per_warp in PAGED_VARIANTS:
+            pg = row.get("paged", {}).get(key)
+            if pg is None or pk is None:
+                continue
+            lines.append(
+                f"| all-hit coalesced sequential reads, {per_warp} page(s) per warp call "
+                f"(`gids.pin_page`), {row['label']} ({pk['registers']} registers, "
+                f"{pk['local_bytes']} B local, {pk['blocks_per_sm']} blocks/SM) | "
+                f"{pg['gids_GBps']:.0f} GB/s | plain {pg['plain_GBps']:.0f} GB/s | "
+                f"{pg['ratio']:.2f} | >= 0.60 |")
     return lines
 
 
@@ -787,15 +819,17 @@ def bench_latency(data, page_size, n_misses, log, keys=("zero_copy", "copy", "nv
 
 #: The latency A/B (``python -m workloads.microbench latency``): name -> environment. Each variant
 #: runs in a process of its own, since the settings are read at import and compiled into the
-#: kernels. "before" is the copy and poll schedule of 2026-12-01 (the other two changes of that
-#: work, one poll and one 16-byte load fewer per completion, have no switch).
+#: kernels. Since 2026-12-02 a completion is one word, read by the acquire that polls it (one
+#: PCIe round trip fewer; no switch), so the poll schedule is measured again: the first poll
+#: earlier, and the polls after it closer together (an idle GPU's PCIe has room for them).
+#: The variants of 2026-12-01 (no bulk copy, no first-poll delay, no hot queue) are in
+#: docs/results.md.
 LATENCY_VARIANTS = {
-    "before": "GIDS_BULK_COPY_LANES=0 GIDS_POLL_NS=0,1024,8192 GIDS_HOT_QUEUE_EVERY=0",
-    "bulk copy": "GIDS_POLL_NS=0,1024,8192 GIDS_HOT_QUEUE_EVERY=0",
-    "bulk copy, first poll 3 us": "GIDS_HOT_QUEUE_EVERY=0",
-    "defaults (+ hot queue)": "",
-    "defaults, first poll 2 us": "GIDS_POLL_NS=2048,1024,8192",
-    "defaults, first poll 4 us": "GIDS_POLL_NS=4096,1024,8192",
+    "defaults": "",
+    "first poll 2 us": "GIDS_POLL_NS=2048,1024,8192",
+    "first poll 3 us, then every 256 ns": "GIDS_POLL_NS=3072,256,8192",
+    "first poll 2 us, then every 256 ns": "GIDS_POLL_NS=2048,256,8192",
+    "no bulk copy": "GIDS_BULK_COPY_LANES=0",
 }
 _KNOBS = ("GIDS_BULK_COPY_LANES", "GIDS_POLL_NS", "GIDS_HOT_QUEUE_EVERY")
 
