@@ -37,7 +37,7 @@ from numba import njit, types
 
 from gids import layout as L
 from host_daemon.minheap import heap_pop, heap_push
-from host_daemon.ssd_model import SsdModel, model_submit_locked
+from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
 from host_daemon.stores import (DIRECT_ALIGN, FAULT_CRASH, FAULT_EIO, FAULT_SHORT, FAULT_SLOW,
                                  FAULT_WRITE_CRASH, FAULT_WRITE_EIO, FAULT_WRITE_SLOW, T_ADDRESS,
                                  T_FAULTS, T_FD, T_FD_DIRECT, T_KIND, T_NBYTES, T_OFFSET)
@@ -267,6 +267,42 @@ def _post_due(cq, emu, ring, depth, now):
 
 
 @njit(nogil=True, cache=True)
+def _time_batch(cq, emu, ring, clock, q, depth, page_size, n, b_entry, b_ticket, b_status,
+                b_source, b_seen, b_offset, b_op, b_due):
+    """Under emulation: give the model the ``n`` requests just served from queue ``q`` (their
+    pages are in staging), under one hold of its lock, then post or park each completion.
+
+    One hold for the batch, not one per request: the model's state is shared by every daemon
+    thread, and taken per request its lock and cache lines serialised the threads at about
+    1.7 M requests/s, whatever the modelled drives allowed (4 emulated P5800X, scale-24 BFS on
+    the H200, 2026-12-02: 1.73 M I/Os/s, where the NVMe controller's emulation, locking per
+    batch, served 4.3 M). Each request keeps its own arrival time (``seen``).
+    """
+    model_lock(emu.state)
+    for i in range(n):
+        b_due[i] = model_submit(emu.state, emu.params, b_seen[i], b_offset[i], page_size)
+    model_unlock(emu.state)
+    # The host's own part (the store calls, the model's timing) ends here; each modelled
+    # drive's at its due time: a completion is posted after both.
+    ready = _now_ns(clock)
+    for i in range(n):
+        entry = b_entry[i]
+        due = b_due[i]
+        if due > ready:
+            park(emu, entry, due, b_status[i], b_source[i], b_ticket[i], b_seen[i], ready, due,
+                 b_offset[i], page_size, b_op[i])
+        else:
+            _post(cq, entry, b_ticket[i], b_status[i], b_source[i])
+            if ring.on:
+                _record(ring, q, b_offset[i], page_size, b_seen[i], ready, due, ready, b_op[i])
+    # And now, with the clock read that just timed them: a thread serving a backlog otherwise
+    # posted due completions late by up to a batch's service, which a replay of the trace
+    # cannot know of unless recorded (docs/ssd_models.md, "Replay").
+    if emu.size[0] > 0 and emu.due[0] <= ready:
+        _post_due(cq, emu, ring, depth, ready)
+
+
+@njit(nogil=True, cache=True)
 def _visit_order(order, n_queues, hot, hot_every):
     """Fill ``order`` with a pass's visits (see :func:`serve_queues`); return how many."""
     n = 0
@@ -297,6 +333,15 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
     idle = 0
     timed = emu.on or ring.on
     n_queues = my_queues.shape[0]
+    # One queue's batch of requests, served and waiting for the model (emulation only).
+    b_entry = np.empty(BATCH, dtype=np.int64)
+    b_ticket = np.empty(BATCH, dtype=np.int64)
+    b_status = np.empty(BATCH, dtype=np.int64)
+    b_source = np.empty(BATCH, dtype=np.int64)
+    b_seen = np.empty(BATCH, dtype=np.int64)
+    b_offset = np.empty(BATCH, dtype=np.int64)
+    b_op = np.empty(BATCH, dtype=np.int64)
+    b_due = np.empty(BATCH, dtype=np.int64)
     # The pass's visits, as indices into my_queues: each queue once, and while one queue is hot
     # (the only one with requests in the last pass) a look at it, as -1 - index, before every
     # hot_every-th queue. Rebuilt only when the hot queue changes.
@@ -345,24 +390,14 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                 if timed and 0 <= array_id < table.shape[0]:
                     offset = table[array_id, T_OFFSET] + page * page_size
                 if emu.on:
-                    due = model_submit_locked(emu.state, emu.params, seen, offset, page_size)
-                    # The host's own part (the store call, the model's timing) ends here; the
-                    # modelled drive's at ``due``: the completion is posted after both.
-                    ready = _now_ns(clock)
-                    if due > ready:
-                        park(emu, entry, due, status, source, ticket, seen, ready, due, offset,
-                             page_size, op)
-                    else:
-                        _post(cq, entry, ticket, status, source)
-                        if ring.on:
-                            _record(ring, q, offset, page_size, seen, ready, due, ready, op)
-                    # And after each request, with the clock read that just timed it: a
-                    # thread serving a backlog (up to BATCH requests a queue, each taking the
-                    # model's lock) otherwise posted due completions late by up to a batch's
-                    # service, which a replay of the trace cannot know of unless recorded
-                    # (docs/ssd_models.md, "Replay").
-                    if emu.size[0] > 0 and emu.due[0] <= ready:
-                        _post_due(cq, emu, ring, depth, ready)
+                    # Timed by the model below, for the queue's whole batch at once.
+                    b_entry[n] = entry
+                    b_ticket[n] = ticket
+                    b_status[n] = status
+                    b_source[n] = source
+                    b_seen[n] = seen
+                    b_offset[n] = offset
+                    b_op[n] = op
                 else:
                     _post(cq, entry, ticket, status, source)
                     if ring.on:
@@ -372,6 +407,9 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                 heads[k] = ticket + 1
                 served[0] += 1
                 n += 1
+            if emu.on and n > 0:
+                _time_batch(cq, emu, ring, clock, q, depth, page_size, n, b_entry, b_ticket,
+                            b_status, b_source, b_seen, b_offset, b_op, b_due)
             if n > 0:
                 progressed = True
                 if busy < 0:

@@ -5,8 +5,9 @@ model state (an array of "busy until" times per drive resource, and a lock word)
 the time a request arrives and its byte range, it reserves the resources the read needs and returns the earliest
 time its completion may be posted. Two users call it:
 
-- the host daemon (real-time emulation): on seeing a request it calls :func:`model_submit_locked`
-  from its own ``njit`` loop with ``now_ns`` = its monotonic clock, and posts the completion no
+- the host daemon (real-time emulation): for each batch of requests it serves from a queue it
+  calls :func:`model_submit` under one hold of the model's lock, from its own ``njit`` loop,
+  with ``now_ns`` = each request's arrival on its monotonic clock, and posts each completion no
   earlier than the returned time, so a run's wall clock shows the modelled device;
 - trace replay (:mod:`host_daemon.trace`): the same function, driven by recorded or synthetic
   request streams, predicts time, IOPS and latency percentiles.
@@ -22,7 +23,9 @@ why not strict FIFO on the data's ready time).
 Thread safety: callers serialise. All daemon threads share one model (one state) and call
 :func:`model_submit_locked`, which holds a spin lock in ``state.lock`` for the ~50 ns the call
 takes, or take the lock once for a batch of calls (:func:`model_lock`, :func:`model_unlock`:
-the NVMe controller does, since a lock taken per command by every thread serialised them).
+the host daemon and the NVMe controller do, since a lock taken per request by every thread
+serialised them: the daemon's emulation of 4 P5800X served 1.7 M requests/s on the H200's
+host, 2026-12-02).
 Per-thread shards would be wrong: the drives, channels and links are shared by every queue,
 so a shard per thread would model one private copy of the array per thread and multiply its
 throughput by the thread count; and splitting the drives among threads does not work either,

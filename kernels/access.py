@@ -280,7 +280,8 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
         bulk = copy_in_bulk(h, lanes, src, src_word, slot)
         if bulk:
             _add_stat(h, L.STAT_BULK_COPIES, 1)
-    to_copy = ballot_sync(mask, arrived and not bulk)
+    warp_copied = ballot_sync(mask, arrived and not bulk)
+    to_copy = warp_copied
     while to_copy != 0:
         src_lane = lowest_lane(to_copy)
         src_source = shfl_sync(mask, source, src_lane)
@@ -293,9 +294,13 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
             warp_copy_page(mask, h.zero_copy, src_source, h.cache_words,
                            src_slot * h.page_words, h.page_words)
         to_copy &= to_copy - 1
-    # Each lane's share of the copied pages must be visible GPU-wide before a loader
-    # publishes VALID (syncwarp alone orders memory only within the warp).
-    cuda.threadfence()
+    # Each lane's share of the warp's copies must be visible GPU-wide before a loader
+    # publishes VALID (syncwarp alone orders memory only within the warp). A page copied in
+    # bulk was copied by its loader alone, which ended the copy with a release (the buffer
+    # lock's, after the proxy fence: kernels/bulk.py), so where every page went in bulk (a
+    # lone lane's miss) no lane has anything more to fence: one fence.sc.gpu fewer per miss.
+    if warp_copied != 0:
+        cuda.threadfence()
     syncwarp(mask)
     if completed:
         _add_stat(h, L.STAT_COPY_NS, now_ns() - answered_at)

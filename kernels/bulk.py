@@ -49,9 +49,11 @@ across a proxy fence (PTX ISA, memory consistency model, "Proxies"; ``fence.prox
    bulk store reads it out, ``fence.proxy.async.shared::cta`` (cheap insurance: the model may
    already order an async copy's completion before later async reads);
 3. after the bulk stores completed (``cp.async.bulk.wait_group 0``), ``fence.proxy.async``, so
-   that the caller's ``fence.sc.gpu`` and the loader's release of VALID (``publish``), in the
-   generic proxy, order the slot's new bytes before any reader's acquire of VALID. (The copying
-   lane is the loader itself.)
+   that the lock's release (``st.release.gpu``: a ``fence.acq_rel.gpu`` and the store), in
+   the generic proxy, orders the slot's new bytes before the loader's publish of VALID, a
+   relaxed reduction after it (:func:`kernels.cache.publish`), and so before any reader's
+   sight of VALID. (The copying lane is the loader itself; its warp does not fence again
+   when every page of the round went in bulk: ``_fetch`` in :mod:`kernels.access`.)
 
 Between one holder and the next, the lock's release (``st.release.gpu``) and acquire
 (``atom.acquire.gpu.cas``) order the first holder's finished copies and proxy fence before the
@@ -292,8 +294,9 @@ else:
             done += n
             phase += 1
         bulk_wait()
-        # Async -> generic proxy: the slot's new bytes are ordered before the caller's fence and
-        # the loader's release of VALID.
+        # Async -> generic proxy: the slot's new bytes are ordered before the lock's release
+        # below, whose fence orders them before the loader's publish of VALID (no other fence
+        # follows where the warp copied nothing itself: kernels/access.py, _fetch).
         fence_proxy_async()
         mbar_inval(bar_at)
         st_release_gpu(locks, lock, np.uint32(0))
