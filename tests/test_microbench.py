@@ -18,6 +18,8 @@ def test_hit_benchmarks_compare_register_caps(tmp_path):
     assert res["paged_sequential"]["same_result"]        # a page per warp: the same sum
     assert res["paged_sequential_4"]["same_result"]      # four pages per warp call: the same
     assert res["paged_sequential_8"]["same_result"]
+    for row in res["caps"]:   # the page-level kernel at each cap: the same sums
+        assert all(row["paged"][key]["same_result"] for key, _ in microbench.PAGED_VARIANTS)
     for part in [res] + res["caps"]:
         assert part["random"]["same_result"] and part["sequential"]["same_result"]
         assert part["random"]["misses_during_timing"] == 0

@@ -134,15 +134,21 @@ def _paged_sequential_reads(h, n, out, pages_per_warp):
     out[cuda.grid(1)] = acc
 
 
-paged_sequential_reads_gids = gids.jit(_paged_sequential_reads)
+#: Register cap of the page-level kernel as measured by default. Its lookups' slow path is out
+#: of line, so a lower cap mostly buys blocks an SM, and with them loads in flight: four pages
+#: per warp call read 0.55 of plain reads at 128 registers (2 blocks an SM), 0.61 at 80 (3) and
+#: 0.64 at 64 (4) on the H200 (``microbench hits --caps 128,80,64``, 2026-12-02, ``6c44e52``).
+#: A kernel's author chooses it (``gids.jit(max_registers=N)``); the other caps stay measured
+#: beside it.
+PAGED_MAX_REGISTERS = 64
+paged_sequential_reads_gids = gids.jit(max_registers=PAGED_MAX_REGISTERS)(_paged_sequential_reads)
 _paged_kernels = {}
 
 
 def paged_kernel(cap):
-    """:func:`_paged_sequential_reads` compiled with registers capped at ``cap`` (the default
-    cap's is the module's own): its lookups' slow path is out of line, so a lower cap mostly
-    buys blocks an SM, and with them loads in flight."""
-    if cap == gids.MAX_REGISTERS:
+    """:func:`_paged_sequential_reads` compiled with registers capped at ``cap`` (the module's
+    own at :data:`PAGED_MAX_REGISTERS`)."""
+    if cap == PAGED_MAX_REGISTERS:
         return paged_sequential_reads_gids
     if cap not in _paged_kernels:
         _paged_kernels[cap] = gids.jit(max_registers=cap)(_paged_sequential_reads)
@@ -150,8 +156,8 @@ def paged_kernel(cap):
 
 
 #: The page-level sequential reads measured: (result key, pages per warp call). More pages per
-#: call keep more pins and loads in flight per warp (4: 0.56 of plain reads on the H200,
-#: 2026-12-02, against 0.50 for one).
+#: call keep more pins and loads in flight per warp (at 64 registers: 0.57 of plain reads for
+#: one, 0.64 for four, 0.61 for eight on the H200, 2026-12-02).
 PAGED_VARIANTS = (("paged_sequential", 1), ("paged_sequential_4", 4), ("paged_sequential_8", 8))
 
 random_reads_gids = _random_reads(gids.read)
@@ -425,7 +431,8 @@ def paged_row(res):
         pg = res.get(key)
         if pg is None:
             continue
-        rows.append(f"| all-hit coalesced sequential reads, {label} (`gids.pin_page`) | "
+        rows.append(f"| all-hit coalesced sequential reads, {label} (`gids.pin_page`, kernel "
+                    f"capped at {PAGED_MAX_REGISTERS} registers) | "
                     f"{pg['gids_GBps']:.0f} GB/s | plain {pg['plain_GBps']:.0f} GB/s | "
                     f"{pg['ratio']:.2f} | >= 0.60 |")
     return "\n".join(rows)
