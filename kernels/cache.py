@@ -317,8 +317,9 @@ else:
         and no wait at all. The simulator checks the invariant on every publish.
 
         The caller has fenced after its warp's copy into the slot (:func:`kernels.access._fetch`:
-        every lane's ``threadfence`` and a ``syncwarp``), so the copy is visible GPU-wide before
-        VALID is: a fence followed by a relaxed reduction is a release.
+        every lane's ``threadfence`` and a ``syncwarp``; for a page copied in bulk, the loader's
+        own copy ended with its lock's release, :mod:`kernels.bulk`), so the copy is visible
+        GPU-wide before VALID is: a fence followed by a relaxed reduction is a release.
         """
         red_add(h.page_state, page, _publish_add(slot))
 
