@@ -16,7 +16,7 @@ Stages, in order of priority (default: all, in this order):
   the same run;
 - ``hits``: issue 2's hit figures with kernel times that hold out the launch's host cost: the
   host cost of one launch (``python -m workloads.microbench launch``), the hit benchmarks
-  (``microbench hits --caps 128,80``), the PTX load flavors (``microbench loads``);
+  (``microbench hits --caps 128,80,64``), the PTX load flavors (``microbench loads``);
 - ``bench``: first ``gids bench workloads --quick`` over every data path, which measures issue 4's
   four targets side by side and ends its report with each ratio, met or missed (capped at
   240 s); then the other sweeps of ``gids bench --quick`` (iops, bandwidth, cache, latency);
@@ -70,7 +70,7 @@ STAGES = {
                "--out", "{dir}"]], 540),
     # Issue 2's hit figures, re-measured now that kernel times hold out a launch's host cost
     # (workloads/timing.py, 2eab8af): first the host cost of one launch with a handle, kept and
-    # not (68 vs ~500 us on the H200, 2026-12-01), then the hit benchmarks at caps 128 and 80,
+    # not (68 vs ~500 us on the H200, 2026-12-01), then the hit benchmarks at caps 128, 80 and 64,
     # then the PTX load flavors over GPU memory (under a minute). The stage took under a
     # minute on 2026-12-02.
     "hits": ([([sys.executable, "-m", "workloads.microbench", "launch", "--out", "{dir}/launch"],
