@@ -266,9 +266,13 @@ def _post_due(cq, emu, ring, depth, now):
     return n
 
 
+#: Columns of a row of :func:`_time_batch`'s batch (int64): one request served from a queue.
+B_ENTRY, B_TICKET, B_STATUS, B_SOURCE, B_SEEN, B_OFFSET, B_OP, B_DUE = range(8)
+B_COLUMNS = 8
+
+
 @njit(nogil=True, cache=True)
-def _time_batch(cq, emu, ring, clock, q, depth, page_size, n, b_entry, b_ticket, b_status,
-                b_source, b_seen, b_offset, b_op, b_due):
+def _time_batch(cq, emu, ring, clock, q, depth, page_size, n, batch):
     """Under emulation: give the model the ``n`` requests just served from queue ``q`` (their
     pages are in staging), under one hold of its lock, then post or park each completion.
 
@@ -280,21 +284,21 @@ def _time_batch(cq, emu, ring, clock, q, depth, page_size, n, b_entry, b_ticket,
     """
     model_lock(emu.state)
     for i in range(n):
-        b_due[i] = model_submit(emu.state, emu.params, b_seen[i], b_offset[i], page_size)
+        batch[i, B_DUE] = model_submit(emu.state, emu.params, batch[i, B_SEEN],
+                                       batch[i, B_OFFSET], page_size)
     model_unlock(emu.state)
     # The host's own part (the store calls, the model's timing) ends here; each modelled
     # drive's at its due time: a completion is posted after both.
     ready = _now_ns(clock)
     for i in range(n):
-        entry = b_entry[i]
-        due = b_due[i]
+        entry, ticket, status, source, seen, offset, op, due = batch[i]
         if due > ready:
-            park(emu, entry, due, b_status[i], b_source[i], b_ticket[i], b_seen[i], ready, due,
-                 b_offset[i], page_size, b_op[i])
+            park(emu, entry, due, status, source, ticket, seen, ready, due, offset, page_size,
+                 op)
         else:
-            _post(cq, entry, b_ticket[i], b_status[i], b_source[i])
+            _post(cq, entry, ticket, status, source)
             if ring.on:
-                _record(ring, q, b_offset[i], page_size, b_seen[i], ready, due, ready, b_op[i])
+                _record(ring, q, offset, page_size, seen, ready, due, ready, op)
     # And now, with the clock read that just timed them: a thread serving a backlog otherwise
     # posted due completions late by up to a batch's service, which a replay of the trace
     # cannot know of unless recorded (docs/ssd_models.md, "Replay").
@@ -334,15 +338,9 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
     idle = 0
     timed = emu.on or ring.on
     n_queues = my_queues.shape[0]
-    # One queue's batch of requests, served and waiting for the model (emulation only).
-    b_entry = np.empty(BATCH, dtype=np.int64)
-    b_ticket = np.empty(BATCH, dtype=np.int64)
-    b_status = np.empty(BATCH, dtype=np.int64)
-    b_source = np.empty(BATCH, dtype=np.int64)
-    b_seen = np.empty(BATCH, dtype=np.int64)
-    b_offset = np.empty(BATCH, dtype=np.int64)
-    b_op = np.empty(BATCH, dtype=np.int64)
-    b_due = np.empty(BATCH, dtype=np.int64)
+    # One queue's batch of requests, served and waiting for the model (emulation only): a row
+    # per request, columns B_*.
+    batch = np.empty((BATCH, B_COLUMNS), dtype=np.int64)
     # The pass's visits, as indices into my_queues: each queue once, and while one queue is hot
     # (the only one with requests in the last pass) a look at it, as -1 - index, before every
     # hot_every-th queue. Rebuilt only when the hot queue changes.
@@ -392,13 +390,14 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                     offset = table[array_id, T_OFFSET] + page * page_size
                 if emu.on:
                     # Timed by the model below, for the queue's whole batch at once.
-                    b_entry[n] = entry
-                    b_ticket[n] = ticket
-                    b_status[n] = status
-                    b_source[n] = source
-                    b_seen[n] = seen
-                    b_offset[n] = offset
-                    b_op[n] = op
+                    row = batch[n]
+                    row[B_ENTRY] = entry
+                    row[B_TICKET] = ticket
+                    row[B_STATUS] = status
+                    row[B_SOURCE] = source
+                    row[B_SEEN] = seen
+                    row[B_OFFSET] = offset
+                    row[B_OP] = op
                 else:
                     _post(cq, entry, ticket, status, source)
                     if ring.on:
@@ -409,8 +408,7 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                 served[0] += 1
                 n += 1
             if emu.on and n > 0:
-                _time_batch(cq, emu, ring, clock, q, depth, page_size, n, b_entry, b_ticket,
-                            b_status, b_source, b_seen, b_offset, b_op, b_due)
+                _time_batch(cq, emu, ring, clock, q, depth, page_size, n, batch)
             if n > 0:
                 progressed = True
                 if busy < 0:
