@@ -5,8 +5,8 @@ It imports nothing but numpy. The byte layouts are drawn in ``docs/formats.md``.
 
 All queue records are arrays of little-endian int64 words in mapped (pinned, device-visible)
 host memory. One writer per word: the GPU writes submission records, the host daemon writes
-completion records, and each side publishes a record by storing its sequence word last with
-release semantics (the reader polls that word with acquire semantics).
+completion records. Each record is one word that says whose it is (a tag or sequence number),
+written by one store and polled by the other side with acquire loads.
 """
 import numpy as np
 
@@ -33,12 +33,35 @@ PAGE_SLOT_MASK = np.uint64(0xFFFFFFFF << 32)      # slots fit in 31 bits (2**31 
 SLOT_EMPTY = -1    # slot_page[s]: slot holds no page
 SLOT_CLAIMED = -2  # slot_page[s]: a loader is evicting or filling the slot
 
+# --- The clock (int64 words in device memory, one array per Runtime) ------------------------
+CLOCK_HAND = 0         # the replacement scan's hand: slot = hand % n_slots, one atomic per probe
+CLOCK_NO_CLEAN_AT = 16  # %globaltimer (ns) when a loader last found no clean slot after its
+                        # request went out (kernels/access.py, _fetch); on a line of its own,
+                        # away from the hand's atomics, so that loaders read it from L1
+CLOCK_WORDS = 32
+
 # --- Submission queue record (written by a GPU thread) ---------------------------------------
-SQ_SEQ = 0      # ticket + 1; stored last (release, system scope): the record is ready
-SQ_ARRAY = 1    # array id (row of the daemon's store table)
-SQ_PAGE = 2     # page index within that array
-SQ_OP = 3       # OP_READ (store -> staging) or OP_WRITE (staging -> store)
-SQ_WORDS = 4    # 32 bytes per record (one PCIe-friendly sector)
+# One 64-bit word holds the whole request, written by one strong store and polled by the daemon:
+# no fence before it (a system-scope release cost 0.58 us of every miss's path on the H200,
+# 2026-12-02, ``exp/qd1_probe.py``), and no second word whose order with it would need one. The
+# daemon knows which turn it waits for, so the tag tells a new request from the entry's last:
+#
+#   bits  0-39  page index within the array (SQ_MAX_PAGE: Runtime.open_array refuses more)
+#   bits 40-47  array id (row of the daemon's store table; MAX_ARRAYS rows)
+#   bits 48-49  op: OP_READ (store -> staging) or OP_WRITE (staging -> store)
+#   bits 50-62  tag: (turn + 1) mod 2**13, turn = ticket // depth. The entry's previous request
+#               was of turn - 1, so its tag differs; the rings start zeroed and no tag of turn
+#               0 is 0. Bit 63 stays 0: the word is a non-negative int64 on both sides.
+SQ_WORD = 0
+SQ_WORDS = 4    # 32 bytes per record (the rest unused): one record per PCIe-friendly sector
+SQ_PAGE_BITS = 40
+SQ_MAX_PAGE = (1 << SQ_PAGE_BITS) - 1
+SQ_ARRAY_SHIFT = 40
+SQ_ARRAY_MASK = 0xFF
+SQ_OP_SHIFT = 48
+SQ_OP_MASK = 0x3
+SQ_TAG_SHIFT = 50
+SQ_TAG_MASK = (1 << 13) - 1
 
 OP_READ = 0     # also the value of a record never written (the rings start zeroed)
 OP_WRITE = 1    # write-back of a dirty page on eviction; the page is in the entry's staging
@@ -82,6 +105,24 @@ def cq_fields(word):
     ``kernels.queue.wait_completion``)."""
     return (word & CQ_SEQ_MASK, -((word >> CQ_STATUS_SHIFT) & CQ_STATUS_MASK),
             (word >> CQ_SOURCE_SHIFT) - 1)
+
+
+def sq_tag(ticket, depth):
+    """The tag field of ticket ``ticket``'s request in a queue of ``depth`` entries."""
+    return (ticket // depth + 1) & SQ_TAG_MASK
+
+
+def sq_word(ticket, depth, array_id, page, op):
+    """The request word of ``ticket`` (device side: ``kernels.queue.submit`` stores it; the
+    daemon decodes it in ``host_daemon.daemon.serve_queues``)."""
+    return ((sq_tag(ticket, depth) << SQ_TAG_SHIFT) | (op << SQ_OP_SHIFT)
+            | (array_id << SQ_ARRAY_SHIFT) | page)
+
+
+def sq_fields(word):
+    """``(tag, array_id, page, op)`` of a request word."""
+    return ((word >> SQ_TAG_SHIFT) & SQ_TAG_MASK, (word >> SQ_ARRAY_SHIFT) & SQ_ARRAY_MASK,
+            word & SQ_MAX_PAGE, (word >> SQ_OP_SHIFT) & SQ_OP_MASK)
 
 
 SOURCE_STAGING = -1

@@ -57,7 +57,7 @@ def wait_nap(waited):
     """Seconds to sleep before the next poll of the kernels' completion, ``waited`` seconds into
     :meth:`Runtime.sync`'s wait.
 
-    0 (``time.sleep(0)``: no nap, but other Python threads get the GIL) for the first
+    0 (no sleep at all: :func:`poll_until` polls again at once) for the first
     :data:`WAIT_SPIN_S`, so that a short launch is seen done within microseconds; after that
     :data:`WAIT_NAP_FRACTION` of the time waited, at most :data:`WAIT_NAP_S`: the wake-up comes
     at most ~5 % (plus the OS's timer slack) after the kernels end, and a long wait costs little
@@ -73,11 +73,16 @@ def wait_nap(waited):
 def poll_until(done, clock=time.perf_counter, sleep=time.sleep):
     """Call ``done()`` until it is true, sleeping :func:`wait_nap` between calls.
 
-    A Python loop: Ctrl-C (KeyboardInterrupt) is raised in it between polls.
+    A Python loop: Ctrl-C (KeyboardInterrupt) is raised in it between polls, and other Python
+    threads still get the GIL at the interpreter's switch interval. A nap of 0 is no call to
+    ``sleep`` at all: ``time.sleep(0)`` sleeps for the OS's timer slack (95 us measured here, a
+    syscall and a wake-up), which made every short launch's sync that much longer.
     """
     start = clock()
     while not done():
-        sleep(wait_nap(clock() - start))
+        nap = wait_nap(clock() - start)
+        if nap > 0:
+            sleep(nap)
 
 
 def _event_done(event):
@@ -286,7 +291,7 @@ class Runtime:
         # The cache (device memory).
         self._cache = cuda.device_array(cache_pages * page_size, dtype=np.uint8)
         self._slot_page = self._to_device(np.full(cache_pages, L.SLOT_EMPTY, dtype=np.int64))
-        self._clock = self._to_device(np.zeros(1, dtype=np.int64))
+        self._clock = self._to_device(np.zeros(L.CLOCK_WORDS, dtype=np.int64))
         # One uint64 word per page: its state and, while it has one, its slot (gids.layout).
         self._page_state = self._to_device(np.zeros(1, dtype=np.uint64))
         # Each array's first global page, so that an evicting thread can name a dirty victim's
@@ -597,6 +602,10 @@ class Runtime:
     def _register(self, store, owned, dtype, shape, offset, nbytes, writable):
         array_id = len(self._arrays)
         n_pages = math.ceil(nbytes / self.page_size)
+        if n_pages > L.SQ_MAX_PAGE + 1:
+            raise ConfigError(f"gids: an array of {n_pages} pages of {self.page_size} B: a "
+                              f"request names at most {L.SQ_MAX_PAGE + 1} pages of one array "
+                              "(gids.layout); use larger pages")
         page_base = self._n_pages
         self._grow_page_tables(page_base + n_pages)
         zero_copy = self._no_zero_copy
@@ -1011,7 +1020,7 @@ class Runtime:
             self._write_back_dirty()
         self._page_state.copy_to_device(np.zeros(self._page_state.size, dtype=np.uint64))
         self._slot_page.copy_to_device(np.full(self.cache_slots, L.SLOT_EMPTY, dtype=np.int64))
-        self._clock.copy_to_device(np.zeros(1, dtype=np.int64))
+        self._clock.copy_to_device(np.zeros(L.CLOCK_WORDS, dtype=np.int64))
 
     # ----------------------------------------------------------------- stats
     def stats(self):

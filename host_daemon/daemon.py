@@ -368,12 +368,13 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
             while n < limit:
                 ticket = heads[k]
                 entry = q * depth + ticket % depth
-                rec = entry * L.SQ_WORDS
-                if load_acquire(sq, rec + L.SQ_SEQ) != ticket + 1:
+                # The request is one word, its tag the ticket's turn (gids.layout).
+                word = load_acquire(sq, entry * L.SQ_WORDS + L.SQ_WORD)
+                if (word >> L.SQ_TAG_SHIFT) != (ticket // depth + 1) & L.SQ_TAG_MASK:
                     break
-                array_id = sq[rec + L.SQ_ARRAY]
-                page = sq[rec + L.SQ_PAGE]
-                op = sq[rec + L.SQ_OP]
+                array_id = (word >> L.SQ_ARRAY_SHIFT) & L.SQ_ARRAY_MASK
+                page = word & L.SQ_MAX_PAGE
+                op = (word >> L.SQ_OP_SHIFT) & L.SQ_OP_MASK
                 seen = _now_ns(clock) if timed else 0
                 buf = staging_address + entry * page_size
                 if op == L.OP_WRITE:

@@ -12,8 +12,8 @@ than its own, or on the host.
 from numba import cuda
 
 from gids import layout as L
-from kernels.sync import (atomic_add, ld_acquire_gpu, ld_acquire_sys, now_ns, st_release_gpu,
-                          st_release_sys)
+from kernels.sync import (atomic_add, ld_acquire_gpu, ld_acquire_sys, now_ns, st_relaxed_gpu,
+                          st_relaxed_sys, st_release_gpu)
 from kernels.warp import ballot_sync, lanemask_lt, laneid, nanosleep, popc, shfl_sync, syncwarp
 from kernels.platform import (POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS, SIMULATOR, WARP_SIZE,
                               device_helper)
@@ -125,19 +125,26 @@ def wait_turn(h, q, ticket, deadline):
 
 @cuda.jit(device=True)
 def submit(h, q, ticket, array_id, page, op, deadline):
-    """Wait for the ticket's entry, write the request, publish it. False on timeout.
+    """Wait for the ticket's entry, write the request. False on timeout.
 
     ``op`` is ``OP_READ`` (the daemon fills the entry's staging page) or ``OP_WRITE`` (the
-    caller has put the page in the staging page, made visible to the host beforehand).
+    caller has put the page in the staging page and fenced at system scope: that fence and
+    this store are the release that orders the page before the request).
+
+    The request is one word (``gids.layout``, "Submission queue record") in one strong store,
+    with no fence of its own: nothing of a read request is written before it, and the
+    entry's last user finished reading its staging page before it handed the entry on (its
+    loads had returned before its release), so the daemon, which fills that page only once
+    it sees this word, cannot overwrite anything still being read. A release here (a
+    ``fence.acq_rel.sys``: 0.58 us on the H200, ``exp/qd1_probe.py``, 2026-12-02) was on the
+    path of every miss.
     """
     if not wait_turn(h, q, ticket, deadline):
         return False
-    entry = q * h.depth + ticket % h.depth
-    rec = entry * L.SQ_WORDS
-    h.sq[rec + L.SQ_ARRAY] = array_id
-    h.sq[rec + L.SQ_PAGE] = page
-    h.sq[rec + L.SQ_OP] = op
-    st_release_sys(h.sq, rec + L.SQ_SEQ, ticket + 1)
+    tag = (ticket // h.depth + 1) & L.SQ_TAG_MASK
+    word = ((tag << L.SQ_TAG_SHIFT) | (op << L.SQ_OP_SHIFT) | (array_id << L.SQ_ARRAY_SHIFT)
+            | page)
+    st_relaxed_sys(h.sq, (q * h.depth + ticket % h.depth) * L.SQ_WORDS + L.SQ_WORD, word)
     return True
 
 
@@ -213,3 +220,12 @@ def staging_word(h, q, ticket):
 def release_entry(h, q, ticket):
     """Hand the ticket's entry on to ticket + depth (after its staging page was copied out)."""
     st_release_gpu(h.entry_turn, q * h.depth + ticket % h.depth, ticket // h.depth + 1)
+
+
+@cuda.jit(device=True)
+def hand_on_entry(h, q, ticket):
+    """:func:`release_entry` without its fence, for a thread whose reads of the entry's staging
+    page a fence of its own already ordered before this store (a release pattern): the bulk
+    copy's lock release (``kernels/bulk.py``). A ``st.release.gpu`` costs 0.21 us on the H200
+    (``exp/qd1_probe.py``, 2026-12-02), on the path of every lone miss."""
+    st_relaxed_gpu(h.entry_turn, q * h.depth + ticket % h.depth, ticket // h.depth + 1)

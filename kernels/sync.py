@@ -75,6 +75,7 @@ if SIMULATOR:
 
     st_release_gpu = st_release_sys
     st_relaxed_sys = st_release_sys
+    st_relaxed_gpu = st_release_sys
 
     def st_pair(arr, i, a, b):
         arr[i] = a
@@ -241,6 +242,9 @@ else:
     #: after an explicit ``fence.sc.sys`` (the fence and the store form a release pattern,
     #: with other work between them), or after acquire loads whose values decided it.
     st_relaxed_sys = _make_store("relaxed", "sys")
+    #: ``st.relaxed.gpu``: a strong store other blocks' acquires see, with no fence of its own:
+    #: for a store that an earlier fence of this thread already orders (a release pattern).
+    st_relaxed_gpu = _make_store("relaxed", "gpu")
     #: Drop a page reference; earlier reads of the slot cannot move after it.
     atomic_add_release_gpu = _make_atomic_add("release")
     #: Take a page reference on the hit path (``kernels.cache.take_reference``): no acquire,

@@ -30,10 +30,8 @@ def _daemon(hot_every, monkeypatch):
 
 def _submit(sq, q, ticket, page):
     rec = (q * DEPTH + ticket % DEPTH) * L.SQ_WORDS
-    sq[rec + L.SQ_ARRAY] = 0
-    sq[rec + L.SQ_PAGE] = page
-    sq[rec + L.SQ_OP] = L.OP_READ
-    sq[rec + L.SQ_SEQ] = ticket + 1   # numpy store: the daemon thread sees it (the GIL orders)
+    # numpy store: the daemon thread sees it (the GIL orders)
+    sq[rec + L.SQ_WORD] = L.sq_word(ticket, DEPTH, 0, page, L.OP_READ)
 
 
 def _wait(cq, q, ticket, timeout=10.0):
@@ -87,3 +85,21 @@ def test_the_completion_word_carries_ticket_status_and_source(ticket, status, so
     assert L.cq_fields(word) == (L.cq_seq(ticket), status, source)
     for depth in (32, 128, L.MAX_QUEUE_DEPTH):
         assert L.cq_seq(ticket + depth) != L.cq_seq(ticket)
+
+
+@pytest.mark.parametrize("ticket", [0, 1, 31, 32, 5 << 13, (1 << 45) + 7])
+@pytest.mark.parametrize("depth", [32, 4096, L.MAX_QUEUE_DEPTH])
+@pytest.mark.parametrize("array_id, page, op", [(0, 0, L.OP_READ), (7, 12345, L.OP_WRITE),
+                                                (L.MAX_ARRAYS - 1, L.SQ_MAX_PAGE, L.OP_READ)])
+def test_the_request_word_carries_array_page_op_and_a_tag_of_its_turn(ticket, depth, array_id,
+                                                                      page, op):
+    """A request is one word (one store, no fence on the GPU): it decodes to what was given,
+    is a non-negative int64, and its tag differs from the tag of the entry's previous turn (and
+    from a zeroed ring's), so the daemon never takes an old request for a new one."""
+    word = L.sq_word(ticket, depth, array_id, page, op)
+    assert 0 <= word < 1 << 63
+    assert L.sq_fields(word) == (L.sq_tag(ticket, depth), array_id, page, op)
+    if ticket >= depth:
+        assert L.sq_tag(ticket, depth) != L.sq_tag(ticket - depth, depth)
+    if ticket < depth:
+        assert L.sq_tag(ticket, depth) != 0    # a zeroed ring holds no request of turn 0

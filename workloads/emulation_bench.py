@@ -77,12 +77,10 @@ def drive(my_queues, sq, cq, depth, n_pages, quota, state, times, seed):
                     x ^= (x << 13) & 0x7FFFFFFFFFFFFFFF   # xorshift64
                     x ^= x >> 7
                     x ^= (x << 17) & 0x7FFFFFFFFFFFFFFF
-                    sq[rec + L.SQ_ARRAY] = 0
-                    sq[rec + L.SQ_PAGE] = x % n_pages
-                    sq[rec + L.SQ_OP] = L.OP_READ
+                    word = (((t // depth + 1) & L.SQ_TAG_MASK) << L.SQ_TAG_SHIFT) | (x % n_pages)
                     if first < 0:
                         first = _now_ns(clock)
-                    store_release(sq, rec + L.SQ_SEQ, t + 1)
+                    store_release(sq, rec + L.SQ_WORD, word)   # array 0, OP_READ (both 0)
                     state[k, 0] = t + 1
                     issued += 1
     times[0] = first
