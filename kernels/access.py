@@ -232,7 +232,7 @@ def _write_back(h, mask, q, victim, slot, deadline):
     submitted = io_submit(h, mask, q, ticket, ready, array_id, vpage, L.OP_WRITE, deadline)
     if ready and not submitted:
         record_error_of(h, array_id, L.ERR_TIMEOUT_QUEUE, vpage, ticket)
-    completed, status, _ = io_wait(h, mask, laneid(), q, ticket, submitted, deadline)
+    completed, status, _ = io_wait(h, mask, laneid(), q, ticket, submitted, deadline, now_ns())
     ok = False
     if submitted:
         if not completed:
@@ -276,13 +276,15 @@ def _fetch(h, mask, lane, q, want, gpage, page, slot, deadline):
     submitted = io_submit(h, mask, q, ticket, True, h.array_id, page, L.OP_READ, deadline)
     if ticket >= 0 and not submitted:
         record_error(h, L.ERR_TIMEOUT_QUEUE, page, ticket)
+    submitted_at = now_ns()
     if submitted:
-        _add_stat(h, L.STAT_SUBMIT_NS, now_ns() - asked_at)
+        _add_stat(h, L.STAT_SUBMIT_NS, submitted_at - asked_at)
         if slot < 0:
             claim_start = now_ns()
             slot, evicted, _ = claim_slot(h, gpage, True)
             _add_stat(h, L.STAT_CLAIM_NS, now_ns() - claim_start)
-    completed, status, source = io_wait(h, mask, lane, q, ticket, submitted, deadline)
+    completed, status, source = io_wait(h, mask, lane, q, ticket, submitted, deadline,
+                                        submitted_at)
     if submitted and not completed:
         record_error(h, L.ERR_TIMEOUT_IO, page, ticket)
     answered_at = now_ns()

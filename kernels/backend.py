@@ -19,8 +19,10 @@ simulator runs Python, so there it is an ``isinstance``.
 ``want`` to submit, or timed out): page ``page`` of array ``array_id``, ``op`` = ``OP_READ`` (into
 the ticket's staging page) or ``OP_WRITE`` (from it: the caller has copied the page there and
 fenced at system scope). Collective so that the NVMe path can write a warp's SQEs together.
-``io_wait(h, mask, lane, q, ticket, submitted, deadline) -> (completed, status, source)``
-(collective over ``mask``; ``status`` a gids STATUS_* code, ``source`` as in the host CQ record).
+``io_wait(h, mask, lane, q, ticket, submitted, deadline, since) -> (completed, status, source)``
+(collective over ``mask``; ``status`` a gids STATUS_* code, ``source`` as in the host CQ record;
+``since`` the %globaltimer when the lane's request went out: the host queues' first poll is
+timed from it, whatever the lane did in between).
 """
 from kernels import nvme, queue
 from kernels.handle import NvmeHandle
@@ -31,10 +33,10 @@ if SIMULATOR:
         step = nvme.submit_warp if isinstance(h, NvmeHandle) else queue.submit_lane
         return step(h, mask, q, ticket, want, array_id, page, op, deadline)
 
-    def io_wait(h, mask, lane, q, ticket, submitted, deadline):
+    def io_wait(h, mask, lane, q, ticket, submitted, deadline, since):
         if isinstance(h, NvmeHandle):
             return nvme.wait_warp(h, mask, lane, q, ticket, submitted, deadline)
-        return queue.wait_warp(h, mask, lane, q, ticket, submitted, deadline)
+        return queue.wait_warp(h, mask, lane, q, ticket, submitted, deadline, since)
 
 else:
     from numba.cuda.extending import overload
@@ -42,7 +44,7 @@ else:
     def io_submit(h, mask, q, ticket, want, array_id, page, op, deadline):
         raise NotImplementedError("device function: call it from a kernel")
 
-    def io_wait(h, mask, lane, q, ticket, submitted, deadline):
+    def io_wait(h, mask, lane, q, ticket, submitted, deadline, since):
         raise NotImplementedError("device function: call it from a kernel")
 
     def _is_nvme(h):
@@ -55,7 +57,11 @@ else:
             h, mask, q, ticket, want, array_id, page, op, deadline)
 
     @overload(io_wait, target="cuda")
-    def _io_wait(h, mask, lane, q, ticket, submitted, deadline):
-        step = nvme.wait_warp if _is_nvme(h) else queue.wait_warp
-        return lambda h, mask, lane, q, ticket, submitted, deadline: step(
-            h, mask, lane, q, ticket, submitted, deadline)
+    def _io_wait(h, mask, lane, q, ticket, submitted, deadline, since):
+        if _is_nvme(h):
+            step = nvme.wait_warp
+            return lambda h, mask, lane, q, ticket, submitted, deadline, since: step(
+                h, mask, lane, q, ticket, submitted, deadline)
+        step = queue.wait_warp
+        return lambda h, mask, lane, q, ticket, submitted, deadline, since: step(
+            h, mask, lane, q, ticket, submitted, deadline, since)

@@ -187,15 +187,16 @@ def wait_completion(h, q, ticket, deadline, first_ns):
 
 
 @cuda.jit(device=True)
-def wait_warp(h, mask, lane, q, ticket, submitted, deadline):
+def wait_warp(h, mask, lane, q, ticket, submitted, deadline, since):
     """Collective: each lane that ``submitted`` gets (completed, status, source) of its ticket;
     completed is False on timeout (or for a lane that did not submit).
 
     The daemon serves a queue in ticket order, so once the warp's highest ticket is complete
     all of its tickets are: one lane polls the host, not 32, starting ``FIRST_POLL_NS`` after
-    the submission (no host answers sooner), and keeps what it found; the others then read
-    their own completions, at once. (Under SSD emulation completions may come out of order:
-    a lane whose own is not there yet polls on.)
+    its submission at ``since`` (no host answers sooner; whatever the lane did meanwhile, such
+    as finding its slot, counts towards that wait), and keeps what it found; the others then
+    read their own completions, at once. (Under SSD emulation completions may come out of
+    order: a lane whose own is not there yet polls on.)
     """
     posted = ballot_sync(mask, submitted)
     polled = posted != 0 and lane == highest_lane(posted)
@@ -203,7 +204,8 @@ def wait_warp(h, mask, lane, q, ticket, submitted, deadline):
     status = 0
     source = 0
     if polled:
-        done, status, source = wait_completion(h, q, ticket, deadline, FIRST_POLL_NS)
+        done, status, source = wait_completion(h, q, ticket, deadline,
+                                               FIRST_POLL_NS - (now_ns() - since))
     syncwarp(mask)
     if submitted and not polled:
         done, status, source = wait_completion(h, q, ticket, deadline, 0)

@@ -836,10 +836,11 @@ def bench_latency(data, page_size, n_misses, log, keys=("zero_copy", "copy", "nv
 #: which shows how far the machine drifted between. Earlier variants are in docs/results.md.
 LATENCY_VARIANTS = {
     "defaults": "",
-    "slot first (no late claim)": "GIDS_LATE_CLAIM=0",
+    "first poll 1 us": "GIDS_POLL_NS=1024,1024,8192",
     "first poll 1.5 us": "GIDS_POLL_NS=1536,1024,8192",
     "first poll 2 us": "GIDS_POLL_NS=2048,1024,8192",
-    "first poll 2.5 us": "GIDS_POLL_NS=2560,1024,8192",
+    "first poll 1.5 us, then every 512 ns": "GIDS_POLL_NS=1536,512,8192",
+    "first poll 1.5 us, slot first": "GIDS_POLL_NS=1536,1024,8192 GIDS_LATE_CLAIM=0",
     "defaults again": "",
 }
 _KNOBS = ("GIDS_BULK_COPY_LANES", "GIDS_POLL_NS", "GIDS_HOT_QUEUE_EVERY", "GIDS_LATE_CLAIM")
