@@ -832,7 +832,8 @@ def bench_latency(data, page_size, n_misses, log, keys=("zero_copy", "copy", "nv
 #: runs in a process of its own, since the settings are read at import and compiled into the
 #: kernels. Since 2026-12-02 (eighth session) a loader sends its request before it claims its
 #: slot (``GIDS_LATE_CLAIM=0`` is the old order), and a request is one store with no fence, so
-#: the first poll may pay earlier: three earlier first polls. The defaults run first and last,
+#: the first poll may pay earlier (timed from the submission, a late claim inside it). The
+#: defaults run first and last,
 #: which shows how far the machine drifted between. Earlier variants are in docs/results.md.
 LATENCY_VARIANTS = {
     "defaults": "",
