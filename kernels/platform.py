@@ -54,11 +54,11 @@ def _ints(name, default):
 BULK_COPY_LANES = _ints("GIDS_BULK_COPY_LANES", (8,))[0]
 
 #: The completion poll's schedule (ns): ``(first, min, max)``. A warp's polling lane sleeps
-#: ``first`` before its first poll of a completion (a host round trip takes ~4.5 us, so an
-#: earlier poll only spends a PCIe read), then polls with back-off from ``min`` doubling to
-#: ``max``. ``GIDS_POLL_NS=first,min,max`` sets it, read at import; ``0,1024,8192`` is the
-#: schedule before 2026-12-01 (a first poll at once). See :mod:`kernels.queue`.
-POLL_FIRST_NS, POLL_MIN_NS, POLL_MAX_NS = _ints("GIDS_POLL_NS", (3072, 1024, 8192))
+#: ``first`` after its submission before its first poll of a completion, then polls with
+#: back-off from ``min`` doubling to ``max``. ``GIDS_POLL_NS=first,min,max`` sets it, read at
+#: import; ``0,1024,8192`` is the schedule before 2026-12-01 (a first poll at once),
+#: ``3072,1024,8192`` the one until 2026-12-02. See :mod:`kernels.queue` for the measurements.
+POLL_FIRST_NS, POLL_MIN_NS, POLL_MAX_NS = _ints("GIDS_POLL_NS", (1024, 1024, 8192))
 
 #: 1: a loader sends its read request before it finds its slot, and finds one while the
 #: request is out (``_fetch`` in :mod:`kernels.access`); 0: slot first, then the request (the

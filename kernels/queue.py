@@ -22,11 +22,13 @@ from kernels.platform import (POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS, SIMULATOR
 # to POLL_MAX_NS. Every poll of a completion is a PCIe read, and under load thousands of warps
 # poll at once: polls every 64 ns to 2 us took so many of the GPU's PCIe read requests that
 # page copies starved (all-miss 2.9 M pages/s on the H200; 1 to 8 us: 4.2 M, with 512 queues
-# 11.2 M; 2026-11-29). A host round trip is about 4.5 us anyway, so the polling lane of a
-# warp sleeps POLL_FIRST_NS before its first poll of a completion (:func:`wait_warp`): a poll
-# sooner cannot find it, and one lone request's completion is then seen at ~5-6 us, not after
-# the 1, 2 and 4 us naps at ~10 us. Under load that costs no extra poll (it replaces the poll
-# at once and the one after 1 us, which never found a completion either).
+# 11.2 M; 2026-11-29). So the polling lane of a warp sleeps POLL_FIRST_NS after its submission
+# before its first poll of a completion (:func:`wait_warp`), then backs off. How long: a poll
+# takes ~1.3 us there and back, and one lone request's completion came soonest with the first
+# poll 1 us after the submission (QD1 p50 10.0 us; 12.3 with 3 us, the default until then;
+# H200, 2026-12-02, ``microbench latency``), the request now being one store with no fence.
+# Under load an early first poll is one more PCIe read per warp's wait (all-miss 10.5-11.0 M
+# pages/s with it at 1.5 us, 11.65 M at 3 us in an earlier run).
 #: The first poll's delay as used: none in the simulator, whose round trips take milliseconds
 #: (and whose emulated warps sleep at least 10 ms per nap), so that it runs as before.
 FIRST_POLL_NS = 0 if SIMULATOR else POLL_FIRST_NS
