@@ -26,6 +26,9 @@ Stages, in order of priority (default: all, in this order):
 - ``bfs-warm``: the scale-24 graph with the cache holding all of it, warm, beside the
   all-in-GPU-memory path in the same run, with the traversal capped at 64 registers (the
   default for a whole cache), then at 48 and at 80;
+- ``bfs-targets``: issue 5's targets side by side at scale 24: the cache at 25 % (cold) beside
+  zero-copy and the CPU-initiated batch path, then the whole graph cached (warm) between two
+  runs of the all-in-GPU-memory path;
 - ``bfs-ssd``: issue 5's scale-24 graph through a quarter-size cache on gids and the NVMe path
   under real-time emulation of 1 and 4 modelled P5800X drives;
 - ``search``: ``gids search`` on synthetic vectors over the data paths, and a smaller index over
@@ -123,6 +126,22 @@ STAGES = {
                                             (["env", "GIDS_WHOLE_CACHE_REGISTERS=80"], "gids",
                                              "_cap80"))],
                  590),
+    # Issue 5's three targets in one stage, each side by side: scale 24, a RAM-backed store,
+    # first the cache at 25 % of the neighbours, cold at each search, beside zero-copy and the
+    # CPU-initiated batch path (4 roots, each path after an untimed warm-up search); then the
+    # cache holding the whole graph, warm, between two runs of the all-in-GPU-memory path
+    # (memory, gids, memory, 8 roots). Two runs of the reference bracket the gids run because
+    # a search's host costs moved by 10-20 % between blocks of one process (H200, 2026-12-02,
+    # exp/bfs_drift.py: a small copy 114-150 us, a launch 44-68 us), which moved the ratio as
+    # much as anything gids did. About five minutes (an estimate).
+    "bfs-targets": ([([*GIDS, "bfs", "--scale", "24", "--roots", "4", "--storage", "memory",
+                       "--save-graph", "/tmp/gids-session-k24.csr",
+                       "--data-path", "gids,zero_copy,cpu_batch", "--cache-fractions", "0.25",
+                       "--json", "{dir}/bfs_quarter.json"], 330),
+                     [*GIDS, "bfs", "--graph", "/tmp/gids-session-k24.csr", "--roots", "8",
+                      "--storage", "memory", "--data-path", "memory,gids,memory",
+                      "--cache-fractions", "1.0", "--warm-cache", "--json",
+                      "{dir}/bfs_whole.json"]], 590),
     # Issue 5's table under real-time emulation at its own scale: scale 24, cache 25 %, gids
     # and the NVMe path each on 1 and 4 emulated P5800X drives (2 roots after the warm-up
     # search; ~885 k page reads a search, so about 0.6 s a search on one modelled drive). Not
