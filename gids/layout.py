@@ -33,13 +33,6 @@ PAGE_SLOT_MASK = np.uint64(0xFFFFFFFF << 32)      # slots fit in 31 bits (2**31 
 SLOT_EMPTY = -1    # slot_page[s]: slot holds no page
 SLOT_CLAIMED = -2  # slot_page[s]: a loader is evicting or filling the slot
 
-# --- The clock (int64 words in device memory, one array per Runtime) ------------------------
-CLOCK_HAND = 0         # the replacement scan's hand: slot = hand % n_slots, one atomic per probe
-CLOCK_NO_CLEAN_AT = 16  # %globaltimer (ns) when a loader last found no clean slot after its
-                        # request went out (kernels/access.py, _fetch); on a line of its own,
-                        # away from the hand's atomics, so that loaders read it from L1
-CLOCK_WORDS = 32
-
 # --- Submission queue record (written by a GPU thread) ---------------------------------------
 # One 64-bit word holds the whole request, written by one strong store and polled by the daemon:
 # no fence before it (a system-scope release cost 0.58 us of every miss's path on the H200,

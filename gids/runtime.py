@@ -291,7 +291,7 @@ class Runtime:
         # The cache (device memory).
         self._cache = cuda.device_array(cache_pages * page_size, dtype=np.uint8)
         self._slot_page = self._to_device(np.full(cache_pages, L.SLOT_EMPTY, dtype=np.int64))
-        self._clock = self._to_device(np.zeros(L.CLOCK_WORDS, dtype=np.int64))
+        self._clock = self._to_device(np.zeros(1, dtype=np.int64))
         # One uint64 word per page: its state and, while it has one, its slot (gids.layout).
         self._page_state = self._to_device(np.zeros(1, dtype=np.uint64))
         # Each array's first global page, so that an evicting thread can name a dirty victim's
@@ -1020,7 +1020,7 @@ class Runtime:
             self._write_back_dirty()
         self._page_state.copy_to_device(np.zeros(self._page_state.size, dtype=np.uint64))
         self._slot_page.copy_to_device(np.full(self.cache_slots, L.SLOT_EMPTY, dtype=np.int64))
-        self._clock.copy_to_device(np.zeros(L.CLOCK_WORDS, dtype=np.int64))
+        self._clock.copy_to_device(np.zeros(1, dtype=np.int64))
 
     # ----------------------------------------------------------------- stats
     def stats(self):

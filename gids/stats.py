@@ -23,9 +23,7 @@ class Stats:
     I/O latency the kernels saw, queueing included), ``miss_ns`` over each miss's whole slow
     path (a slot, a write-back, the request and the page copy, or the wait for another warp's
     load: ``miss_ns / misses``). ``slot_retries`` counts the rounds in which a loader found no
-    evictable slot (too many pages in use or in flight for the cache). A loader sends its
-    request before it has a slot; where it then finds no clean one, the page read is dropped
-    and read again once a slot is had: that read counts in ``ios`` and in ``slot_retries``.
+    evictable slot (too many pages in use or in flight for the cache).
 
     ``bulk_copies`` counts the pages (among ``ios``) that a warp of few lanes copied from host
     memory into the cache by bulk copy (TMA, compute capability 9.0 and up; the others were
@@ -33,9 +31,9 @@ class Stats:
 
     Two parts of ``io_ns`` and after it, summed over I/Os: ``submit_ns`` from a loader's ticket
     to its request published (the wait for its queue entry, the record's stores to host memory),
-    ``copy_ns`` from the completion seen to the page in its slot, visible GPU-wide. And
-    ``claim_ns``: a loader's time finding its slot (the clock's scan and the victim's
-    unmapping, retries included), mostly while its request is out.
+    ``copy_ns`` from the completion seen to the page in its slot, visible GPU-wide. Before the
+    request, ``claim_ns``: a loader's time finding its slot (the clock's scan and the victim's
+    unmapping, retries included).
     """
 
     hits: int = 0

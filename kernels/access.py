@@ -44,9 +44,8 @@ from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, chec
 from kernels.backend import io_submit, io_wait
 from kernels.queue import (expired, hand_on_entry, lowest_lane, queue_of_warp, release_entry,
                            staging_word, take_tickets, wait_turn)
-from kernels.sync import (atomic_cas, ld_relaxed_gpu, ld_weak_l2, now_ns, red_add,
-                          st_relaxed_gpu, zero_of)
-from kernels.platform import BULK_COPY_LANES, LATE_CLAIM, out_of_line
+from kernels.sync import atomic_cas, ld_weak_l2, now_ns, red_add, zero_of
+from kernels.platform import BULK_COPY_LANES, out_of_line
 from kernels.warp import activemask, ballot_sync, laneid, match_any_sync, nanosleep, popc, shfl_sync, syncwarp
 
 #: References a leader takes for its group when it gives the pin back itself (read, write).
@@ -55,12 +54,6 @@ _ONE_REF = np.uint64(1)
 #: Sleep between rounds for a lane waiting on another warp's load (doubles up to the max).
 WAIT_MIN_NS = 128
 WAIT_MAX_NS = 4096
-
-#: After a loader that sent its request before finding a slot found no clean one (and dropped
-#: the page it read), every loader finds its slot first for this long (ns): where dirty pages
-#: fill the cache (a kernel writing an array larger than it), sending first would read most
-#: pages twice (:func:`_fetch`).
-LATE_CLAIM_PAUSE_NS = 1_000_000
 
 
 @cuda.jit(device=True)
@@ -246,29 +239,16 @@ def _write_back(h, mask, q, victim, slot, deadline):
 
 
 @cuda.jit(device=True)
-def _fetch(h, mask, lane, q, want, gpage, page, slot, deadline):
-    """Lanes with ``want`` read their ``page`` (global page ``gpage``) from the store into a
-    slot (collective): ``slot``, or where that is -1 one found while the request is out.
+def _fetch(h, mask, lane, q, want, page, slot, deadline):
+    """Lanes with ``want`` read their ``page`` from the store into ``slot`` (collective).
 
-    Finding a slot after the request went out takes the claim's atomics (0.8 us of a lone miss
-    on the H200, 2026-12-02) off the miss's path: they overlap the host's round trip. Such a
-    claim passes over dirty pages (``claim_slot``'s ``clean_only``): a write-back takes queue
-    entries, and this lane holds one that an entry it would wait for may be waiting on. Where
-    it finds no slot, the page that arrives is dropped (the entry handed on, nothing copied:
-    one read more, counted in ``ios`` and ``slot_retries``), the time is noted in the clock's
-    ``CLOCK_NO_CLEAN_AT`` word, and the caller tries again slot first, as every loader does
-    for :data:`LATE_CLAIM_PAUSE_NS` after (:func:`_access_slow`).
-
-    Returns ``(asked, completed, status, slot, evicted)``: ``asked`` once the lane had a ticket;
-    ``completed`` once the host answered (the entry is handed on); ``status`` the host's
-    answer; ``slot`` the page's slot, -1 if none was found (then nothing was copied);
-    ``evicted`` if the claim here evicted a clean page. A lane that asked and got no answer has
-    recorded a timeout.
+    Returns ``(asked, completed, status)``: ``asked`` once the lane had a ticket; ``completed``
+    once the host answered (the entry is handed on); ``status`` the host's answer. A lane that
+    asked and got no answer has recorded a timeout.
     """
     completed = False
     status = 0
     source = 0
-    evicted = False
     ticket = take_tickets(h, q, mask, want)
     asked_at = now_ns()
     # The back end's two steps (host queues or NVMe rings), chosen by the handle's type at
@@ -279,10 +259,6 @@ def _fetch(h, mask, lane, q, want, gpage, page, slot, deadline):
     submitted_at = now_ns()
     if submitted:
         _add_stat(h, L.STAT_SUBMIT_NS, submitted_at - asked_at)
-        if slot < 0:
-            claim_start = now_ns()
-            slot, evicted, _ = claim_slot(h, gpage, True)
-            _add_stat(h, L.STAT_CLAIM_NS, now_ns() - claim_start)
     completed, status, source = io_wait(h, mask, lane, q, ticket, submitted, deadline,
                                         submitted_at)
     if submitted and not completed:
@@ -290,15 +266,11 @@ def _fetch(h, mask, lane, q, want, gpage, page, slot, deadline):
     answered_at = now_ns()
     if completed:
         _add_stat(h, L.STAT_IO_NS, answered_at - asked_at)
-        if slot < 0 and status == L.STATUS_OK:
-            st_relaxed_gpu(h.clock, L.CLOCK_NO_CLEAN_AT, answered_at)
-            _add_stat(h, L.STAT_IOS, 1)
-            _add_stat(h, L.STAT_SLOT_RETRIES, 1)
     # In a warp of at most BULK_COPY_LANES lanes, each loader whose page arrived (its own
     # acquire saw the completion, in io_wait) copies it into its slot alone by bulk copy, where
     # that is compiled in (cc >= 9.0: kernels/bulk.py); the warp copies the rest with its own
     # loads (elsewhere: all of them, copy_in_bulk being the constant False).
-    arrived = completed and status == L.STATUS_OK and slot >= 0
+    arrived = completed and status == L.STATUS_OK
     bulk = False
     lanes = popc(mask)
     if arrived and lanes <= BULK_COPY_LANES:
@@ -340,7 +312,7 @@ def _fetch(h, mask, lane, q, want, gpage, page, slot, deadline):
             # No lane read a staging page but by bulk copy, each its own, and each such copy
             # ended with the lock's release: that fence orders the reads before this store.
             hand_on_entry(h, q, ticket)
-    return ticket >= 0, completed, status, slot, evicted
+    return ticket >= 0, completed, status
 
 
 @cuda.jit(device=True)
@@ -435,10 +407,6 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
     wait_code = L.ERR_TIMEOUT_LOADER
     pause = WAIT_MIN_NS
     rounds = 0
-    # Whether a loader of this call sends its request before it finds a slot (_fetch). Read
-    # first, so that the load overlaps the pin's atomics below; used in the first loading round.
-    no_clean_at = ld_relaxed_gpu(h.clock, L.CLOCK_NO_CLEAN_AT)
-    claim_late = LATE_CLAIM
 
     while True:
         # 1. pin and use the hits, or become the loader
@@ -472,17 +440,13 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
             q = queue_of_warp(h)
             victim = -1
             if loading:
-                claim_late = claim_late and now_ns() - no_clean_at > LATE_CLAIM_PAUSE_NS
-                if claim_late:
-                    slot = -1     # found in _fetch, while the request is out
-                else:
-                    claim_start = now_ns()
-                    slot, ev, victim = claim_slot(h, gpage, False)
-                    _add_stat(h, L.STAT_CLAIM_NS, now_ns() - claim_start)
-                    evicted = evicted or ev
-                    if slot < 0:
-                        wait_code = L.ERR_TIMEOUT_SLOT
-                        _add_stat(h, L.STAT_SLOT_RETRIES, 1)
+                claim_start = now_ns()
+                slot, ev, victim = claim_slot(h, gpage)
+                _add_stat(h, L.STAT_CLAIM_NS, now_ns() - claim_start)
+                evicted = evicted or ev
+                if slot < 0:
+                    wait_code = L.ERR_TIMEOUT_SLOT
+                    _add_stat(h, L.STAT_SLOT_RETRIES, 1)
             if ballot_sync(mask, victim >= 0) != 0:
                 ok = _write_back(h, mask, q, victim, slot, deadline)
                 if victim >= 0:
@@ -497,10 +461,8 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
                         slot = -1
                         failed = 1
             # 3. the request, the completion, the copy into the slot
-            asked, completed, status, slot, ev = _fetch(
-                h, mask, lane, q, loading and (claim_late or slot >= 0), gpage, page, slot,
-                deadline)
-            evicted = evicted or ev
+            asked, completed, status = _fetch(h, mask, lane, q, loading and slot >= 0, page,
+                                              slot, deadline)
             if asked and not completed:
                 # The entry may never be answered now; the Runtime resets the queues.
                 abandon(h, gpage, slot, refs)
@@ -509,12 +471,7 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
             # 4. publish (keeping a pin), use, unpin. A failure of this round reaches the
             # group in the same shuffle as the slot.
             pinned = False
-            if completed and status == L.STATUS_OK and slot < 0:
-                # It arrived, but no clean slot was found while it was on its way: dropped.
-                # The next round finds a slot first (the loader keeps BUSY and its pin).
-                claim_late = False
-                wait_code = L.ERR_TIMEOUT_SLOT
-            elif completed:
+            if completed:
                 loading = False
                 if status == L.STATUS_OK:
                     publish(h, gpage, slot)

@@ -197,7 +197,7 @@ def unpin_after_reads(h, page, refs, reads_done):
 
 
 @cuda.jit(device=True)
-def claim_slot(h, page, clean_only):
+def claim_slot(h, page):
     """Find a slot for ``page`` (whose BUSY the caller owns).
 
     Returns ``(slot or -1, evicted_clean, dirty_victim)``. ``dirty_victim >= 0``: the slot
@@ -205,14 +205,10 @@ def claim_slot(h, page, clean_only):
     :func:`finish_write_back` (or :func:`keep_dirty_victim` if that failed) before the slot is
     its own. Until then ``slot_page[slot]`` stays CLAIMED. The slot goes into ``page``'s word
     only when the page is published (:func:`publish`).
-
-    ``clean_only``: pass over dirty pages as over referenced ones (``dirty_victim`` is then
-    always -1). For a loader whose read request is already out (:func:`kernels.access._fetch`):
-    it holds a queue entry, and a write-back would wait for entries of its own.
     """
     n = h.n_slots
     for _ in range(min(n, VICTIM_PROBES)):
-        s = atomic_add(h.clock, L.CLOCK_HAND, 1) % n
+        s = atomic_add(h.clock, 0, 1) % n
         # Coherent read: a plain load may keep returning a stale value from this SM's L1,
         # making every compare-and-swap on the slot fail (the loader would starve).
         victim = ld_relaxed_gpu(h.slot_page, s)
@@ -226,7 +222,7 @@ def claim_slot(h, page, clean_only):
             # word is then exactly the slot and VALID, and becomes 0 (not cached, no slot).
             in_slot = np.uint64(s) << _SLOT_SHIFT
             seen = atomic_cas(h.page_state, victim, in_slot | _VALID, _ZERO)
-            if seen == in_slot | _DIRTY_VALID and not clean_only:
+            if seen == in_slot | _DIRTY_VALID:
                 # A dirty one goes to BUSY | DIRTY and keeps its slot in the word while it is
                 # written back from it (a Runtime.flush after a failed kernel finds it there).
                 if (atomic_cas(h.page_state, victim, in_slot | _DIRTY_VALID, in_slot | _DIRTY_BUSY)
@@ -330,10 +326,9 @@ else:
 
 @cuda.jit(device=True)
 def abandon(h, page, slot, refs):
-    """The load failed: free the slot (if it had one yet: ``slot`` >= 0), mark the page ERROR so
-    that waiters stop, and drop the loader's ``refs`` references, in one compare-and-swap."""
-    if slot >= 0:
-        atomic_exch(h.slot_page, slot, L.SLOT_EMPTY)
+    """The load failed: free the slot, mark the page ERROR so that waiters stop, and drop the
+    loader's ``refs`` references, in one compare-and-swap."""
+    atomic_exch(h.slot_page, slot, L.SLOT_EMPTY)
     _update_state(h, page, _ERROR, _BUSY, refs)
 
 

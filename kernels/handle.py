@@ -29,8 +29,7 @@ _ARRAY_FIELDS = [
     "page_state",   # uint64 per global page: its slot << 32 | VALID | BUSY | ERROR | DIRTY |
                     # reference count (gids.layout.PAGE_*; the slot while it has one)
     "slot_page",    # int64 per slot: the global page it holds, SLOT_EMPTY or SLOT_CLAIMED
-    "clock",        # int64[CLOCK_WORDS]: the replacement scan's hand, and when a loader last
-                    # found no clean slot (gids.layout.CLOCK_*)
+    "clock",        # int64[1]: the clock hand of the replacement scan
     "n_slots",
     "page_bases",   # int64[MAX_ARRAYS]: page_base of every open array (to find a dirty victim's)
     # --- the queues to the host daemon ---

@@ -60,12 +60,6 @@ BULK_COPY_LANES = _ints("GIDS_BULK_COPY_LANES", (8,))[0]
 #: ``3072,1024,8192`` the one until 2026-12-02. See :mod:`kernels.queue` for the measurements.
 POLL_FIRST_NS, POLL_MIN_NS, POLL_MAX_NS = _ints("GIDS_POLL_NS", (1024, 1024, 8192))
 
-#: 1: a loader sends its read request before it finds its slot, and finds one while the
-#: request is out (``_fetch`` in :mod:`kernels.access`); 0: slot first, then the request (the
-#: order before 2026-12-02). ``GIDS_LATE_CLAIM=0`` sets it, read at import, for the A/B of
-#: ``python -m workloads.microbench latency``.
-LATE_CLAIM = _ints("GIDS_LATE_CLAIM", (1,))[0] != 0
-
 
 def jit(func=None, **options):
     """``numba.cuda.jit`` for kernels that call ``gids.read``: registers capped at

@@ -101,16 +101,13 @@ def test_thread_rows_label_each_figure_with_its_own_thread_count():
 
 @pytest.mark.skipif(not SIMULATOR, reason="tiny sizes: a check that the A/B runs")
 def test_latency_ab_runs_each_variant_in_a_process_of_its_own(tmp_path):
-    variants = {"before": "GIDS_BULK_COPY_LANES=0 GIDS_POLL_NS=0,1024,8192 GIDS_HOT_QUEUE_EVERY=0 "
-                          "GIDS_LATE_CLAIM=0",
+    variants = {"before": "GIDS_BULK_COPY_LANES=0 GIDS_POLL_NS=0,1024,8192 GIDS_HOT_QUEUE_EVERY=0",
                 "defaults": ""}
     rows = microbench.latency_suite(str(tmp_path), variants=variants, n_misses=8)
     assert [r["variant"] for r in rows] == ["before", "defaults"]
     before, defaults = rows[0]["settings"], rows[1]["settings"]
-    assert before == {"bulk_copy_lanes": 0, "poll_ns": [0, 1024, 8192], "hot_queue_every": 0,
-                      "late_claim": False}
+    assert before == {"bulk_copy_lanes": 0, "poll_ns": [0, 1024, 8192], "hot_queue_every": 0}
     assert defaults["hot_queue_every"] > 0 and defaults["bulk_copy_lanes"] > 0
-    assert defaults["late_claim"] is True
     for r in rows:
         for key in ("zero_copy", "copy"):
             assert r[key]["ios"] == 8 and r[key]["bulk_copies"] == 0   # never in the simulator

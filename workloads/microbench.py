@@ -18,9 +18,9 @@ of :data:`HIT_CAPS`, one labelled row per cap. ``python -m workloads.microbench 
 sizes that the code runs).
 
 ``python -m workloads.microbench latency [--out DIR] [--misses N]`` times one thread, one miss at
-a time under each variant of :data:`LATENCY_VARIANTS` (the order of slot and request, the
-completion poll schedule), each in a process of its own: the settings are
-read at import. The processes compile together, then measure one after the other.
+a time under each variant of :data:`LATENCY_VARIANTS` (the completion poll schedule), each in a
+process of its own: the settings are read at import. The processes compile together, then
+measure one after the other.
 """
 import argparse
 import json
@@ -768,13 +768,12 @@ def misses_suite(out_dir, quick=False):
 def latency_settings():
     """The settings of one miss's path in this process (read at import, compiled into the
     kernels: kernels/platform.py, host_daemon/daemon.py): the bulk copy's lane threshold, the
-    completion poll schedule, the daemon's hot-queue stride, the order of slot and request."""
+    completion poll schedule, the daemon's hot-queue stride."""
     from host_daemon.daemon import HOT_QUEUE_EVERY
-    from kernels.platform import (BULK_COPY_LANES, LATE_CLAIM, POLL_FIRST_NS, POLL_MAX_NS,
-                                  POLL_MIN_NS)
+    from kernels.platform import BULK_COPY_LANES, POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS
     return {"bulk_copy_lanes": BULK_COPY_LANES,
             "poll_ns": [POLL_FIRST_NS, POLL_MIN_NS, POLL_MAX_NS],
-            "hot_queue_every": HOT_QUEUE_EVERY, "late_claim": LATE_CLAIM}
+            "hot_queue_every": HOT_QUEUE_EVERY}
 
 
 def bench_latency(data, page_size, n_misses, log, keys=("zero_copy", "copy", "nvme")):
@@ -816,35 +815,30 @@ def bench_latency(data, page_size, n_misses, log, keys=("zero_copy", "copy", "nv
                         "copy_us": st.copy_latency_us, "claim_us": st.claim_latency_us,
                         "miss_us": st.miss_latency_us,
                         "values_ok": ok}
-            # A late claim (kernels/platform.py, LATE_CLAIM) runs inside the I/O's time.
-            claim_apart = 0.0 if res["settings"]["late_claim"] else st.claim_latency_us
             log(f"QD1 miss latency ({key}): p50 {res[key]['p50_us']:.1f} us, p99 {res[key]['p99_us']:.1f} us, "
                 f"wall mean {res[key]['mean_wall_us']:.1f} us, mean miss {st.miss_latency_us:.1f} us "
                 f"= I/O {st.io_latency_us:.1f} (of which submit {st.submit_latency_us:.1f}) + copy "
-                f"{st.copy_latency_us:.1f} + claiming the slot {claim_apart:.1f} "
-                f"({st.claim_latency_us:.1f} in all) + the rest "
-                f"{st.miss_latency_us - st.io_latency_us - st.copy_latency_us - claim_apart:.1f}, "
+                f"{st.copy_latency_us:.1f} + claiming the slot {st.claim_latency_us:.1f} + the "
+                f"rest {st.miss_latency_us - st.io_latency_us - st.copy_latency_us - st.claim_latency_us:.1f}, "
                 f"bulk copies {st.bulk_copies} of {st.ios}, values {'ok' if ok else 'WRONG'}")
     return res
 
 
 #: The latency A/B (``python -m workloads.microbench latency``): name -> environment. Each variant
 #: runs in a process of its own, since the settings are read at import and compiled into the
-#: kernels. Since 2026-12-02 (eighth session) a loader sends its request before it claims its
-#: slot (``GIDS_LATE_CLAIM=0`` is the old order), a request is one store with no fence, and the
-#: first poll comes 1 us after the submission (3 us before): variants around those. The
-#: defaults run first and last, which shows how far the machine drifted between. Earlier
-#: variants are in docs/results.md.
+#: kernels. Since 2026-12-02 (eighth session) a request is one store with no fence and the first
+#: poll comes 1 us after the submission (3 us before): variants of the first poll and of the
+#: pause after a poll that found nothing. The defaults run first and last, which shows how far
+#: the machine drifted between. Earlier variants are in docs/results.md.
 LATENCY_VARIANTS = {
     "defaults": "",
-    "first poll at once": "GIDS_POLL_NS=0,1024,8192",
     "first poll 0.5 us": "GIDS_POLL_NS=512,1024,8192",
-    "first poll 1.5 us": "GIDS_POLL_NS=1536,1024,8192",
+    "first poll 1 us, then every 256 ns": "GIDS_POLL_NS=1024,256,8192",
+    "first poll 0.5 us, then every 256 ns": "GIDS_POLL_NS=512,256,8192",
     "first poll 3 us (until 2026-12-02)": "GIDS_POLL_NS=3072,1024,8192",
-    "slot first": "GIDS_LATE_CLAIM=0",
     "defaults again": "",
 }
-_KNOBS = ("GIDS_BULK_COPY_LANES", "GIDS_POLL_NS", "GIDS_HOT_QUEUE_EVERY", "GIDS_LATE_CLAIM")
+_KNOBS = ("GIDS_BULK_COPY_LANES", "GIDS_POLL_NS", "GIDS_HOT_QUEUE_EVERY")
 
 
 def _latency_data(quick):
@@ -909,16 +903,13 @@ def latency_suite(out_dir, variants=LATENCY_VARIANTS, n_misses=2000, quick=False
     for r in rows:
         z, c, st = r["zero_copy"], r["copy"], r["settings"]
         ok = z["values_ok"] and c["values_ok"]
-        # A late claim runs while the request is out: its time is inside the I/O's.
-        claim_apart = 0.0 if st.get("late_claim") else z["claim_us"]
-        rest = z["miss_us"] - z["io_us"] - z["copy_us"] - claim_apart
+        rest = z["miss_us"] - z["io_us"] - z["copy_us"] - z["claim_us"]
         lines.append(f"| {r['variant']} | {z['p50_us']:.1f} / {z['p90_us']:.1f} / {z['p99_us']:.1f} "
                      f"| {c['p50_us']:.1f} | {z['miss_us']:.1f} = {z['io_us']:.1f} "
                      f"({z['submit_us']:.1f}) + {z['copy_us']:.1f} + {z['claim_us']:.1f} + "
                      f"{rest:.1f} | {z['bulk_copies']} / {z['ios']} | "
                      f"{'equal' if ok else 'WRONG'} | lanes {st['bulk_copy_lanes']}, poll "
-                     f"{st['poll_ns']}, hot {st['hot_queue_every']}, late claim "
-                     f"{int(st.get('late_claim', False))} |")
+                     f"{st['poll_ns']}, hot {st['hot_queue_every']} |")
     table = "\n".join(lines) + "\n"
     _write_suite(out_dir, "latency", {"date": time.strftime("%Y-%m-%d"), "rows": rows}, table)
     return rows
