@@ -25,10 +25,11 @@ from kernels.platform import (POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS, SIMULATOR
 # 11.2 M; 2026-11-29). So the polling lane of a warp sleeps POLL_FIRST_NS after its submission
 # before its first poll of a completion (:func:`wait_warp`), then backs off. How long: a poll
 # takes ~1.3 us there and back, and one lone request's completion came soonest with the first
-# poll 1 us after the submission (QD1 p50 10.0 us; 12.3 with 3 us, the default until then;
-# H200, 2026-12-02, ``microbench latency``), the request now being one store with no fence.
-# Under load an early first poll is one more PCIe read per warp's wait (all-miss 10.5-11.0 M
-# pages/s with it at 1.5 us, 11.65 M at 3 us in an earlier run).
+# poll 0.5-1 us after the submission (QD1 p50 9.9-10.3 us in three runs, 12.2-12.3 in a fourth;
+# 12.2-12.3 in all four with 3 us, the default until then; H200, 2026-12-02, ``microbench
+# latency``), the request now being one store with no fence. Under load it cost nothing
+# measurable (all-miss 11.6 M pages/s at 32 pages a warp, 10.6-11.0 M at one; 11.65 M and
+# 10.85 M at 3 us in an earlier run).
 #: The first poll's delay as used: none in the simulator, whose round trips take milliseconds
 #: (and whose emulated warps sleep at least 10 ms per nap), so that it runs as before.
 FIRST_POLL_NS = 0 if SIMULATOR else POLL_FIRST_NS

