@@ -196,9 +196,8 @@ def wait_warp(h, mask, lane, q, ticket, submitted, deadline, since):
 
     The daemon serves a queue in ticket order, so once the warp's highest ticket is complete
     all of its tickets are: one lane polls the host, not 32, starting ``FIRST_POLL_NS`` after
-    its submission at ``since`` (no host answers sooner; whatever the lane did meanwhile, such
-    as finding its slot, counts towards that wait), and keeps what it found; the others then
-    read their own completions, at once. (Under SSD emulation completions may come out of
+    its submission at ``since`` (whatever the lane did after it counts towards that wait), and
+    keeps what it found; the others then read their own completions, at once. (Under SSD emulation completions may come out of
     order: a lane whose own is not there yet polls on.)
     """
     posted = ballot_sync(mask, submitted)

@@ -112,6 +112,11 @@ def test_latency_ab_runs_each_variant_in_a_process_of_its_own(tmp_path):
         for key in ("zero_copy", "copy"):
             assert r[key]["ios"] == 8 and r[key]["bulk_copies"] == 0   # never in the simulator
             assert r[key]["values_ok"]
+            p = [r[key][f"p{q}_us"] for q in (10, 25, 50, 75, 90, 99)]
+            assert p == sorted(p)
+            hist = r[key]["histogram_us"]
+            assert sum(hist["counts"]) + hist["above"] == 8   # every miss in one bin
+            assert len(hist["bin_edges"]) == len(hist["counts"]) + 1
     with open(os.path.join(tmp_path, "latency_suite.json")) as f:
         assert len(json.load(f)["rows"]) == 2
 

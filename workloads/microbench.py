@@ -808,8 +808,15 @@ def bench_latency(data, page_size, n_misses, log, keys=("zero_copy", "copy", "nv
             st = rt.stats()
             # The kernel sums what it read (int64, wrapping as numpy's sum does).
             ok = bool(out.copy_to_host()[0] == data.reshape(-1)[pages * epp].sum())
-            res[key] = {"p50_us": float(np.percentile(t, 50)), "p90_us": float(np.percentile(t, 90)),
+            # The whole distribution too, in 0.5 us bins: a median that moves by a poll period
+            # (~2 us) between runs is two modes of one distribution, not noise around one.
+            counts, edges = np.histogram(t, bins=np.arange(0.0, 40.5, 0.5))
+            res[key] = {"p10_us": float(np.percentile(t, 10)), "p25_us": float(np.percentile(t, 25)),
+                        "p50_us": float(np.percentile(t, 50)), "p75_us": float(np.percentile(t, 75)),
+                        "p90_us": float(np.percentile(t, 90)),
                         "p99_us": float(np.percentile(t, 99)), "mean_wall_us": wall / n_misses * 1e6,
+                        "histogram_us": {"bin_edges": edges.tolist(), "counts": counts.tolist(),
+                                         "above": int(np.count_nonzero(t >= edges[-1]))},
                         "ios": st.ios, "bulk_copies": st.bulk_copies,
                         "io_us": st.io_latency_us, "submit_us": st.submit_latency_us,
                         "copy_us": st.copy_latency_us, "claim_us": st.claim_latency_us,
@@ -897,14 +904,15 @@ def latency_suite(out_dir, variants=LATENCY_VARIANTS, n_misses=2000, quick=False
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
-    lines = ["| variant | zero-copy p50 / p90 / p99 us | copy p50 us | zero-copy mean miss = I/O "
+    lines = ["| variant | zero-copy p10 / p25 / p50 / p75 / p90 / p99 us | copy p50 us | zero-copy mean miss = I/O "
              "(submit) + copy + claim + rest, us | bulk copies / I/Os | values | settings |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         z, c, st = r["zero_copy"], r["copy"], r["settings"]
         ok = z["values_ok"] and c["values_ok"]
         rest = z["miss_us"] - z["io_us"] - z["copy_us"] - z["claim_us"]
-        lines.append(f"| {r['variant']} | {z['p50_us']:.1f} / {z['p90_us']:.1f} / {z['p99_us']:.1f} "
+        lines.append(f"| {r['variant']} | {z['p10_us']:.1f} / {z['p25_us']:.1f} / {z['p50_us']:.1f} / "
+                     f"{z['p75_us']:.1f} / {z['p90_us']:.1f} / {z['p99_us']:.1f} "
                      f"| {c['p50_us']:.1f} | {z['miss_us']:.1f} = {z['io_us']:.1f} "
                      f"({z['submit_us']:.1f}) + {z['copy_us']:.1f} + {z['claim_us']:.1f} + "
                      f"{rest:.1f} | {z['bulk_copies']} / {z['ios']} | "
