@@ -25,8 +25,8 @@ from kernels.platform import (POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS, SIMULATOR
 # 11.2 M; 2026-11-29). So the polling lane of a warp sleeps POLL_FIRST_NS after its submission
 # before its first poll of a completion (:func:`wait_warp`), then backs off. How long: a poll
 # takes ~1.3 us there and back, and one lone request's completion came soonest with the first
-# poll 0.5-1 us after the submission (QD1 p50 9.9-10.3 us in three runs, 12.2-12.3 in a fourth;
-# 12.2-12.3 in all four with 3 us, the default until then; H200, 2026-12-02, ``microbench
+# poll 0.5-1 us after the submission (QD1 p50 9.9-10.3 us in two runs, 12.2-12.3 in a third;
+# 12.2-12.3 in every run with 3 us, the default until then; H200, 2026-12-02, ``microbench
 # latency``), the request now being one store with no fence. Under load it cost nothing
 # measurable (all-miss 11.6 M pages/s at 32 pages a warp, 10.6-11.0 M at one; 11.65 M and
 # 10.85 M at 3 us in an earlier run).
