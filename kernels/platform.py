@@ -53,6 +53,12 @@ def _ints(name, default):
 #: gain is under a microsecond and not worth the turns; at 8 it is 2.7x.
 BULK_COPY_LANES = _ints("GIDS_BULK_COPY_LANES", (8,))[0]
 
+#: Whether a miss on a read-only zero-copy array starts its page's bulk copy while its request
+#: is out (:func:`kernels.cache.start_early_copy`; the Runtime sets each handle's
+#: ``early_base``). ``GIDS_EARLY_COPY=0`` turns it off (read at import, for the A/B of
+#: ``python -m workloads.microbench latency``).
+EARLY_COPY = _ints("GIDS_EARLY_COPY", (1,))[0] != 0
+
 #: The completion poll's schedule (ns): ``(first, min, max)``. A warp's polling lane sleeps
 #: ``first`` after its submission before its first poll of a completion, then polls with
 #: back-off from ``min`` doubling to ``max``. ``GIDS_POLL_NS=first,min,max`` sets it, read at
@@ -140,3 +146,42 @@ def out_of_line(func):
         _mark_out_of_line_functions()
         _OUT_OF_LINE.add((func.__module__, func.__qualname__))
     return cuda.jit(device=True)(func)
+
+
+def _make_register_copy():
+    """:func:`register_copy` (an intrinsic on a GPU)."""
+    if SIMULATOR:
+        return lambda value: value
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def register_copy(typingctx, value):
+        if not isinstance(value, types.Integer) or value.bitwidth not in (32, 64):
+            raise TypeError("register_copy takes a 32- or 64-bit integer")
+        sig = value(value)
+
+        def codegen(context, builder, sig, args):
+            bits = sig.args[0].bitwidth
+            kind = "l" if bits == 64 else "r"
+            fnty = ir.FunctionType(ir.IntType(bits), [ir.IntType(bits)])
+            # Side-effecting, so that it is neither merged with the value nor hoisted out of
+            # the loop that it is meant for.
+            asm = ir.InlineAsm(fnty, f"mov.b{bits} $0, $1;", f"={kind},{kind}", side_effect=True)
+            return builder.call(asm, args)
+        return sig, codegen
+
+    return register_copy
+
+
+#: ``register_copy(x)``: ``x`` (a 32- or 64-bit integer) as a new value that the compiler does not
+#: know to be equal to ``x`` (``mov``; the value itself in the simulator).
+#:
+#: For a loop with no call in it inside one that makes calls (:func:`out_of_line`): a value
+#: live across a call must sit in one of the few registers that a call preserves or be spilled to
+#: local memory, and ptxas reloads a spilled value at each use, in the inner loop too. A copy
+#: made just before the inner loop is not live across any call, so it stays in a register there.
+#: (The BFS top-down scan: six local loads per segment of 32 neighbours without it, H200 SASS,
+#: 2026-12-02.)
+register_copy = _make_register_copy()

@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda
 
-from kernels.platform import WARP_SIZE
+from kernels.platform import WARP_SIZE, register_copy
 from kernels.queue import lowest_lane
 from kernels.sync import atomic_add, atomic_cas
 from kernels.warp import ballot_sync, lanemask_lt, laneid, popc, shfl_sync
@@ -154,29 +154,68 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
         pager.read, pager.pin, pager.value, pager.unpin_after, pager.page_elems)
 
     @cuda.jit(device=True)
-    def scan(arg, offsets, v, lo, hi, held, at, used, prefetch, next_frontier, counters,
-             parents, levels, depth, count_edges, bad):
-        """The warp claims the unvisited neighbours among entries ``lo .. hi - 1`` of ``v``'s
-        list, in segments that stay within one page and one warp's width, and appends them to
-        the next frontier. ``held``/``at``: the element whose page the warp holds pinned and
-        where it is (``held`` -1: none; ``at`` < 0: its pin failed, the error recorded); the
-        pin is kept for the next call while the list goes on on the same page. ``used``: the
-        xor of every entry the lane read under that pin, which its unpin waits for
-        (``Pager.unpin_after``: no fence, where ``unpin`` fences the claims' stores and
-        atomics too). Returns the new ``(held, at, used)``."""
+    def claim(offsets, v, k, u, valid, next_frontier, counters, parents, levels, depth,
+              count_edges, bad):
+        """The lanes with ``valid`` claim neighbour ``u`` (entry ``k``) for ``v`` if it is
+        unvisited, and the warp appends what it claimed to the next frontier (collective)."""
+        claimed = False
+        if valid:
+            if u < 0 or u >= parents.size:
+                report_bad_entry(bad, k, u)
+            # The plain load filters the common case (already visited) without an atomic.
+            elif (parents[u] == UNREACHED
+                  and atomic_cas(parents, u, UNREACHED, v) == UNREACHED):
+                levels[u] = depth + 1
+                claimed = True
+                if count_edges:
+                    atomic_add(counters, FOUND_EDGES, offsets[u + 1] - offsets[u])
+        _append_warp(next_frontier, counters, claimed, u)
+
+    @cuda.jit(device=True)
+    def scan_entries(arg, offsets, v, lo, hi, held, at, used, prefetch, next_frontier,
+                     counters, parents, levels, depth, count_edges, bad):
+        """:func:`scan` for a plain reader (:func:`~workloads.pager.element_pager`: no page
+        is pinned, no call is made): one loop over the list's segments of ``WARP_SIZE``."""
         lane = laneid()
-        n = parents.size
+        base = lo
+        while base < hi:
+            seg_end = min(hi, base + WARP_SIZE)
+            k = base + lane
+            # Lanes past the segment read its last entry: the whole warp reads together.
+            u = np.int64(read_neighbour(arg, k if k < seg_end else seg_end - 1))
+            claim(offsets, v, k, u, k < seg_end, next_frontier, counters, parents, levels,
+                  depth, count_edges, bad)
+            base = seg_end
+        return held, at, used
+
+    @cuda.jit(device=True)
+    def scan_pages(arg, offsets, v, lo, hi, held, at, used, prefetch, next_frontier, counters,
+                   parents, levels, depth, count_edges, bad):
+        """:func:`scan` for a pager (gids): the list a page at a time.
+
+        Two loops: the outer one takes a page (the calls: a pin, a prefetch), the inner one
+        scans the page's part of the list, ``WARP_SIZE`` entries at a time, with no call in it.
+        A value live across a call must sit in one of the few registers that a call preserves,
+        or be spilled to local memory, and ptxas reloads a spilled value at each use: with the
+        calls in the one scanning loop, the loop's counters were spilled and reloaded at every
+        segment, calls taken or not (at 64 registers, a fifth of the instructions that a
+        scale-22 level executed, and its L2 traffic three times GPU memory's: Nsight Compute,
+        H200, 2026-12-02). The inner loop runs on values made for it, which no call crosses.
+        """
+        lane = laneid()
         pe = PAGE_ELEMS(arg)
+        long_list = prefetch and hi - lo > PREFETCH_ENTRIES
         touched = lo
         base = lo
         while base < hi:
-            if prefetch and hi - lo > PREFETCH_ENTRIES and base >= touched:
+            if long_list and base >= touched:
                 # A long list: each lane touches one page of the next window, so the warp's
                 # misses are in flight together instead of one page at a time. The held pin is
                 # given back first: a warp never waits on the cache while it holds a page.
                 if held >= 0:
                     UNPIN_AFTER(arg, held, at, used)
                     held = -1
+                used = np.int64(0)
                 p = base + lane * PREFETCH_ENTRIES
                 read_neighbour(arg, p if p < hi else hi - 1)
                 touched = base + PREFETCH_WINDOW
@@ -187,28 +226,42 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
                 held = base
                 at = PIN(arg, base)
                 used = np.int64(0)
-            seg_end = min(hi, base + WARP_SIZE, page_first + pe)
-            k = base + lane
-            valid = k < seg_end and at >= 0
-            # Lanes past the segment read its last entry: the whole warp reads together. A
-            # failed pin (``at`` < 0) reads element 0, in bounds, and uses nothing of it.
-            u = np.int64(VALUE(arg, at + ((k if k < seg_end else seg_end - 1) - held)
-                               if at >= 0 else 0))
-            used ^= u
-            claimed = False
-            if valid:
-                if u < 0 or u >= n:
-                    report_bad_entry(bad, k, u)
-                # The plain load filters the common case (already visited) without an atomic.
-                elif (parents[u] == UNREACHED
-                      and atomic_cas(parents, u, UNREACHED, v) == UNREACHED):
-                    levels[u] = depth + 1
-                    claimed = True
-                    if count_edges:
-                        atomic_add(counters, FOUND_EDGES, offsets[u + 1] - offsets[u])
-            _append_warp(next_frontier, counters, claimed, u)
-            base = seg_end
+            page_end = min(hi, page_first + pe)
+            if long_list and touched < page_end:
+                page_end = touched
+            # The page's part of the list: a count of entries (none if the pin failed, the
+            # error recorded), the cache index of the first, a copy of ``v`` (copies, so that
+            # ptxas does not merge them with values a call crosses: kernels.platform.
+            # register_copy), and the page's own xor of its entries.
+            n_here = page_end - base if at >= 0 else np.int64(0)
+            cache_first = register_copy(at + (base - held))
+            me = register_copy(v)
+            seen = np.int64(0)
+            j = np.int64(0)
+            while j < n_here:
+                seg = min(n_here, j + WARP_SIZE)
+                # Lanes past the segment read its last entry: the whole warp reads together.
+                valid = j + lane < seg
+                u = np.int64(VALUE(arg, cache_first + (j + lane if valid else seg - 1)))
+                seen ^= u
+                claim(offsets, me, base + j + lane, u, valid, next_frontier, counters, parents,
+                      levels, depth, count_edges, bad)
+                j = seg
+            used ^= seen
+            base = page_end
         return held, at, used
+
+    #: ``scan(arg, offsets, v, lo, hi, held, at, used, prefetch, ...)``: the warp claims the
+    #: unvisited neighbours among entries ``lo .. hi - 1`` of ``v``'s list and appends them to
+    #: the next frontier. ``held``/``at``: the element whose page the warp holds pinned and
+    #: where it is (``held`` -1: none; ``at`` < 0: its pin failed, the error recorded); the pin
+    #: is kept for the next call while the list goes on on the same page. ``used``: the xor of
+    #: every entry the lane read under that pin, which its unpin waits for
+    #: (``Pager.unpin_after``: no fence, where ``unpin`` fences the claims' stores and atomics
+    #: too). Returns the new ``(held, at, used)``. Plain readers keep the one loop they ran
+    #: before the pager's two (2026-12-02): with two, the all-in-GPU-memory search ran 4 %
+    #: slower at scale 23 (``exp/bfs_caps.py``, H200), a baseline made worse for nothing.
+    scan = scan_pages if isinstance(source, Pager) else scan_entries
 
     @jit
     def top_down(arg, offsets, frontier, n_frontier, next_frontier, counters, parents, levels,
