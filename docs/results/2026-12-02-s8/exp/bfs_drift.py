@@ -15,7 +15,6 @@ import numpy as np
 from numba import cuda
 
 sys.path.insert(0, os.getcwd())
-import gids  # noqa: E402
 import gids.runtime as grt  # noqa: E402
 from workloads.graph.bfs import sample_bfs_roots  # noqa: E402
 from workloads.graph.csr_file import open_csr  # noqa: E402

@@ -13,7 +13,6 @@ import os
 import sys
 import time
 
-import numpy as np
 
 sys.path.insert(0, os.getcwd())
 

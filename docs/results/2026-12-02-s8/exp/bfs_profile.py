@@ -11,11 +11,8 @@ import pstats
 import sys
 import time
 
-import numpy as np
-from numba import cuda
 
 sys.path.insert(0, os.getcwd())
-from workloads.graph import gpu_bfs  # noqa: E402
 from workloads.graph.csr_file import open_csr  # noqa: E402
 from workloads.graph.gpu_graph import open_device_graph  # noqa: E402
 from workloads.graph.kronecker import generate_kronecker_csr  # noqa: E402

@@ -47,7 +47,6 @@ N_TESTS = len(NAMES)
 
 @cuda.jit(max_registers=128)
 def probe(dev, big, host, host_page, slot, locks, n, out):
-    i = 0
     # 0, 1: the timer
     t0 = now_ns()
     best = 1 << 40
