@@ -22,7 +22,7 @@ class StorageArray:
     """
 
     def __init__(self, runtime, store, dtype, shape, offset, array_id, page_base, n_pages,
-                 zero_copy, writable=False):
+                 zero_copy, writable=False, early_base=-1):
         self.runtime = runtime
         self.store = store
         self.dtype = np.dtype(dtype)
@@ -32,6 +32,7 @@ class StorageArray:
         self.page_base = page_base
         self.n_pages = n_pages
         self._zero_copy = zero_copy
+        self._early_base = early_base
         #: True if opened with ``mode="r+"``.
         self.writable = bool(writable)
         self._zero = runtime._to_device(np.zeros(1, dtype=self.dtype))
@@ -87,6 +88,7 @@ class StorageArray:
             cq=rt._cq,
             staging=rt._staging,
             zero_copy=self._zero_copy,
+            early_base=self._early_base,
             sq_ticket=rt._sq_ticket,
             entry_turn=rt._entry_turn,
             n_queues=rt.queues,

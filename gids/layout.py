@@ -165,7 +165,10 @@ STAT_COPY_NS = 10
 # claims, retries included): with the two above, what one miss spends besides waiting for its
 # I/O (python -m workloads.microbench latency prints the breakdown).
 STAT_CLAIM_NS = 11
-N_STATS = 12
+# Pages (among STAT_BULK_COPIES) whose bulk copy started while their request was out
+# (kernels/cache.py, start_early_copy).
+STAT_EARLY_COPIES = 12
+N_STATS = 13
 N_STAT_SHARDS = 64
 
 # --- Store table (one row per open array; read by the daemon) --------------------------------

@@ -18,7 +18,7 @@ from host_daemon.ssd_model import SsdModel
 from host_daemon.trace import TraceWriter
 from host_daemon.stores import (T_COLUMNS, FaultyStore, MemoryStore, Store,
                                  open_file_store)
-from kernels.platform import SIMULATOR, WARP_SIZE
+from kernels.platform import EARLY_COPY, SIMULATOR, WARP_SIZE
 
 MIN_PAGE_SIZE = 512
 MAX_PAGE_SIZE = 64 << 10
@@ -610,8 +610,18 @@ class Runtime:
         self._grow_page_tables(page_base + n_pages)
         zero_copy = self._no_zero_copy
         address = 0
+        early_base = -1
         if isinstance(store, MemoryStore) and store.zero_copy:
             zero_copy, address = self._zero_copy_buffer(store)
+            # A miss may start copying its page before the completion comes where the page's
+            # bytes are in the mapped buffer before any kernel runs and stay as they are (read
+            # only), where the daemon will name those words (16-byte aligned, as the bulk copy
+            # wants, and within a completion's reach) and where no SSD model times the answer
+            # (the copy would then run ahead of the modelled drive).
+            if (EARLY_COPY and not writable and self.backend == "host" and self._model is None
+                    and offset % 16 == 0
+                    and (offset + n_pages * self.page_size) // 8 <= L.CQ_MAX_SOURCE):
+                early_base = offset // 8
         if isinstance(store, FaultyStore) and store.page_size != self.page_size:
             raise ConfigError(f"gids: the FaultyStore counts pages of {store.page_size} bytes, "
                               f"the Runtime {self.page_size}")
@@ -620,7 +630,7 @@ class Runtime:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         array = StorageArray(self, store, dtype, shape, offset, array_id, page_base, n_pages,
-                             zero_copy, writable)
+                             zero_copy, writable, early_base)
         self._page_bases_host[array_id] = page_base
         self._page_bases.copy_to_device(self._page_bases_host)
         if writable:
@@ -1038,7 +1048,8 @@ class Runtime:
                      bulk_copies=int(counts[L.STAT_BULK_COPIES]),
                      submit_ns=int(counts[L.STAT_SUBMIT_NS]),
                      copy_ns=int(counts[L.STAT_COPY_NS]),
-                     claim_ns=int(counts[L.STAT_CLAIM_NS]))
+                     claim_ns=int(counts[L.STAT_CLAIM_NS]),
+                     early_copies=int(counts[L.STAT_EARLY_COPIES]))
 
     def reset_stats(self):
         self._check_open()

@@ -27,7 +27,9 @@ class Stats:
 
     ``bulk_copies`` counts the pages (among ``ios``) that a warp of few lanes copied from host
     memory into the cache by bulk copy (TMA, compute capability 9.0 and up; the others were
-    copied by the warp's own loads).
+    copied by the warp's own loads); ``early_copies`` those of them whose copy started while
+    the request was out (a read-only array of a zero-copy ``MemoryStore``: the copy runs during
+    the I/O's round trip).
 
     Two parts of ``io_ns`` and after it, summed over I/Os: ``submit_ns`` from a loader's ticket
     to its request published (the wait for its queue entry, the record's stores to host memory),
@@ -51,6 +53,7 @@ class Stats:
     submit_ns: int = 0
     copy_ns: int = 0
     claim_ns: int = 0
+    early_copies: int = 0
 
     @property
     def lookups(self):

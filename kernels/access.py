@@ -38,9 +38,10 @@ from numba import cuda
 
 from gids import layout as L
 from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait,
-                           claim_slot, copy_in_bulk, finish_write_back, give_up_load,
-                           keep_dirty_victim, mark_dirty, publish, settle_pin, take_reference,
-                           try_pin, unpin, unpin_after_reads, warp_copy_out, warp_copy_page)
+                           claim_slot, copy_in_bulk, end_early_copy, finish_write_back,
+                           give_up_load, keep_dirty_victim, mark_dirty, publish, settle_pin,
+                           start_early_copy, take_reference, try_pin, unpin, unpin_after_reads,
+                           warp_copy_out, warp_copy_page)
 from kernels.backend import io_submit, io_wait
 from kernels.queue import (expired, hand_on_entry, lowest_lane, queue_of_warp, release_entry,
                            staging_word, take_tickets, wait_turn)
@@ -257,8 +258,14 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
     if ticket >= 0 and not submitted:
         record_error(h, L.ERR_TIMEOUT_QUEUE, page, ticket)
     submitted_at = now_ns()
+    lanes = popc(mask)
+    early = False
     if submitted:
         _add_stat(h, L.STAT_SUBMIT_NS, submitted_at - asked_at)
+        # A page that is in place in host memory already starts its way into the block's
+        # bulk-copy buffer now, during the I/O's round trip (kernels/cache.py).
+        if h.early_base >= 0 and lanes <= BULK_COPY_LANES:
+            early = start_early_copy(h, lanes, page)
     completed, status, source = io_wait(h, mask, lane, q, ticket, submitted, deadline,
                                         submitted_at)
     if submitted and not completed:
@@ -272,8 +279,13 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
     # loads (elsewhere: all of them, copy_in_bulk being the constant False).
     arrived = completed and status == L.STATUS_OK
     bulk = False
-    lanes = popc(mask)
-    if arrived and lanes <= BULK_COPY_LANES:
+    if early:
+        # Used only if the daemon named the words it was copied from; else dropped.
+        bulk = end_early_copy(h, slot, arrived and source == h.early_base + page * h.page_words)
+        if bulk:
+            _add_stat(h, L.STAT_BULK_COPIES, 1)
+            _add_stat(h, L.STAT_EARLY_COPIES, 1)
+    if arrived and not bulk and lanes <= BULK_COPY_LANES:
         src = h.staging
         src_word = staging_word(h, q, ticket)
         if source != L.SOURCE_STAGING:

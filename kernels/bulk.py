@@ -108,6 +108,8 @@ if SIMULATOR:
     def bulk_copy_page(h, lanes, src, src_word, dst, dst_word, n_words):
         raise NotImplementedError("the bulk copy is compiled only for compute capability >= 9.0")
 
+    early_copy_start = early_copy_end = bulk_copy_page
+
 else:
     from llvmlite import ir
     from numba import types
@@ -254,53 +256,120 @@ else:
                 nanosleep(LOCK_POLL_NS)
 
     @cuda.jit(device=True)
+    def _block_lock():
+        """The lock word of this block's buffer (``h.copy_locks``)."""
+        block = cuda.blockIdx.x + cuda.gridDim.x * (cuda.blockIdx.y
+                                                    + cuda.gridDim.y * cuda.blockIdx.z)
+        return block & (N_LOCKS - 1)
+
+    @cuda.jit(device=True)
+    def _start(src, n, locks, lock, give_up_at):
+        """Take the block's buffer (by ``give_up_at``), set up its mbarrier and start the bulk
+        load of the first ``n`` bytes (at most :data:`BUFFER_BYTES`) from ``src``, phase 0.
+        False if the buffer stayed busy (nothing started)."""
+        if not _take_lock(locks, lock, give_up_at):
+            return False
+        buf_at = block_buffer()
+        bar_at = buf_at + BUFFER_BYTES
+        mbar_init(bar_at)
+        # Generic -> async proxy: the mbarrier's initialisation, and the page's bytes that the
+        # host wrote before this lane's acquire of them, are seen by the bulk load.
+        fence_proxy_async()
+        bulk_load(buf_at, src, bar_at, n)
+        return True
+
+    @cuda.jit(device=True)
+    def _landed(phase, deadline):
+        """Wait for the bulk load of ``phase`` to fill the buffer. False if it had not by
+        ``deadline`` (ns): the earlier stores are waited for, the lock stays taken."""
+        bar_at = block_buffer() + BUFFER_BYTES
+        while mbar_try_wait(bar_at, phase & 1) == 0:
+            if now_ns() > deadline:
+                # The load may still land in the buffer: keep the lock (and the mbarrier).
+                # Earlier chunks' stores are waited for, so the warp's own copy of the page
+                # cannot be overwritten by them.
+                bulk_wait()
+                fence_proxy_async()
+                return False
+        return True
+
+    @cuda.jit(device=True)
+    def _store_out(dst, n):
+        """Bulk-store the buffer's first ``n`` bytes (a chunk that landed) to ``dst`` and wait
+        until the buffer has been read out."""
+        fence_proxy_async_shared()
+        bulk_store(dst, block_buffer(), n)
+        bulk_wait_read()    # the buffer has been read out: the next chunk may come in
+
+    @cuda.jit(device=True)
+    def _finish(locks, lock):
+        """Wait for the bulk stores, then give the buffer back (the lock's release orders
+        everything copied before it)."""
+        bulk_wait()
+        # Async -> generic proxy: the slot's new bytes are ordered before the lock's release
+        # below, whose fence orders them before the loader's publish of VALID (no other fence
+        # follows where the warp copied nothing itself: kernels/access.py, _fetch).
+        fence_proxy_async()
+        mbar_inval(block_buffer() + BUFFER_BYTES)
+        st_release_gpu(locks, lock, np.uint32(0))
+
+    @cuda.jit(device=True)
     def _bulk_copy(src, dst, nbytes, locks, timeout_ns, lanes):
         """Copy ``nbytes`` from generic address ``src`` (global; 16-byte aligned) to ``dst``
         through the block's buffer. Returns 1 if done, 0 if not started (the buffer stayed
         busy, or an address is misaligned) or given up after the timeout (then nothing of it
         is still being written to ``dst``, but the lock stays taken: a bulk load may still be
         on its way into the buffer, so this block's later copies take the warp path)."""
-        buf_at = block_buffer()
-        bar_at = buf_at + BUFFER_BYTES
         if ((src | dst) & 15) != 0:
             return 0
-        block = cuda.blockIdx.x + cuda.gridDim.x * (cuda.blockIdx.y
-                                                    + cuda.gridDim.y * cuda.blockIdx.z)
-        lock = block & (N_LOCKS - 1)
+        lock = _block_lock()
         chunks = (nbytes + BUFFER_BYTES - 1) // BUFFER_BYTES
-        if not _take_lock(locks, lock, now_ns() + chunks * (LANE_COPY_NS // lanes)):
+        if not _start(src, min(BUFFER_BYTES, nbytes), locks, lock,
+                      now_ns() + chunks * (LANE_COPY_NS // lanes)):
             return 0
-        mbar_init(bar_at)
-        # Generic -> async proxy: the mbarrier's initialisation, and the page's bytes that the
-        # host wrote before the completion this lane acquired, are seen by the bulk load.
-        fence_proxy_async()
         deadline = now_ns() + max(timeout_ns, MIN_COPY_WAIT_NS)
         done = 0
         phase = 0
-        while done < nbytes:
+        while True:
             n = min(BUFFER_BYTES, nbytes - done)
-            bulk_load(buf_at, src + done, bar_at, n)
-            while mbar_try_wait(bar_at, phase & 1) == 0:
-                if now_ns() > deadline:
-                    # The load may still land in the buffer: keep the lock (and the
-                    # mbarrier). Earlier chunks' stores are waited for, so the warp's own
-                    # copy of the page cannot be overwritten by them.
-                    bulk_wait()
-                    fence_proxy_async()
-                    return 0
-            fence_proxy_async_shared()
-            bulk_store(dst + done, buf_at, n)
-            bulk_wait_read()    # the buffer has been read out: the next chunk may come in
+            if not _landed(phase, deadline):
+                return 0
+            _store_out(dst + done, n)
             done += n
             phase += 1
-        bulk_wait()
-        # Async -> generic proxy: the slot's new bytes are ordered before the lock's release
-        # below, whose fence orders them before the loader's publish of VALID (no other fence
-        # follows where the warp copied nothing itself: kernels/access.py, _fetch).
-        fence_proxy_async()
-        mbar_inval(bar_at)
-        st_release_gpu(locks, lock, np.uint32(0))
+            if done >= nbytes:
+                break
+            bulk_load(block_buffer(), src + done, block_buffer() + BUFFER_BYTES,
+                      min(BUFFER_BYTES, nbytes - done))
+        _finish(locks, lock)
         return 1
+
+    @cuda.jit(device=True)
+    def early_copy_start(h, lanes, src_word, n_words):
+        """Start the bulk load of ``n_words`` words (at most :data:`BUFFER_BYTES`) at
+        ``h.zero_copy[src_word:]`` into the block's buffer, before the page's completion has
+        come (:func:`kernels.cache.start_early_copy`). True if started: the lane then holds
+        the buffer until :func:`early_copy_end`. One try at the buffer, no wait: a lane
+        that holds it keeps it for a round trip, and another loader of the block then copies
+        after its completion as before."""
+        src = address_of(h.zero_copy, src_word)
+        if (src & 15) != 0 or n_words * 8 > BUFFER_BYTES:
+            return False
+        return _start(src, n_words * 8, h.copy_locks, _block_lock(), np.int64(0))
+
+    @cuda.jit(device=True)
+    def early_copy_end(h, dst_word, n_words, use):
+        """End what :func:`early_copy_start` started: with ``use``, store the page into
+        ``h.cache_words[dst_word:]`` and return 1; without (the completion did not confirm
+        the page), wait for the load and drop it. Gives the buffer back either way, unless
+        the load never landed (0: see :func:`_bulk_copy`)."""
+        deadline = now_ns() + max(h.timeout_ns, MIN_COPY_WAIT_NS)
+        if not _landed(0, deadline):
+            return 0
+        if use:
+            _store_out(address_of(h.cache_words, dst_word), n_words * 8)
+        _finish(h.copy_locks, _block_lock())
+        return 1 if use else 0
 
     @cuda.jit(device=True)
     def bulk_copy_page(h, lanes, src, src_word, dst, dst_word, n_words):

@@ -37,6 +37,8 @@ _ARRAY_FIELDS = [
     "cq",           # int64 completion records, mapped host memory, [n_queues * depth * CQ_WORDS]
     "staging",      # uint64 staging pages, mapped host memory, [n_queues * depth * page_words]
     "zero_copy",    # uint64 view of the array's pinned store buffer (a 1-word dummy if none)
+    "early_base",   # word of zero_copy where the array's page 0 starts, if a miss may copy its
+                    # page while the request is out (kernels/cache.py, start_early_copy); else -1
     "sq_ticket",    # int64 per queue: next ticket (device memory)
     "entry_turn",   # int64 per queue entry: the ticket // depth allowed to use it (device memory)
     "n_queues",

@@ -36,7 +36,7 @@ def fake_handle(dtype):
         cache=a(dtype), cache_words=a(np.uint64), zero=a(dtype), n_elems=1, elem_shift=1,
         page_words=1, array_id=0, page_base=0, writable=1, zero_word=np.uint32(0), page_state=a(np.uint64),
         slot_page=a(np.int64), clock=a(np.int64), n_slots=1, page_bases=a(np.int64), sq=a(np.int64), cq=a(np.int64),
-        staging=a(np.uint64), zero_copy=a(np.uint64), sq_ticket=a(np.int64),
+        staging=a(np.uint64), zero_copy=a(np.uint64), early_base=-1, sq_ticket=a(np.int64),
         entry_turn=a(np.int64), n_queues=1, depth=1, err=a(np.int64), stats=a(np.uint64),
         timeout_ns=1, abort=a(np.int64), copy_locks=a(np.uint32))
 

@@ -1,6 +1,8 @@
 """The bulk page copy (kernels/bulk.py): warps of few lanes copy arrived pages by TMA on compute
-capability 9.0 and up. GPU tests (values, eviction, several warps of a block at once, the
-fallbacks); in the simulator only the counter is checked (always 0 there)."""
+capability 9.0 and up, and a page of a read-only zero-copy array starts its copy while its
+request is out (the early copy). GPU tests (values, eviction, several warps of a block at once,
+the fallbacks); in the simulator the counters (always 0 there) and which arrays may copy
+early."""
 import numpy as np
 import pytest
 from numba import cuda
@@ -62,6 +64,9 @@ def test_lone_thread_misses_under_eviction_read_the_right_values(page_size, zero
         s = rt.stats()
         assert s.evictions > 0
         assert s.bulk_copies == (s.ios if _bulk_expected() else 0), s
+        # Every page of a read-only zero-copy array that fits the buffer copies early.
+        early = _bulk_expected() and zero_copy and page_size <= 4096
+        assert s.early_copies == (s.ios if early else 0), s
 
 
 @pytest.mark.gpu
@@ -86,8 +91,9 @@ def test_warps_of_a_block_missing_at_once_read_the_right_values(lanes):
         assert s.ios == idx.size and s.evictions > 0
         if _bulk_expected() and lanes <= BULK_COPY_LANES:
             assert 0 < s.bulk_copies <= s.ios, s
+            assert 0 < s.early_copies <= s.bulk_copies, s   # a block's first takers
         else:
-            assert s.bulk_copies == 0, s
+            assert s.bulk_copies == 0 and s.early_copies == 0, s
 
 
 @pytest.mark.gpu
@@ -101,7 +107,7 @@ def test_zero_copy_source_at_an_8_byte_offset_falls_back_to_the_warp_copy():
         _lone_thread_reads[1, 1](a.handle, cuda.to_device(idx), out)
         rt.sync()
         np.testing.assert_array_equal(out.copy_to_host(), data[1:][idx])
-        assert rt.stats().bulk_copies == 0
+        assert rt.stats().bulk_copies == 0 and rt.stats().early_copies == 0
 
 
 @pytest.mark.gpu
@@ -137,3 +143,37 @@ def test_the_simulator_never_bulk_copies():
         s = rt.stats()
         assert s.ios > 0 and s.bulk_copies == 0
 
+
+
+@pytest.mark.gpu
+def test_writable_and_emulated_arrays_copy_after_the_completion(tmp_path):
+    """No early copy where the bytes may change (``mode="r+"``) or a modelled drive times the
+    answer; their pages still go in bulk, after the completion, and read right."""
+    data = np.random.default_rng(11).integers(0, 1 << 62, 64 * 512, dtype=np.int64)
+    idx = np.arange(0, data.size, 512) + 7
+    for options, mode in (({}, "r+"), ({"ssd": "p5800x"}, "r")):
+        with gids.Runtime(cache_pages=32, page_size=4096, daemon_threads=1, **options) as rt:
+            a = rt.open_array(gids.MemoryStore(data.copy()), np.int64, shape=data.shape,
+                              mode=mode)
+            out = cuda.device_array(idx.size, dtype=np.int64)
+            _lone_thread_reads[1, 1](a.handle, cuda.to_device(idx), out)
+            rt.sync()
+            np.testing.assert_array_equal(out.copy_to_host(), data[idx])
+            s = rt.stats()
+            assert s.early_copies == 0 and s.bulk_copies == (s.ios if _bulk_expected() else 0), s
+
+
+@pytest.mark.parametrize("offset, mode, options, early", [
+    (0, "r", {}, True), (64, "r", {}, True), (8, "r", {}, False), (0, "r+", {}, False),
+    (0, "r", {"ssd": "p5800x"}, False), (0, "r", {"backend": "nvme"}, False)])
+def test_which_arrays_may_copy_early(offset, mode, options, early):
+    """``early_base`` (the handle's word of page 0 in the zero-copy buffer) is set only for a
+    read-only zero-copy array at a 16-byte offset of the host daemon's back end without SSD
+    emulation; -1 elsewhere."""
+    data = np.arange(4096, dtype=np.int64)
+    with gids.Runtime(cache_pages=32, page_size=512, **options) as rt:
+        a = rt.open_array(gids.MemoryStore(data), np.int64, offset=offset, shape=(1024,),
+                          mode=mode)
+        assert a.handle.early_base == (offset // 8 if early else -1)
+        b = rt.open_array(gids.MemoryStore(data, zero_copy=False), np.int64, shape=(1024,))
+        assert b.handle.early_base == -1

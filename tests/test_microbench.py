@@ -101,16 +101,20 @@ def test_thread_rows_label_each_figure_with_its_own_thread_count():
 
 @pytest.mark.skipif(not SIMULATOR, reason="tiny sizes: a check that the A/B runs")
 def test_latency_ab_runs_each_variant_in_a_process_of_its_own(tmp_path):
-    variants = {"before": "GIDS_BULK_COPY_LANES=0 GIDS_POLL_NS=0,1024,8192 GIDS_HOT_QUEUE_EVERY=0",
+    variants = {"before": "GIDS_BULK_COPY_LANES=0 GIDS_EARLY_COPY=0 GIDS_POLL_NS=0,1024,8192 "
+                          "GIDS_HOT_QUEUE_EVERY=0",
                 "defaults": ""}
     rows = microbench.latency_suite(str(tmp_path), variants=variants, n_misses=8)
     assert [r["variant"] for r in rows] == ["before", "defaults"]
     before, defaults = rows[0]["settings"], rows[1]["settings"]
-    assert before == {"bulk_copy_lanes": 0, "poll_ns": [0, 1024, 8192], "hot_queue_every": 0}
+    assert before == {"bulk_copy_lanes": 0, "early_copy": False, "poll_ns": [0, 1024, 8192],
+                      "hot_queue_every": 0}
     assert defaults["hot_queue_every"] > 0 and defaults["bulk_copy_lanes"] > 0
+    assert defaults["early_copy"]
     for r in rows:
         for key in ("zero_copy", "copy"):
             assert r[key]["ios"] == 8 and r[key]["bulk_copies"] == 0   # never in the simulator
+            assert r[key]["early_copies"] == 0
             assert r[key]["values_ok"]
             p = [r[key][f"p{q}_us"] for q in (10, 25, 50, 75, 90, 99)]
             assert p == sorted(p)

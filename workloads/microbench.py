@@ -770,8 +770,9 @@ def latency_settings():
     kernels: kernels/platform.py, host_daemon/daemon.py): the bulk copy's lane threshold, the
     completion poll schedule, the daemon's hot-queue stride."""
     from host_daemon.daemon import HOT_QUEUE_EVERY
-    from kernels.platform import BULK_COPY_LANES, POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS
-    return {"bulk_copy_lanes": BULK_COPY_LANES,
+    from kernels.platform import (BULK_COPY_LANES, EARLY_COPY, POLL_FIRST_NS, POLL_MAX_NS,
+                                  POLL_MIN_NS)
+    return {"bulk_copy_lanes": BULK_COPY_LANES, "early_copy": EARLY_COPY,
             "poll_ns": [POLL_FIRST_NS, POLL_MIN_NS, POLL_MAX_NS],
             "hot_queue_every": HOT_QUEUE_EVERY}
 
@@ -818,6 +819,7 @@ def bench_latency(data, page_size, n_misses, log, keys=("zero_copy", "copy", "nv
                         "histogram_us": {"bin_edges": edges.tolist(), "counts": counts.tolist(),
                                          "above": int(np.count_nonzero(t >= edges[-1]))},
                         "ios": st.ios, "bulk_copies": st.bulk_copies,
+                        "early_copies": st.early_copies,
                         "io_us": st.io_latency_us, "submit_us": st.submit_latency_us,
                         "copy_us": st.copy_latency_us, "claim_us": st.claim_latency_us,
                         "miss_us": st.miss_latency_us,
@@ -827,25 +829,24 @@ def bench_latency(data, page_size, n_misses, log, keys=("zero_copy", "copy", "nv
                 f"= I/O {st.io_latency_us:.1f} (of which submit {st.submit_latency_us:.1f}) + copy "
                 f"{st.copy_latency_us:.1f} + claiming the slot {st.claim_latency_us:.1f} + the "
                 f"rest {st.miss_latency_us - st.io_latency_us - st.copy_latency_us - st.claim_latency_us:.1f}, "
-                f"bulk copies {st.bulk_copies} of {st.ios}, values {'ok' if ok else 'WRONG'}")
+                f"bulk copies {st.bulk_copies} (early {st.early_copies}) of {st.ios}, "
+                f"values {'ok' if ok else 'WRONG'}")
     return res
 
 
 #: The latency A/B (``python -m workloads.microbench latency``): name -> environment. Each variant
 #: runs in a process of its own, since the settings are read at import and compiled into the
-#: kernels. Since 2026-12-02 (eighth session) a request is one store with no fence and the first
-#: poll comes 1 us after the submission (3 us before): variants of the first poll and of the
-#: pause after a poll that found nothing. The defaults run first and last, which shows how far
-#: the machine drifted between. Earlier variants are in docs/results.md.
+#: kernels. Since 2026-12-02 (ninth session) a zero-copy page's bulk copy starts while its
+#: request is out: the variants turn that off and move the first poll. The defaults run first
+#: and last, which shows how far the machine drifted between. Earlier variants are in
+#: docs/results.md.
 LATENCY_VARIANTS = {
     "defaults": "",
-    "first poll 0.5 us": "GIDS_POLL_NS=512,1024,8192",
-    "first poll 1 us, then every 256 ns": "GIDS_POLL_NS=1024,256,8192",
-    "first poll 0.5 us, then every 256 ns": "GIDS_POLL_NS=512,256,8192",
-    "first poll 3 us (until 2026-12-02)": "GIDS_POLL_NS=3072,1024,8192",
+    "no early copy (until 2026-12-02)": "GIDS_EARLY_COPY=0",
+    "first poll 2 us": "GIDS_POLL_NS=2048,1024,8192",
     "defaults again": "",
 }
-_KNOBS = ("GIDS_BULK_COPY_LANES", "GIDS_POLL_NS", "GIDS_HOT_QUEUE_EVERY")
+_KNOBS = ("GIDS_BULK_COPY_LANES", "GIDS_EARLY_COPY", "GIDS_POLL_NS", "GIDS_HOT_QUEUE_EVERY")
 
 
 def _latency_data(quick):
@@ -905,7 +906,7 @@ def latency_suite(out_dir, variants=LATENCY_VARIANTS, n_misses=2000, quick=False
             if proc.poll() is None:
                 proc.kill()
     lines = ["| variant | zero-copy p10 / p25 / p50 / p75 / p90 / p99 us | copy p50 us | zero-copy mean miss = I/O "
-             "(submit) + copy + claim + rest, us | bulk copies / I/Os | values | settings |",
+             "(submit) + copy + claim + rest, us | bulk (early) copies / I/Os | values | settings |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         z, c, st = r["zero_copy"], r["copy"], r["settings"]
@@ -915,8 +916,9 @@ def latency_suite(out_dir, variants=LATENCY_VARIANTS, n_misses=2000, quick=False
                      f"{z['p75_us']:.1f} / {z['p90_us']:.1f} / {z['p99_us']:.1f} "
                      f"| {c['p50_us']:.1f} | {z['miss_us']:.1f} = {z['io_us']:.1f} "
                      f"({z['submit_us']:.1f}) + {z['copy_us']:.1f} + {z['claim_us']:.1f} + "
-                     f"{rest:.1f} | {z['bulk_copies']} / {z['ios']} | "
-                     f"{'equal' if ok else 'WRONG'} | lanes {st['bulk_copy_lanes']}, poll "
+                     f"{rest:.1f} | {z['bulk_copies']} ({z.get('early_copies', 0)}) / {z['ios']} | "
+                     f"{'equal' if ok else 'WRONG'} | lanes {st['bulk_copy_lanes']}, early "
+                     f"{'on' if st.get('early_copy', False) else 'off'}, poll "
                      f"{st['poll_ns']}, hot {st['hot_queue_every']} |")
     table = "\n".join(lines) + "\n"
     _write_suite(out_dir, "latency", {"date": time.strftime("%Y-%m-%d"), "rows": rows}, table)
