@@ -632,6 +632,23 @@ _PTX = textwrap.dedent('''
                                i64, n, types.boolean, types.boolean), cc=(9, 0))
     assert "match.any.sync" in ptx and "atom.global.cas.b64" in ptx
     assert "ld.global.cg" in ptx and "red.release.gpu.global.add.u64" in ptx   # 64-bit page words
+    # The loop that reads a pinned page's entries (ld.global.cg) and claims neighbours (the CAS)
+    # makes no call: a value live across the miss path's call is spilled at every use
+    # (scan_pages). The innermost loop holding both, found by its back edge in the kernel body.
+    import re
+    lines = [l.strip() for l in ptx.splitlines()]
+    entry = next(i for i, l in enumerate(lines) if l.startswith(".visible .entry"))
+    end = next((i for i, l in enumerate(lines) if i > entry and ".func" in l), len(lines))
+    body = lines[entry:end]
+    labels = {l[:-1]: i for i, l in enumerate(body) if re.match(r"^\$L__\w+:$", l)}
+    loops = sorted((src - labels[m.group(1)], labels[m.group(1)], src)
+                   for src, l in enumerate(body)
+                   for m in [re.search(r"bra(?:\.uni)?\s+(\$L__\w+);", l)]
+                   if m and m.group(1) in labels and labels[m.group(1)] < src)
+    scan = next((lo, hi) for _, lo, hi in loops
+                if any("ld.global.cg" in l for l in body[lo:hi])
+                and any("atom.global.cas.b64" in l for l in body[lo:hi]))
+    assert not any(l.startswith("call") for l in body[scan[0]:scan[1]]), "a call in the scan"
     print("PTX_OK")
 ''')
 
