@@ -22,7 +22,8 @@ src = GIDS_PAGER if which == "gids" else read_device_array
 first = typeof(h) if which == "gids" else types.int64[::1]
 k = make_bfs_kernels(src)
 ptx, _ = cuda.compile_ptx(k.top_down.py_func, (first, i64, i64, n, i64, i64, i64, i64, n,
-                          types.boolean, i64, i64, n, types.boolean, types.boolean), cc=(9, 0))
+                          types.boolean, i64, i64, n, types.boolean, types.boolean), cc=(9, 0),
+                          lineinfo=bool(os.environ.get('LINEINFO')))
 path = f"/tmp/td_{which}.ptx"
 open(path, "w").write(ptx.replace(".version 9.5", ".version 9.0", 1))
 print(which, "ptx lines", ptx.count("\n"), "calls", ptx.count("call.uni") + ptx.count("call "),
