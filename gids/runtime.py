@@ -614,12 +614,12 @@ class Runtime:
         if isinstance(store, MemoryStore) and store.zero_copy:
             zero_copy, address = self._zero_copy_buffer(store)
             # A miss may start copying its page before the completion comes where the page's
-            # bytes are in the mapped buffer before any kernel runs and stay as they are (read
-            # only), where the daemon will name those words (16-byte aligned, as the bulk copy
-            # wants, and within a completion's reach) and where no SSD model times the answer
-            # (the copy would then run ahead of the modelled drive).
-            if (EARLY_COPY and not writable and self.backend == "host" and self._model is None
-                    and offset % 16 == 0
+            # bytes are in the mapped buffer before any kernel runs and stay as they are (no
+            # array of the store is writable), where the daemon will name those words (16-byte
+            # aligned, as the bulk copy wants, and within a completion's reach) and where no
+            # SSD model times the answer (the copy would then run ahead of the modelled drive).
+            if (EARLY_COPY and not writable and id(store) not in self._written
+                    and self.backend == "host" and self._model is None and offset % 16 == 0
                     and (offset + n_pages * self.page_size) // 8 <= L.CQ_MAX_SOURCE):
                 early_base = offset // 8
         if isinstance(store, FaultyStore) and store.page_size != self.page_size:
@@ -635,6 +635,12 @@ class Runtime:
         self._page_bases.copy_to_device(self._page_bases_host)
         if writable:
             self._written[id(store)] = store
+            # The store's bytes may change from now on: its read-only arrays copy no page
+            # before its completion any more (their next handle says so).
+            for other in self._arrays:
+                if other.store is store:
+                    other._early_base = -1
+                    other._handle = None
         self._arrays.append(array)
         if owned:
             self._stores.append(store)

@@ -59,6 +59,16 @@ Between one holder and the next, the lock's release (``st.release.gpu``) and acq
 (``atom.acquire.gpu.cas``) order the first holder's finished copies and proxy fence before the
 next holder's ``mbarrier.init`` and bulk load.
 
+**The early copy** (:func:`early_copy_start` / :func:`early_copy_end`, called by
+:func:`kernels.cache.start_early_copy`): the same steps split in two around the I/O's wait,
+for one chunk (a page of at most :data:`BUFFER_BYTES`). Its bulk load is issued before the
+lane acquires the completion, so step 1's "the host's writes happen before it" rests on
+something else: the Runtime allows it only for a read-only array of a zero-copy store, whose
+bytes the host wrote into the mapped buffer before the kernel was launched (a launch orders
+the host's earlier writes before the kernel's reads) and which nothing writes while kernels
+run. The completion then only confirms the page (status OK, the same words named); the store
+into the slot, the fences and the release are step 2 and 3 as above, after it.
+
 **Where it is compiled in.** Only where Numba compiles for compute capability 9.0 or above
 (:func:`bulk_copy_available`, at typing), and never in the simulator: other GPUs and the
 simulator keep the warp copy, instruction for instruction.

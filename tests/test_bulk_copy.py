@@ -177,3 +177,16 @@ def test_which_arrays_may_copy_early(offset, mode, options, early):
         assert a.handle.early_base == (offset // 8 if early else -1)
         b = rt.open_array(gids.MemoryStore(data, zero_copy=False), np.int64, shape=(1024,))
         assert b.handle.early_base == -1
+
+
+def test_a_store_written_through_another_array_copies_nothing_early():
+    """Once an array of a store is writable, the store's bytes may change while kernels run:
+    its read-only arrays, opened before or after, stop copying early."""
+    data = np.arange(4096, dtype=np.int64)
+    with gids.Runtime(cache_pages=32, page_size=512) as rt:
+        store = gids.MemoryStore(data)
+        before = rt.open_array(store, np.int64, shape=(1024,))
+        assert before.handle.early_base == 0
+        rt.open_array(store, np.int64, offset=8192, shape=(1024,), mode="r+")
+        after = rt.open_array(store, np.int64, offset=16384, shape=(1024,))
+        assert before.handle.early_base == -1 and after.handle.early_base == -1
