@@ -98,4 +98,4 @@ class Stats:
                 f"(write-backs {self.writebacks:,}), flushed {self.flushed:,}, "
                 f"bytes written {self.bytes_written:,}, mean I/O {self.io_latency_us:.1f} us, "
                 f"mean miss {self.miss_latency_us:.1f} us, slot retries {self.slot_retries:,}, "
-                f"bulk copies {self.bulk_copies:,}")
+                f"bulk copies {self.bulk_copies:,} (early {self.early_copies:,})")
