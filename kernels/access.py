@@ -260,12 +260,13 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
     submitted_at = now_ns()
     lanes = popc(mask)
     early = False
+    early_word = h.early_base + page * h.page_words   # the page's words in h.zero_copy
     if submitted:
         _add_stat(h, L.STAT_SUBMIT_NS, submitted_at - asked_at)
         # A page that is in place in host memory already starts its way into the block's
         # bulk-copy buffer now, during the I/O's round trip (kernels/cache.py).
         if h.early_base >= 0 and lanes <= BULK_COPY_LANES:
-            early = start_early_copy(h, lanes, page)
+            early = start_early_copy(h, lanes, early_word)
     completed, status, source = io_wait(h, mask, lane, q, ticket, submitted, deadline,
                                         submitted_at)
     if submitted and not completed:
@@ -281,9 +282,8 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
     bulk = False
     if early:
         # Used only if the daemon named the words it was copied from; else dropped.
-        bulk = end_early_copy(h, slot, arrived and source == h.early_base + page * h.page_words)
+        bulk = end_early_copy(h, slot, arrived and source == early_word)
         if bulk:
-            _add_stat(h, L.STAT_BULK_COPIES, 1)
             _add_stat(h, L.STAT_EARLY_COPIES, 1)
     if arrived and not bulk and lanes <= BULK_COPY_LANES:
         src = h.staging
@@ -292,8 +292,8 @@ def _fetch(h, mask, lane, q, want, page, slot, deadline):
             src = h.zero_copy
             src_word = source
         bulk = copy_in_bulk(h, lanes, src, src_word, slot)
-        if bulk:
-            _add_stat(h, L.STAT_BULK_COPIES, 1)
+    if bulk:
+        _add_stat(h, L.STAT_BULK_COPIES, 1)
     warp_copied = ballot_sync(mask, arrived and not bulk)
     to_copy = warp_copied
     while to_copy != 0:

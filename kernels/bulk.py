@@ -273,19 +273,24 @@ else:
         return block & (N_LOCKS - 1)
 
     @cuda.jit(device=True)
+    def _load(src, n):
+        """Start the bulk load of ``n`` bytes (at most :data:`BUFFER_BYTES`) from ``src`` into
+        the block's buffer, completing on its mbarrier."""
+        buf_at = block_buffer()
+        bulk_load(buf_at, src, buf_at + BUFFER_BYTES, n)
+
+    @cuda.jit(device=True)
     def _start(src, n, locks, lock, give_up_at):
         """Take the block's buffer (by ``give_up_at``), set up its mbarrier and start the bulk
         load of the first ``n`` bytes (at most :data:`BUFFER_BYTES`) from ``src``, phase 0.
         False if the buffer stayed busy (nothing started)."""
         if not _take_lock(locks, lock, give_up_at):
             return False
-        buf_at = block_buffer()
-        bar_at = buf_at + BUFFER_BYTES
-        mbar_init(bar_at)
+        mbar_init(block_buffer() + BUFFER_BYTES)
         # Generic -> async proxy: the mbarrier's initialisation, and the page's bytes that the
         # host wrote before this lane's acquire of them, are seen by the bulk load.
         fence_proxy_async()
-        bulk_load(buf_at, src, bar_at, n)
+        _load(src, n)
         return True
 
     @cuda.jit(device=True)
@@ -349,8 +354,7 @@ else:
             phase += 1
             if done >= nbytes:
                 break
-            bulk_load(block_buffer(), src + done, block_buffer() + BUFFER_BYTES,
-                      min(BUFFER_BYTES, nbytes - done))
+            _load(src + done, min(BUFFER_BYTES, nbytes - done))
         _finish(locks, lock)
         return 1
 

@@ -388,7 +388,7 @@ if SIMULATOR:
     def copy_in_bulk(h, lanes, src, src_word, slot):
         return False   # the simulator copies with the warp's own loads, as before
 
-    def start_early_copy(h, lanes, page):
+    def start_early_copy(h, lanes, src_word):
         return False
 
     def end_early_copy(h, slot, use):
@@ -426,9 +426,9 @@ else:
         impl = _copy_in_bulk if bulk_copy_available() else _no_bulk_copy
         return lambda h, lanes, src, src_word, slot: impl(h, lanes, src, src_word, slot)
 
-    def start_early_copy(h, lanes, page):
-        """Start copying page ``page`` of the array from its zero-copy store into the block's
-        bulk-copy buffer while its request is still out (``h.early_base`` >= 0: a read-only
+    def start_early_copy(h, lanes, src_word):
+        """Start copying the page at word ``src_word`` of the array's zero-copy store
+        (``h.zero_copy``) into the block's bulk-copy buffer while its request is still out (``h.early_base`` >= 0: a read-only
         array of a pinned, device-mapped ``MemoryStore``, with no SSD emulation, whose bytes
         are in place before any kernel runs). True if started: the lane holds the buffer, and
         must call :func:`end_early_copy` once the completion has come (or not).
@@ -448,8 +448,8 @@ else:
         raise NotImplementedError("device function: call it from a kernel")
 
     @cuda.jit(device=True)
-    def _start_early_copy(h, lanes, page):
-        return early_copy_start(h, lanes, h.early_base + page * h.page_words, h.page_words)
+    def _start_early_copy(h, lanes, src_word):
+        return early_copy_start(h, lanes, src_word, h.page_words)
 
     @cuda.jit(device=True)
     def _end_early_copy(h, slot, use):
@@ -460,9 +460,9 @@ else:
         return False
 
     @overload(start_early_copy, target="cuda")
-    def _start_early_copy_overload(h, lanes, page):
+    def _start_early_copy_overload(h, lanes, src_word):
         impl = _start_early_copy if bulk_copy_available() else _no_early_copy
-        return lambda h, lanes, page: impl(h, lanes, page)
+        return lambda h, lanes, src_word: impl(h, lanes, src_word)
 
     @overload(end_early_copy, target="cuda")
     def _end_early_copy_overload(h, slot, use):
