@@ -22,7 +22,9 @@ In your own kernels::
 A warp that reads much of a page looks it up once (``k = gids.pin_page(h, i)``; then
 ``gids.pinned(h, k + j)`` for ``j < gids.page_room(h, i)``; ``gids.unpin_page(h, i, k)``, or
 ``gids.unpin_page_after(h, i, k, used)`` with a value computed from every element read, which
-spares the unpin its fence).
+spares the unpin its fence). ``gids.pin_page_if_resident(h, i)`` is the pin without the miss
+path: -1 where the page is not in the cache, for kernels that expect hits and can put a miss's
+work aside.
 
 Writes (arrays opened with ``mode="r+"``): ``gids.write(h, i, value)`` in a kernel, or
 ``rt.scatter(a, indices, values)``; ``rt.flush()`` (and leaving the ``with`` block) writes every
@@ -56,8 +58,8 @@ def ssd_profiles():
     return sorted(_SSD_PROFILES)
 
 
-_DEVICE_FUNCTIONS = ("read", "write", "pin_page", "pinned", "unpin_page", "unpin_page_after",
-                     "page_room")
+_DEVICE_FUNCTIONS = ("read", "write", "pin_page", "pin_page_if_resident", "pinned", "unpin_page",
+                     "unpin_page_after", "page_room")
 
 
 def __getattr__(name):
@@ -70,7 +72,8 @@ def __getattr__(name):
     raise AttributeError(f"module 'gids' has no attribute {name!r}")
 
 __all__ = [
-    "Runtime", "StorageArray", "Stats", "read", "write", "pin_page", "pinned", "unpin_page",
+    "Runtime", "StorageArray", "Stats", "read", "write", "pin_page", "pin_page_if_resident",
+    "pinned", "unpin_page",
     "unpin_page_after",
     "page_room", "jit", "MAX_REGISTERS", "defaults",
     "layout", "SIMULATOR",

@@ -40,7 +40,7 @@ from gids import layout as L
 from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait,
                            claim_slot, copy_in_bulk, end_early_copy, finish_write_back,
                            give_up_load, keep_dirty_victim, mark_dirty, publish, settle_pin,
-                           start_early_copy, take_reference, try_pin, unpin, unpin_after_reads,
+                           start_early_copy, take_reference, take_reference_if_resident, try_pin, unpin, unpin_after_reads,
                            warp_copy_out, warp_copy_page)
 from kernels.backend import io_submit, io_wait
 from kernels.queue import (expired, hand_on_entry, lowest_lane, queue_of_warp, release_entry,
@@ -582,6 +582,42 @@ def pin_page(h, i):
     hang). Pinning one page per call (all lanes the same page) never holds a pin while waiting.
     """
     return _access(h, i, False, zero_of(h.cache), True)[1]
+
+
+@cuda.jit(device=True)
+def pin_page_if_resident(h, i):
+    """:func:`pin_page` where the page is already in the cache; -1 where it is not, with nothing
+    held, loaded or recorded.
+
+    The hit path of :func:`pin_page` alone (one ``match_any_sync``, one relaxed atomic per
+    page), with no call: a kernel made of it and the other page-level functions compiles to
+    straight-line code, where every call site of :func:`pin_page`'s miss path (a real call)
+    makes the compiler keep the caller's live values in the few registers a call preserves, or
+    spill them (see :func:`kernels.platform.register_copy`). For a kernel that expects hits (a
+    cache that holds every page it reads) and has somewhere to put the work a miss would hold up
+    until it can be done with :func:`pin_page`: the BFS's top-down step sets such a list aside
+    for a second launch (``workloads/graph/gpu_bfs.py``).
+
+    Collective over the calling warp, as :func:`pin_page`. A lane that gets ``k >= 0`` holds a
+    pin and gives it back with :func:`unpin_page` or :func:`unpin_page_after`; a lane that gets
+    -1 holds none (its page is not resident, is being loaded, or ``i`` is out of range: a
+    :func:`pin_page` of it then loads it, waits, or records the error). Counts a hit per page
+    pinned, nothing for the others (their :func:`pin_page` counts).
+    """
+    mask = activemask()
+    in_range = i >= 0 and i < h.n_elems
+    gpage = h.page_base + (i >> h.elem_shift)
+    peers = match_any_sync(mask, gpage if in_range else -1)
+    leader = lowest_lane(peers)
+    slot = np.int64(-1)
+    if laneid() == leader and in_range:
+        slot = take_reference_if_resident(h, gpage, _refs(peers, True))
+        if slot >= 0:
+            _add_stat(h, L.STAT_HITS, 1)
+    code = shfl_sync(mask, np.int32(slot), leader)
+    if code < 0 or not in_range:
+        return np.int64(-1)
+    return (np.int64(code) << h.elem_shift) + (i & ((np.int64(1) << h.elem_shift) - 1))
 
 
 @cuda.jit(device=True)

@@ -112,6 +112,22 @@ def take_reference(h, page, refs):
 
 
 @cuda.jit(device=True)
+def take_reference_if_resident(h, page, refs):
+    """:func:`take_reference` for a caller that will not load the page: its slot if it was
+    VALID (the ``refs`` references then held), else -1 with the references given back at once.
+
+    Giving them back needs no order: nothing was read under them, and a page that is not VALID
+    has no slot whose bytes they would protect. Meanwhile the page's count was ``refs`` higher
+    than its holders', which delays nothing but an evictor's probe of a page that is not
+    resident (it looks for VALID pages whose count is zero).
+    """
+    old, slot = take_reference(h, page, refs)
+    if slot < 0:
+        red_add(h.page_state, page, _minus(refs))
+    return slot
+
+
+@cuda.jit(device=True)
 def settle_pin(h, page, old, refs):
     """After :func:`take_reference` found ``page`` not VALID (its state was ``old``): become its
     loader, or wait for it. Returns (PIN_*, slot).

@@ -234,3 +234,35 @@ def test_a_warp_may_give_its_pins_back_in_parts(use_after):
         want = np.array([data[p * 8192:p * 8192 + 64 + ln].sum() if ln >= 16 else 0
                          for p, ln in zip(page, lane)])
         np.testing.assert_array_equal(out.copy_to_host(), want)
+
+
+def test_resident_first_bfs_with_pages_missing(tmp_path):
+    """The BFS's top-down step without a miss path (``gpu_bfs.RESIDENT_FIRST``), at GPU
+    concurrency, where every other page is missing after all: the lists that meet one are set
+    aside and loaded by the long lists' launch; the levels are scipy's and no reference is
+    left on any page."""
+    from gids import layout as L
+    from workloads.graph import generate_kronecker_csr, open_csr, sample_bfs_roots
+    from workloads.graph.gpu_bfs import validate_bfs_result
+    from workloads.graph.gpu_graph import open_device_graph
+    path = tmp_path / "k16.csr"
+    generate_kronecker_csr(path, 16, 16, seed=5)
+    g = open_csr(path)
+    with open_device_graph(g, "gids", cold_cache=False, cache_fraction=1.0,
+                           storage="memory") as dg:
+        src = dg.source
+        begin = src.begin_search
+
+        def begin_as_if_resident(cold=True):
+            begin(cold=True)
+            per_page = src.runtime.page_size // src.array.dtype.itemsize
+            src.runtime.gather(src.array, np.arange(0, src.array.size, 2 * per_page))
+            src.all_resident, src.touch_ahead = True, False
+
+        src.begin_search = begin_as_if_resident
+        for root in sample_bfs_roots(g, 3, seed=1):
+            result = dg.bfs(int(root))
+            validate_bfs_result(g, result, against_scipy=True)
+            assert result.stats["ios"] > 0
+        words = src.runtime._page_state.copy_to_host()
+        assert not (words & np.uint64(L.PAGE_REF_MASK)).any()

@@ -461,6 +461,35 @@ def test_touches_ahead_stop_once_every_page_is_resident(graphs):
         assert again.stats["ios"] == 0
 
 
+@pytest.mark.parametrize("prefill", [0, 2])
+def test_resident_top_down_sets_aside_lists_whose_pages_are_not_resident(graphs, monkeypatch,
+                                                                         prefill):
+    """The top-down step without a miss path (a warm cache holding the whole array:
+    ``gpu_bfs.RESIDENT_FIRST``), run where pages are missing after all: none resident, or every
+    other one. Lists that meet a page not resident go to the long lists' launch, which loads
+    them; the levels are scipy's and nothing is left pinned."""
+    g = open_csr(graphs["kron8"])
+    with open_device_graph(g, "gids", cold_cache=False, cache_fraction=1.0,
+                           page_size=PAGE) as dg:
+        src = dg.source
+        begin = src.begin_search
+
+        def begin_as_if_resident(cold=True):
+            begin(cold=True)
+            if prefill:      # every other page in
+                per_page = PAGE // src.array.dtype.itemsize
+                src.runtime.gather(src.array, np.arange(0, src.array.size, prefill * per_page))
+            src.all_resident, src.touch_ahead = True, False
+
+        monkeypatch.setattr(src, "begin_search", begin_as_if_resident)
+        for root in sample_bfs_roots(g, 2, seed=prefill):
+            result = dg.bfs(int(root))
+            check_search(g, result)
+            assert result.stats["ios"] > 0
+        state = src.runtime._page_state.copy_to_host()
+        assert not (state & gids.layout.PAGE_REF_MASK).any()
+
+
 def test_cli_emulated_ssd_rows(tmp_path, capsys):
     """--ssd / --n-ssd: gids and nvme rows once unemulated and once per drive count."""
     graph_path = tmp_path / "g.csr"
@@ -649,6 +678,14 @@ _PTX = textwrap.dedent('''
                 if any("ld.global.cg" in l for l in body[lo:hi])
                 and any("atom.global.cas.b64" in l for l in body[lo:hi]))
     assert not any(l.startswith("call") for l in body[scan[0]:scan[1]]), "a call in the scan"
+    # Its top-down step for a warm cache that holds every page (gpu_bfs.RESIDENT_FIRST): pins
+    # without the miss path, so no call at all, and the lists it sets aside go to long_lists.
+    k = make_bfs_kernels(GIDS_PAGER, None, True)
+    ptx, _ = cuda.compile_ptx(k.top_down.py_func,
+                              (typeof(h), i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64,
+                               i64, n, types.boolean, types.boolean), cc=(9, 0))
+    assert "match.any.sync" in ptx and "atom.global.cas.b64" in ptx and "ld.global.cg" in ptx
+    assert not re.search(r"^\s*call", ptx, re.M), "a call in the resident top-down kernel"
     print("PTX_OK")
 ''')
 

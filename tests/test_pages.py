@@ -1,6 +1,6 @@
-"""Page-level reads (``gids.pin_page``, ``pinned``, ``unpin_page``, ``page_room``) in the
-simulator: spans across pages against numpy, pins that hold a page through evictions, errors,
-no pin left behind; and the multi-lane paths with emulated 32-lane warps."""
+"""Page-level reads (``gids.pin_page``, ``pin_page_if_resident``, ``pinned``, ``unpin_page``,
+``page_room``) in the simulator: spans across pages against numpy, pins that hold a page through
+evictions, errors, no pin left behind; and the multi-lane paths with emulated 32-lane warps."""
 import textwrap
 
 import numpy as np
@@ -132,6 +132,47 @@ def test_pin_out_of_range_returns_minus_one_and_raises_after_the_kernel():
         np.testing.assert_array_equal(rt.gather(a, [0, 999]).copy_to_host(), [0, 999])
 
 
+@cuda.jit
+def _pin_if_resident(h, idx, out):
+    """Thread k: ``pin_page_if_resident(idx[k])``, the element read under the pin (-7 without
+    one) and the pin given back."""
+    k = cuda.grid(1)
+    if k < idx.size:
+        at = gids.pin_page_if_resident(h, idx[k])
+        out[k, 0] = at
+        out[k, 1] = gids.pinned(h, at) if at >= 0 else -7
+        gids.unpin_page_after(h, idx[k], at, out[k, 1])
+
+
+def test_pin_page_if_resident_pins_only_what_is_cached():
+    """Pages not resident: -1, nothing loaded, no reference left, no error (even out of range:
+    a pin_page of it records that). Once loaded: the page pinned, its element read, a hit."""
+    data = np.random.default_rng(9).integers(0, 1 << 50, 6 * 64, dtype=np.int64)   # 6 pages
+    idx = np.array([5, 64 * 2 + 3, 64 * 5 + 63, data.size, -1])
+    with gids.Runtime(cache_pages=4, page_size=512) as rt:
+        a = rt.open_array(data)
+        out = cuda.to_device(np.zeros((idx.size, 2), dtype=np.int64))
+        _pin_if_resident[1, idx.size](a.handle, cuda.to_device(idx), out)
+        rt.sync()
+        assert (out.copy_to_host() == [-1, -7]).all()
+        s = rt.stats()
+        assert s.lookups == 0 and s.ios == 0 and a.resident_pages() == 0
+        state = rt._page_state.copy_to_host()[:rt._n_pages]
+        assert not (state & gids.layout.PAGE_REF_MASK).any()
+
+        rt.gather(a, idx[:2])                       # pages 0 and 2 resident
+        rt.reset_stats()
+        _pin_if_resident[1, idx.size](a.handle, cuda.to_device(idx), out)
+        rt.sync()
+        got = out.copy_to_host()
+        assert (got[:2, 0] >= 0).all() and got[:2, 1].tolist() == data[idx[:2]].tolist()
+        assert (got[2:] == [-1, -7]).all()
+        s = rt.stats()
+        assert s.hits == 2 and s.misses == 0 and s.ios == 0
+        state = rt._page_state.copy_to_host()[:rt._n_pages]
+        assert not (state & gids.layout.PAGE_REF_MASK).any()
+
+
 def test_page_room_is_what_a_pin_covers():
     @cuda.jit
     def rooms(h, idx, out):
@@ -171,6 +212,13 @@ WARP_SCRIPT = textwrap.dedent('''
         out[k] = gids.pinned(h, at) if at >= 0 else -1
         gids.unpin_page(h, idx[k], at)
 
+    @cuda.jit
+    def resident_per_lane(h, idx, out):
+        k = cuda.grid(1)
+        at = gids.pin_page_if_resident(h, idx[k])
+        out[k] = gids.pinned(h, at) if at >= 0 else -1
+        gids.unpin_page(h, idx[k], at)
+
     data = np.random.default_rng(0).integers(0, 1 << 62, 64 * 64, dtype=np.int64)  # 64 pages
     with gids.Runtime(cache_pages=32, page_size=512, queues=2, queue_depth=32, timeout=60) as rt:
         a = rt.open_array(gids.MemoryStore(data, zero_copy=False), np.int64, shape=data.shape)
@@ -193,6 +241,20 @@ WARP_SCRIPT = textwrap.dedent('''
         # no pin left behind: a sweep over every page (twice the cache) still finds slots
         idx = np.arange(0, data.size, 64)
         assert (rt.gather(a, idx).copy_to_host() == data[idx]).all()
+        # pin_page_if_resident with lanes on several pages: nothing loads in the kernel, so
+        # exactly the lanes whose page was VALID before it pin and read it, the others get -1;
+        # no reference is left.
+        rt.gather(a, np.arange(0, 8 * 64, 16))           # 32 lanes: a whole warp
+        valid = (rt._page_state.copy_to_host()[:rt._n_pages] & gids.layout.PAGE_VALID) != 0
+        idx = np.random.default_rng(3).integers(0, data.size, 32)
+        want = np.where(valid[idx // 64], data[idx], -1)
+        assert (want == -1).any() and (want != -1).any()
+        out = cuda.to_device(np.full(32, -2, np.int64))
+        resident_per_lane[1, 32](a.handle, cuda.to_device(idx), out)
+        rt.sync()
+        assert (out.copy_to_host() == want).all()
+        state = rt._page_state.copy_to_host()[:rt._n_pages]
+        assert not (state & gids.layout.PAGE_REF_MASK).any()
     print("PAGES32_OK")
 ''')
 

@@ -67,6 +67,9 @@ class Pager(NamedTuple):
         computed from every element they read under the pin: no fence through gids
         (:func:`gids.unpin_page_after`).
     page_elems : ``page_elems(h) -> int``, elements per page, a power of two.
+    pin_if_resident : ``pin_if_resident(h, i) -> k``, ``pin`` without a miss path: ``k < 0``
+        where the page is not resident (nothing held or recorded; see
+        :func:`gids.pin_page_if_resident`). A plain reader's is its ``pin``.
     """
 
     read: object
@@ -75,6 +78,7 @@ class Pager(NamedTuple):
     unpin: object
     page_elems: object
     unpin_after: object
+    pin_if_resident: object
 
 
 #: Elements per page of an :func:`element_pager`: only the unit in which kernels walk a run of
@@ -120,7 +124,7 @@ def element_pager(reader) -> Pager:
     def unpin_after(h, i, k, used):
         pass
 
-    return Pager(reader, pin, value, unpin, page_elems, unpin_after)
+    return Pager(reader, pin, value, unpin, page_elems, unpin_after, pin)
 
 
 @device_helper
@@ -131,4 +135,4 @@ def _gids_page_elems(h):
 #: The gids data paths' pager (host daemon or direct NVMe path, whichever handle a kernel gets):
 #: page-level reads through the cache, one lookup per page and warp.
 GIDS_PAGER = Pager(gids.read, gids.pin_page, gids.pinned, gids.unpin_page, _gids_page_elems,
-                   gids.unpin_page_after)
+                   gids.unpin_page_after, gids.pin_page_if_resident)

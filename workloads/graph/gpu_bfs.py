@@ -89,6 +89,21 @@ PREFETCH_WINDOW = WARP_SIZE * PREFETCH_ENTRIES
 LONG_LIST = 1 << 16
 LONG_SLICE = 1024
 
+#: Where every page of the neighbours is in the gids cache as a search starts (a warm cache
+#: that holds the whole array: :attr:`~.gpu_graph.NeighbourSource.all_resident`), the top-down
+#: step pins with ``gids.pin_page_if_resident`` and has no call in it; a list that meets a page
+#: not resident after all (evicted by another array of the Runtime, say) is set aside for the
+#: long lists' launch, which loads it. Why: ``gids.pin_page``'s miss path is a call, and a call
+#: makes ptxas keep every value live across it in the few registers a call preserves or spill it
+#: at each definition and reload it at each use, taken or not. At 64 registers the warm top-down
+#: kernel had a 672-byte stack frame, spill stores on every list, and in a scale-22 search's
+#: largest levels 44-84 M spill instructions and 79-146 M sectors written to L2 where GPU
+#: memory's kernel wrote 0.01-1.6 M (Nsight Compute, H200, 2026-12-02). Without the call the
+#: kernel needs 56 registers and spills nothing (``ptxas -v``, sm_90, cap 64).
+#: ``GIDS_BFS_RESIDENT_FIRST=0`` (read at import) keeps the miss path in, to measure the
+#: difference.
+RESIDENT_FIRST = os.environ.get("GIDS_BFS_RESIDENT_FIRST", "1") != "0"
+
 #: Registers per SM (every GPU since compute capability 5.0): with THREADS_PER_BLOCK, how many
 #: warps an SM runs at once at a register cap (128 -> 2 blocks of 256, 16 warps; 80 -> 3, 24).
 REGISTERS_PER_SM = 65536
@@ -119,7 +134,7 @@ class BFSKernels(NamedTuple):
 
 
 @functools.lru_cache(maxsize=None)
-def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
+def make_bfs_kernels(source, max_registers=None, resident=False) -> BFSKernels:
     """BFS kernels specialised for one data path's reader (or pager).
 
     Parameters
@@ -133,6 +148,12 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
     max_registers : int, optional
         Register cap of the kernels (default: ``gids.jit``'s); the source's ``max_registers``
         (see ``gpu_graph.WHOLE_CACHE_REGISTERS``).
+    resident : bool
+        For a pager whose pages are all expected in the cache (the source's
+        :attr:`~.gpu_graph.NeighbourSource.resident_first`): ``top_down`` pins with
+        ``pin_if_resident`` and has no call in it, and a list that meets a page not resident
+        is set aside in ``long_lists`` with the hubs' lists, for ``long_lists`` (which pins
+        with ``pin``: loads) to scan whole after the launch. See :data:`RESIDENT_FIRST`.
 
     Returns
     -------
@@ -150,8 +171,9 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
     """
     pager = source if isinstance(source, Pager) else element_pager(source)
     jit = gids.jit(max_registers=max_registers) if max_registers else gids.jit
-    read_neighbour, PIN, VALUE, UNPIN_AFTER, PAGE_ELEMS = (
-        pager.read, pager.pin, pager.value, pager.unpin_after, pager.page_elems)
+    read_neighbour, VALUE, UNPIN_AFTER, PAGE_ELEMS = (
+        pager.read, pager.value, pager.unpin_after, pager.page_elems)
+    resident = bool(resident) and isinstance(source, Pager)
 
     @cuda.jit(device=True)
     def claim(offsets, v, k, u, valid, next_frontier, counters, parents, levels, depth,
@@ -192,70 +214,80 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
             claim(offsets, v, k, u, k < seg_end, next_frontier, counters, parents, levels,
                   depth, count_edges, bad)
             base = seg_end
-        return held, at, used
+        return held, at, used, False
 
-    @cuda.jit(device=True)
-    def scan_pages(arg, offsets, v, lo, hi, held, at, used, prefetch, next_frontier, counters,
-                   parents, levels, depth, count_edges, bad):
-        """:func:`scan` for a pager (gids): the list a page at a time.
+    def make_scan_pages(resident):
+        """:func:`scan` for a pager; ``resident``: pinning with ``pin_if_resident``, without
+        touches ahead, and leaving the list at its first page not resident (see
+        :func:`make_bfs_kernels`)."""
+        pin = pager.pin_if_resident if resident else pager.pin
 
-        Two loops: the outer one takes a page (the calls: a pin, a prefetch), the inner one
-        scans the page's part of the list, ``WARP_SIZE`` entries at a time, with no call in it.
-        A value live across a call must sit in one of the few registers that a call preserves,
-        or be spilled to local memory, and ptxas reloads a spilled value at each use: with the
-        calls in the one scanning loop, the loop's counters were spilled and reloaded at every
-        segment, calls taken or not (at 64 registers, a fifth of the instructions that a
-        scale-22 level executed, and its L2 traffic three times GPU memory's: Nsight Compute,
-        H200, 2026-12-02). The inner loop runs on values made for it, which no call crosses.
-        """
-        lane = laneid()
-        pe = PAGE_ELEMS(arg)
-        long_list = prefetch and hi - lo > PREFETCH_ENTRIES
-        touched = lo
-        base = lo
-        while base < hi:
-            if long_list and base >= touched:
-                # A long list: each lane touches one page of the next window, so the warp's
-                # misses are in flight together instead of one page at a time. The held pin is
-                # given back first: a warp never waits on the cache while it holds a page.
-                if held >= 0:
-                    UNPIN_AFTER(arg, held, at, used)
-                    held = -1
-                used = np.int64(0)
-                p = base + lane * PREFETCH_ENTRIES
-                read_neighbour(arg, p if p < hi else hi - 1)
-                touched = base + PREFETCH_WINDOW
-            page_first = base - (base & (pe - 1))
-            if held < 0 or held - (held & (pe - 1)) != page_first:
-                if held >= 0:
-                    UNPIN_AFTER(arg, held, at, used)
-                held = base
-                at = PIN(arg, base)
-                used = np.int64(0)
-            page_end = min(hi, page_first + pe)
-            if long_list and touched < page_end:
-                page_end = touched
-            # The page's part of the list: a count of entries (none if the pin failed, the
-            # error recorded), the cache index of the first, a copy of ``v`` (copies, so that
-            # ptxas does not merge them with values a call crosses: kernels.platform.
-            # register_copy), and the page's own xor of its entries.
-            n_here = page_end - base if at >= 0 else np.int64(0)
-            cache_first = register_copy(at + (base - held))
-            me = register_copy(v)
-            seen = np.int64(0)
-            j = np.int64(0)
-            while j < n_here:
-                seg = min(n_here, j + WARP_SIZE)
-                # Lanes past the segment read its last entry: the whole warp reads together.
-                valid = j + lane < seg
-                u = np.int64(VALUE(arg, cache_first + (j + lane if valid else seg - 1)))
-                seen ^= u
-                claim(offsets, me, base + j + lane, u, valid, next_frontier, counters, parents,
-                      levels, depth, count_edges, bad)
-                j = seg
-            used ^= seen
-            base = page_end
-        return held, at, used
+        @cuda.jit(device=True)
+        def scan_pages(arg, offsets, v, lo, hi, held, at, used, prefetch, next_frontier, counters,
+                       parents, levels, depth, count_edges, bad):
+            """:func:`scan` for a pager (gids): the list a page at a time.
+
+            Two loops: the outer one takes a page (the calls: a pin, a prefetch), the inner one
+            scans the page's part of the list, ``WARP_SIZE`` entries at a time, with no call in it.
+            A value live across a call must sit in one of the few registers that a call preserves,
+            or be spilled to local memory, and ptxas reloads a spilled value at each use: with the
+            calls in the one scanning loop, the loop's counters were spilled and reloaded at every
+            segment, calls taken or not (at 64 registers, a fifth of the instructions that a
+            scale-22 level executed, and its L2 traffic three times GPU memory's: Nsight Compute,
+            H200, 2026-12-02). The inner loop runs on values made for it, which no call crosses.
+            """
+            lane = laneid()
+            pe = PAGE_ELEMS(arg)
+            long_list = not resident and prefetch and hi - lo > PREFETCH_ENTRIES
+            touched = lo
+            base = lo
+            while base < hi:
+                if long_list and base >= touched:
+                    # A long list: each lane touches one page of the next window, so the warp's
+                    # misses are in flight together instead of one page at a time. The held pin is
+                    # given back first: a warp never waits on the cache while it holds a page.
+                    if held >= 0:
+                        UNPIN_AFTER(arg, held, at, used)
+                        held = -1
+                    used = np.int64(0)
+                    p = base + lane * PREFETCH_ENTRIES
+                    read_neighbour(arg, p if p < hi else hi - 1)
+                    touched = base + PREFETCH_WINDOW
+                page_first = base - (base & (pe - 1))
+                if held < 0 or held - (held & (pe - 1)) != page_first:
+                    if held >= 0:
+                        UNPIN_AFTER(arg, held, at, used)
+                    held = base
+                    at = pin(arg, base)
+                    used = np.int64(0)
+                    if resident and at < 0:
+                        return np.int64(-1), at, used, True     # not resident: set aside
+                page_end = min(hi, page_first + pe)
+                if long_list and touched < page_end:
+                    page_end = touched
+                # The page's part of the list: a count of entries (none if the pin failed, the
+                # error recorded), the cache index of the first, a copy of ``v`` (copies, so that
+                # ptxas does not merge them with values a call crosses: kernels.platform.
+                # register_copy), and the page's own xor of its entries.
+                n_here = page_end - base if at >= 0 else np.int64(0)
+                cache_first = register_copy(at + (base - held))
+                me = register_copy(v)
+                seen = np.int64(0)
+                j = np.int64(0)
+                while j < n_here:
+                    seg = min(n_here, j + WARP_SIZE)
+                    # Lanes past the segment read its last entry: the whole warp reads together.
+                    valid = j + lane < seg
+                    u = np.int64(VALUE(arg, cache_first + (j + lane if valid else seg - 1)))
+                    seen ^= u
+                    claim(offsets, me, base + j + lane, u, valid, next_frontier, counters, parents,
+                          levels, depth, count_edges, bad)
+                    j = seg
+                used ^= seen
+                base = page_end
+            return held, at, used, False
+
+        return scan_pages
 
     #: ``scan(arg, offsets, v, lo, hi, held, at, used, prefetch, ...)``: the warp claims the
     #: unvisited neighbours among entries ``lo .. hi - 1`` of ``v``'s list and appends them to
@@ -264,10 +296,13 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
     #: is kept for the next call while the list goes on on the same page. ``used``: the xor of
     #: every entry the lane read under that pin, which its unpin waits for
     #: (``Pager.unpin_after``: no fence, where ``unpin`` fences the claims' stores and atomics
-    #: too). Returns the new ``(held, at, used)``. Plain readers keep the one loop they ran
-    #: before the pager's two (2026-12-02): with two, the all-in-GPU-memory search ran 4 %
-    #: slower at scale 23 (``exp/bfs_caps.py``, H200), a baseline made worse for nothing.
-    scan = scan_pages if isinstance(source, Pager) else scan_entries
+    #: too). Returns the new ``(held, at, used, left)``, ``left`` True where a resident scan
+    #: (``scan_top_down`` of ``resident`` kernels) stopped at a page not resident, holding no
+    #: pin. Plain readers keep the one loop they ran before the pager's two (2026-12-02): with
+    #: two, the all-in-GPU-memory search ran 4 % slower at scale 23 (``exp/bfs_caps.py``,
+    #: H200), a baseline made worse for nothing.
+    scan = make_scan_pages(False) if isinstance(source, Pager) else scan_entries
+    scan_top_down = make_scan_pages(True) if resident else scan
 
     @jit
     def top_down(arg, offsets, frontier, n_frontier, next_frontier, counters, parents, levels,
@@ -300,7 +335,7 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
                 if 0 < offsets[w + 1] - offsets[w] <= LONG_LIST:
                     first = offsets[w]
             have = ballot_sync(FULL_MASK, first >= 0) & LANE_BITS
-            if touch and have != 0:
+            if not resident and touch and have != 0:
                 donor = shfl_sync(FULL_MASK, first, lowest_lane(have))
                 read_neighbour(arg, first if first >= 0 else donor)
             held = np.int64(-1)
@@ -312,9 +347,14 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
                     if lane == 0:   # for the whole grid, after this launch
                         long_lists[atomic_add(counters, N_LONG, 1)] = v
                     continue
-                held, at, used = scan(arg, offsets, v, offsets[v], offsets[v + 1], held, at,
-                                      used, touch, next_frontier, counters, parents, levels,
-                                      depth, count_edges, bad)
+                held, at, used, left = scan_top_down(
+                    arg, offsets, v, offsets[v], offsets[v + 1], held, at, used, touch,
+                    next_frontier, counters, parents, levels, depth, count_edges, bad)
+                if left and lane == 0:
+                    # A page of the list was not resident: the list goes to the long lists'
+                    # launch, which scans it whole (its claims so far stand; claiming again
+                    # finds them taken).
+                    long_lists[atomic_add(counters, N_LONG, 1)] = v
             if held >= 0:
                 UNPIN_AFTER(arg, held, at, used)
 
@@ -341,9 +381,9 @@ def make_bfs_kernels(source, max_registers=None) -> BFSKernels:
             v = long_lists[lo_j]
             end = offsets[v + 1]
             lo = offsets[v] + (s - first_slice[lo_j]) * LONG_SLICE
-            held, at, used = scan(arg, offsets, v, lo, min(lo + LONG_SLICE, end), held, at,
-                                  used, False, next_frontier, counters, parents, levels, depth,
-                                  count_edges, bad)
+            held, at, used, _ = scan(arg, offsets, v, lo, min(lo + LONG_SLICE, end), held,
+                                     at, used, False, next_frontier, counters, parents, levels,
+                                     depth, count_edges, bad)
         if held >= 0:
             UNPIN_AFTER(arg, held, at, used)
 
@@ -535,16 +575,18 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
     root = int(root)
     if not 0 <= root < n:
         raise ValueError(f"root {root} is not a vertex (0..{n - 1})")
-    kernels = make_bfs_kernels(source.pager or source.reader, source.max_registers)
+    source.begin_search(cold=dg.cold_cache)
+    variant = (source.pager or source.reader, source.max_registers,
+               RESIDENT_FIRST and source.all_resident)
+    kernels = make_bfs_kernels(*variant)
     # Kept on the DeviceGraph between searches: four arrays of n, allocated once, not per root.
     parents, levels, frontier, next_frontier, long_lists = dg.scratch("bfs", 5, n)
     counters = dg.scratch("bfs-counters", 1, N_COUNTERS)[0]
     zeros = np.zeros(N_COUNTERS, dtype=np.int64)
     host_offsets = graph.offsets
-    if dg.first_use(("bfs", source.pager or source.reader, source.max_registers)):
+    if dg.first_use(("bfs",) + variant):
         _warm_up(dg, kernels, counters)
     dg.reset_bad()
-    source.begin_search(cold=dg.cold_cache)
 
     start = time.perf_counter()
     _start_search[launch_geometry(n // WARP_SIZE)](parents, levels, frontier, root)

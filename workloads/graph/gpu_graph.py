@@ -198,6 +198,10 @@ class NeighbourSource:
     #: run's lists, the next window of a long list), so that their misses are in flight
     #: together. Set by :meth:`begin_search`; a source whose every page is resident turns it off.
     touch_ahead = True
+    #: Whether every page the kernels read is in the source's cache as the search starts (set
+    #: by :meth:`begin_search`; only a gids cache that holds the whole array, warm): the BFS
+    #: then runs its top-down step without a miss path (``gpu_bfs.RESIDENT_FIRST``).
+    all_resident = False
 
     def begin_search(self, cold: bool = True) -> None:
         """Before a timed search; ``cold`` asks for an empty cache (for paths that have one)."""
@@ -347,8 +351,8 @@ class GidsSource(NeighbourSource):
         # Touches ahead only bring pages in: with every page resident (a warm cache that holds
         # the whole array) each would be one more lookup, an atomic and a reduction on the
         # page's word, for nothing.
-        self.touch_ahead = (TOUCH_AHEAD == "always" or cold
-                            or self.array.resident_pages() < self.array.n_pages)
+        self.all_resident = not cold and self.array.resident_pages() >= self.array.n_pages
+        self.touch_ahead = TOUCH_AHEAD == "always" or not self.all_resident
 
     def check(self) -> None:
         # Waits for the kernel, raises StorageIOError / GidsTimeoutError / ... a thread recorded
