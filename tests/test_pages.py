@@ -205,17 +205,14 @@ WARP_SCRIPT = textwrap.dedent('''
         gids.unpin_page(h, i, at)
 
     @cuda.jit
-    def a_page_per_lane(h, idx, out):
-        # Lanes on several pages: one pin per distinct page, each lane reads its own element.
+    def a_page_per_lane(h, idx, out, if_resident):
+        # Lanes on several pages: one pin per distinct page, each lane reads its own element
+        # (with if_resident, only where its page is in the cache: -1 elsewhere).
         k = cuda.grid(1)
-        at = gids.pin_page(h, idx[k])
-        out[k] = gids.pinned(h, at) if at >= 0 else -1
-        gids.unpin_page(h, idx[k], at)
-
-    @cuda.jit
-    def resident_per_lane(h, idx, out):
-        k = cuda.grid(1)
-        at = gids.pin_page_if_resident(h, idx[k])
+        if if_resident:
+            at = gids.pin_page_if_resident(h, idx[k])
+        else:
+            at = gids.pin_page(h, idx[k])
         out[k] = gids.pinned(h, at) if at >= 0 else -1
         gids.unpin_page(h, idx[k], at)
 
@@ -235,7 +232,7 @@ WARP_SCRIPT = textwrap.dedent('''
         for seed in range(2):
             idx = np.random.default_rng(seed).integers(0, data.size, 32)
             out = cuda.to_device(np.full(32, -1, np.int64))
-            a_page_per_lane[1, 32](a.handle, cuda.to_device(idx), out)
+            a_page_per_lane[1, 32](a.handle, cuda.to_device(idx), out, False)
             rt.sync()
             assert (out.copy_to_host() == data[idx]).all(), seed
         # no pin left behind: a sweep over every page (twice the cache) still finds slots
@@ -250,7 +247,7 @@ WARP_SCRIPT = textwrap.dedent('''
         want = np.where(valid[idx // 64], data[idx], -1)
         assert (want == -1).any() and (want != -1).any()
         out = cuda.to_device(np.full(32, -2, np.int64))
-        resident_per_lane[1, 32](a.handle, cuda.to_device(idx), out)
+        a_page_per_lane[1, 32](a.handle, cuda.to_device(idx), out, True)
         rt.sync()
         assert (out.copy_to_host() == want).all()
         state = rt._page_state.copy_to_host()[:rt._n_pages]
