@@ -40,8 +40,8 @@ from gids import layout as L
 from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait,
                            claim_slot, copy_in_bulk, end_early_copy, finish_write_back,
                            give_up_load, keep_dirty_victim, mark_dirty, publish, settle_pin,
-                           start_early_copy, take_reference, take_reference_if_resident, try_pin, unpin, unpin_after_reads,
-                           warp_copy_out, warp_copy_page)
+                           start_early_copy, take_reference, take_reference_if_resident,
+                           try_pin, unpin, unpin_after_reads, warp_copy_out, warp_copy_page)
 from kernels.backend import io_submit, io_wait
 from kernels.queue import (expired, hand_on_entry, lowest_lane, queue_of_warp, release_entry,
                            staging_word, take_tickets, wait_turn)

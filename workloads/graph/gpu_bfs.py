@@ -150,7 +150,7 @@ def make_bfs_kernels(source, max_registers=None, resident=False) -> BFSKernels:
         (see ``gpu_graph.WHOLE_CACHE_REGISTERS``).
     resident : bool
         For a pager whose pages are all expected in the cache (the source's
-        :attr:`~.gpu_graph.NeighbourSource.resident_first`): ``top_down`` pins with
+        :attr:`~.gpu_graph.NeighbourSource.all_resident`): ``top_down`` pins with
         ``pin_if_resident`` and has no call in it, and a list that meets a page not resident
         is set aside in ``long_lists`` with the hubs' lists, for ``long_lists`` (which pins
         with ``pin``: loads) to scan whole after the launch. See :data:`RESIDENT_FIRST`.
@@ -629,7 +629,8 @@ def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
             counts = counters.copy_to_host()
             n_long = int(counts[N_LONG])
             if n_long:
-                # The hubs' lists, set aside by top_down: every warp scans slices of them.
+                # The hubs' lists, set aside by top_down (with, for resident kernels, the lists
+                # that met a page not resident): every warp scans slices of them.
                 hubs = long_lists[:n_long].copy_to_host()
                 slices = (host_offsets[hubs + 1] - host_offsets[hubs] + LONG_SLICE - 1) // LONG_SLICE
                 first_slice = cuda.to_device(np.concatenate([[0], np.cumsum(slices)]).astype(np.int64))
