@@ -7,6 +7,11 @@ All queue records are arrays of little-endian int64 words in mapped (pinned, dev
 host memory. One writer per word: the GPU writes submission records, the host daemon writes
 completion records. Each record is one word that says whose it is (a tag or sequence number),
 written by one store and polled by the other side with acquire loads.
+
+The functions that build and take apart those words (``sq_word``, ``cq_fields`` ...) are the
+only definition of their bit layouts: each is plain arithmetic on its arguments and this
+module's constants, calling nothing, so the daemon compiles them with ``njit``
+(``host_daemon.daemon``) and the kernels with ``cuda.jit`` (``kernels.queue``).
 """
 import numpy as np
 
@@ -88,14 +93,14 @@ def cq_seq(ticket):
     return (ticket + 1) & CQ_SEQ_MASK
 
 
-def cq_word(ticket, status, source):
-    """The completion word of ``ticket`` (host side: ``host_daemon.daemon`` stores it)."""
-    return ((source + 1) << CQ_SOURCE_SHIFT) | ((-status) << CQ_STATUS_SHIFT) | cq_seq(ticket)
+def cq_word(seq, status, source):
+    """The completion word of the ticket whose :func:`cq_seq` is ``seq`` (the daemon stores
+    it)."""
+    return ((source + 1) << CQ_SOURCE_SHIFT) | ((-status) << CQ_STATUS_SHIFT) | seq
 
 
 def cq_fields(word):
-    """``(seq, status, source)`` of a completion word (the kernels decode it the same way in
-    ``kernels.queue.wait_completion``)."""
+    """``(seq, status, source)`` of a completion word (``kernels.queue.wait_completion``)."""
     return (word & CQ_SEQ_MASK, -((word >> CQ_STATUS_SHIFT) & CQ_STATUS_MASK),
             (word >> CQ_SOURCE_SHIFT) - 1)
 
@@ -105,15 +110,14 @@ def sq_tag(ticket, depth):
     return (ticket // depth + 1) & SQ_TAG_MASK
 
 
-def sq_word(ticket, depth, array_id, page, op):
-    """The request word of ``ticket`` (device side: ``kernels.queue.submit`` stores it; the
-    daemon decodes it in ``host_daemon.daemon.serve_queues``)."""
-    return ((sq_tag(ticket, depth) << SQ_TAG_SHIFT) | (op << SQ_OP_SHIFT)
-            | (array_id << SQ_ARRAY_SHIFT) | page)
+def sq_word(tag, array_id, page, op):
+    """The request word of the ticket whose :func:`sq_tag` is ``tag`` (``kernels.queue.submit``
+    stores it)."""
+    return (tag << SQ_TAG_SHIFT) | (op << SQ_OP_SHIFT) | (array_id << SQ_ARRAY_SHIFT) | page
 
 
 def sq_fields(word):
-    """``(tag, array_id, page, op)`` of a request word."""
+    """``(tag, array_id, page, op)`` of a request word (``host_daemon.daemon.serve_queues``)."""
     return ((word >> SQ_TAG_SHIFT) & SQ_TAG_MASK, (word >> SQ_ARRAY_SHIFT) & SQ_ARRAY_MASK,
             word & SQ_MAX_PAGE, (word >> SQ_OP_SHIFT) & SQ_OP_MASK)
 

@@ -44,6 +44,15 @@ from host_daemon.stores import (DIRECT_ALIGN, FAULT_CRASH, FAULT_EIO, FAULT_SHOR
 from host_daemon.sync import load_acquire, load_word, private_array, store_release
 from host_daemon.trace import TRACE_DTYPE
 
+#: The queue records' words, compiled from their one definition in ``gids.layout`` (``sq_word``
+#: for ``workloads.emulation_bench``, whose threads play the GPU).
+sq_tag = njit(L.sq_tag)
+sq_word = njit(L.sq_word)
+sq_fields = njit(L.sq_fields)
+cq_seq = njit(L.cq_seq)
+cq_word = njit(L.cq_word)
+cq_fields = njit(L.cq_fields)
+
 # libc functions declared by symbol name, not as ctypes pointers: Numba then caches the daemon's
 # compiled loop on disk (a ctypes pointer is a "dynamic global" that forbids caching, and every
 # process would compile it again). Addresses travel as size_t (uintp): the same registers as
@@ -246,9 +255,7 @@ def park(emu, entry, due, status, source, ticket, seen, ready, device, offset, n
 def _post(cq, entry, ticket, status, source):
     """Answer ``ticket`` in entry ``entry``'s completion word (``gids.layout``, ``cq_word``):
     one release store, which the GPU reads with one acquire load."""
-    word = ((source + 1) << L.CQ_SOURCE_SHIFT) | ((-status) << L.CQ_STATUS_SHIFT) \
-        | ((ticket + 1) & L.CQ_SEQ_MASK)
-    store_release(cq, entry * L.CQ_WORDS + L.CQ_WORD, word)
+    store_release(cq, entry * L.CQ_WORDS + L.CQ_WORD, cq_word(cq_seq(ticket), status, source))
 
 
 @njit(nogil=True, cache=True)
@@ -370,11 +377,9 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                 entry = q * depth + ticket % depth
                 # The request is one word, its tag the ticket's turn (gids.layout).
                 word = load_acquire(sq, entry * L.SQ_WORDS + L.SQ_WORD)
-                if (word >> L.SQ_TAG_SHIFT) != (ticket // depth + 1) & L.SQ_TAG_MASK:
+                tag, array_id, page, op = sq_fields(word)
+                if tag != sq_tag(ticket, depth):
                     break
-                array_id = (word >> L.SQ_ARRAY_SHIFT) & L.SQ_ARRAY_MASK
-                page = word & L.SQ_MAX_PAGE
-                op = (word >> L.SQ_OP_SHIFT) & L.SQ_OP_MASK
                 seen = _now_ns(clock) if timed else 0
                 buf = staging_address + entry * page_size
                 if op == L.OP_WRITE:

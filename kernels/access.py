@@ -122,6 +122,12 @@ def _refs(peers, keep):
 
 
 @cuda.jit(device=True)
+def _index_in_cache(h, slot, i):
+    """Where element ``i`` lies in ``h.cache`` while its page is in ``slot``."""
+    return (np.int64(slot) << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))
+
+
+@cuda.jit(device=True)
 def _use_pinned(h, mask, leader, pinned, failed, slot, i, value, at, done, is_write, new_value,
                 keep):
     """Lanes whose leader holds a pin read (or write) their element in the slot, or, to
@@ -138,7 +144,7 @@ def _use_pinned(h, mask, leader, pinned, failed, slot, i, value, at, done, is_wr
     if not done and code == FAILED:
         done = True
     if not done and code >= 0:
-        k = (np.int64(code) << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))
+        k = _index_in_cache(h, code, i)
         if keep:
             at = k
         elif is_write:
@@ -617,7 +623,7 @@ def pin_page_if_resident(h, i):
     code = shfl_sync(mask, np.int32(slot), leader)
     if code < 0 or not in_range:
         return np.int64(-1)
-    return (np.int64(code) << h.elem_shift) + (i & ((np.int64(1) << h.elem_shift) - 1))
+    return _index_in_cache(h, code, i)
 
 
 @cuda.jit(device=True)

@@ -34,6 +34,12 @@ from kernels.platform import (POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS, SIMULATOR
 #: (and whose emulated warps sleep at least 10 ms per nap), so that it runs as before.
 FIRST_POLL_NS = 0 if SIMULATOR else POLL_FIRST_NS
 
+# The queue records' words, compiled from their one definition in gids.layout.
+_sq_tag = device_helper(L.sq_tag)
+_sq_word = device_helper(L.sq_word)
+_cq_seq = device_helper(L.cq_seq)
+_cq_fields = device_helper(L.cq_fields)
+
 #: A wait reads the host's abort word on one poll in ``ABORT_POLL_MASK + 1``. That word is one
 #: line of host memory that every waiting warp of every kernel reads across PCIe, and reads of
 #: one line are served about one at a time: read on every 8th poll, they capped a search with ~4,000 warps waiting on each
@@ -144,9 +150,7 @@ def submit(h, q, ticket, array_id, page, op, deadline):
     """
     if not wait_turn(h, q, ticket, deadline):
         return False
-    tag = (ticket // h.depth + 1) & L.SQ_TAG_MASK
-    word = ((tag << L.SQ_TAG_SHIFT) | (op << L.SQ_OP_SHIFT) | (array_id << L.SQ_ARRAY_SHIFT)
-            | page)
+    word = _sq_word(_sq_tag(ticket, h.depth), array_id, page, op)
     st_relaxed_sys(h.sq, (q * h.depth + ticket % h.depth) * L.SQ_WORDS + L.SQ_WORD, word)
     return True
 
@@ -172,20 +176,19 @@ def wait_completion(h, q, ticket, deadline, first_ns):
     """
     entry = q * h.depth + ticket % h.depth
     rec = entry * L.CQ_WORDS + L.CQ_WORD
-    seq = (ticket + 1) & L.CQ_SEQ_MASK
+    seq = _cq_seq(ticket)
     if first_ns > 0:
         nanosleep(first_ns)
     pause = POLL_MIN_NS
     polls = 0
     word = ld_acquire_sys(h.cq, rec)
-    while (word & L.CQ_SEQ_MASK) != seq:
+    while _cq_fields(word)[0] != seq:
         polls += 1
         give_up, pause = back_off(h, deadline, polls, pause)
         if give_up:
             return False, 0, 0
         word = ld_acquire_sys(h.cq, rec)
-    status = -((word >> L.CQ_STATUS_SHIFT) & L.CQ_STATUS_MASK)
-    source = (word >> L.CQ_SOURCE_SHIFT) - 1
+    _, status, source = _cq_fields(word)
     return True, status, source
 
 

@@ -31,7 +31,7 @@ def _daemon(hot_every, monkeypatch):
 def _submit(sq, q, ticket, page):
     rec = (q * DEPTH + ticket % DEPTH) * L.SQ_WORDS
     # numpy store: the daemon thread sees it (the GIL orders)
-    sq[rec + L.SQ_WORD] = L.sq_word(ticket, DEPTH, 0, page, L.OP_READ)
+    sq[rec + L.SQ_WORD] = L.sq_word(L.sq_tag(ticket, DEPTH), 0, page, L.OP_READ)
 
 
 def _wait(cq, q, ticket, timeout=10.0):
@@ -81,7 +81,7 @@ def test_the_completion_word_carries_ticket_status_and_source(ticket, status, so
     cq = np.zeros(L.CQ_WORDS, dtype=np.int64)
     D._post(cq, 0, ticket, status, source)
     word = int(cq[L.CQ_WORD])
-    assert 0 <= word and word == L.cq_word(ticket, status, source)
+    assert 0 <= word and word == L.cq_word(L.cq_seq(ticket), status, source)
     assert L.cq_fields(word) == (L.cq_seq(ticket), status, source)
     for depth in (32, 128, L.MAX_QUEUE_DEPTH):
         assert L.cq_seq(ticket + depth) != L.cq_seq(ticket)
@@ -96,7 +96,7 @@ def test_the_request_word_carries_array_page_op_and_a_tag_of_its_turn(ticket, de
     """A request is one word (one store, no fence on the GPU): it decodes to what was given,
     is a non-negative int64, and its tag differs from the tag of the entry's previous turn (and
     from a zeroed ring's), so the daemon never takes an old request for a new one."""
-    word = L.sq_word(ticket, depth, array_id, page, op)
+    word = L.sq_word(L.sq_tag(ticket, depth), array_id, page, op)
     assert 0 <= word < 1 << 63
     assert L.sq_fields(word) == (L.sq_tag(ticket, depth), array_id, page, op)
     if ticket >= depth:

@@ -37,7 +37,8 @@ from numba import njit
 
 import gids
 from gids import layout as L
-from host_daemon.daemon import HostDaemon, _now_ns   # the daemon's clock (CLOCK_MONOTONIC)
+from host_daemon.daemon import (HostDaemon, _now_ns,   # the daemon's clock (CLOCK_MONOTONIC)
+                                cq_fields, cq_seq, sq_tag, sq_word)
 from host_daemon.ssd_model import SsdModel
 from host_daemon.stores import T_COLUMNS
 from host_daemon.sync import load_acquire, store_release
@@ -64,8 +65,7 @@ def drive(my_queues, sq, cq, depth, n_pages, quota, state, times, seed):
             while state[k, 1] < state[k, 0]:
                 t = state[k, 1]
                 e = q * depth + t % depth
-                if (load_acquire(cq, e * L.CQ_WORDS + L.CQ_WORD) & L.CQ_SEQ_MASK) != \
-                        (t + 1) & L.CQ_SEQ_MASK:
+                if cq_fields(load_acquire(cq, e * L.CQ_WORDS + L.CQ_WORD))[0] != cq_seq(t):
                     break
                 state[k, 1] = t + 1
                 reaped += 1
@@ -77,10 +77,10 @@ def drive(my_queues, sq, cq, depth, n_pages, quota, state, times, seed):
                     x ^= (x << 13) & 0x7FFFFFFFFFFFFFFF   # xorshift64
                     x ^= x >> 7
                     x ^= (x << 17) & 0x7FFFFFFFFFFFFFFF
-                    word = (((t // depth + 1) & L.SQ_TAG_MASK) << L.SQ_TAG_SHIFT) | (x % n_pages)
+                    word = sq_word(sq_tag(t, depth), 0, x % n_pages, L.OP_READ)
                     if first < 0:
                         first = _now_ns(clock)
-                    store_release(sq, rec + L.SQ_WORD, word)   # array 0, OP_READ (both 0)
+                    store_release(sq, rec + L.SQ_WORD, word)
                     state[k, 0] = t + 1
                     issued += 1
     times[0] = first
