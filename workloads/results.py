@@ -1,0 +1,360 @@
+"""The results page: current figures, one record each, and docs/results.md rendered from them.
+
+``docs/results/figures.json`` holds the store: the areas (their order and what each is measured
+against), a short list of what changed (latest first) and one record per figure, keyed by
+``(area, figure)``. ``docs/results.md`` is never edited by hand; it is rendered from the store.
+
+    python -m workloads.results update OUT/bench.json OUT/bfs_whole.json ...   # replace figures
+    python -m workloads.results render                                         # write the page
+    python -m workloads.results update --change "what moved, in a line" OUT/*.json
+
+``update`` reads what the benchmarks write (``gids bench``'s bench.json, ``gids bfs --json``,
+``gids search --json``, ``workloads.microbench``'s ``*_suite.json``) or a file of records in
+this module's own format (``{"figures": [record, ...]}``, see :func:`record`), replaces the
+records with the same area and figure, stamps date, commit and machine, and renders the page.
+A benchmark that is not read here emits records itself with :func:`record` and
+:func:`write_records`. Simulator runs are refused: they are not performance figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STORE = os.path.join(ROOT, "docs", "results", "figures.json")
+PAGE = os.path.join(ROOT, "docs", "results.md")
+
+FIELDS = ("area", "figure", "value", "unit", "target", "reference", "ratio", "command", "date",
+          "commit", "machine")
+
+# Area names the readers below use; the store's "areas" list gives their order and reference.
+CORE, HITS, NVME, EMULATION, WORKLOADS, BFS, SEARCH = (
+    "core I/O path", "hit path", "NVMe path", "emulation and replay", "workloads vs baselines",
+    "BFS", "vector search")
+
+
+def record(area, figure, value, unit="", target="", reference="", ratio=None, command="",
+           date=None, commit=None, machine=None):
+    """One figure. ``value`` a number; ``target`` as text (">= 8 M pages/s"); ``ratio`` the
+    value over its ``reference`` (named in a few words), or None. date, commit and machine are
+    filled in by ``update`` where left None."""
+    return {"area": area, "figure": figure, "value": value, "unit": unit, "target": target,
+            "reference": reference, "ratio": ratio, "command": command, "date": date,
+            "commit": commit, "machine": machine}
+
+
+def write_records(path, records):
+    """Write ``records`` (from :func:`record`) as a file ``update`` reads."""
+    with open(path, "w") as f:
+        json.dump({"figures": list(records)}, f, indent=1)
+        f.write("\n")
+
+
+# ------------------------------------------------------------------ the store
+
+def load(path=STORE):
+    with open(path) as f:
+        return json.load(f)
+
+
+def save(store, path=STORE):
+    with open(path, "w") as f:
+        json.dump(store, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
+def merge(store, records):
+    """Replace the store's records of the same (area, figure) by ``records``, in place; new
+    figures go after their area's last one. Returns the keys added (not replaced)."""
+    figures = store["figures"]
+    index = {(r["area"], r["figure"]): i for i, r in enumerate(figures)}
+    added = []
+    for r in records:
+        missing = [k for k in FIELDS if k not in r]
+        if missing:
+            raise ValueError(f"record {r.get('figure')!r} lacks {', '.join(missing)}")
+        key = (r["area"], r["figure"])
+        if key in index:
+            figures[index[key]] = r
+            continue
+        if r["area"] not in [a["name"] for a in store["areas"]]:
+            store["areas"].append({"name": r["area"], "reference": ""})
+        last = max((i for i, f in enumerate(figures) if f["area"] == r["area"]), default=-1)
+        pos = last + 1 if last >= 0 else len(figures)
+        figures.insert(pos, r)
+        index = {(f["area"], f["figure"]): i for i, f in enumerate(figures)}
+        added.append(key)
+    return added
+
+
+# ------------------------------------------------------------------ the page
+
+def _num(x):
+    """A number as the page shows it: four significant digits, 1.07e10 rather than 1.07e+10."""
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if x == int(x) and abs(x) < 1e6 or 1e3 <= abs(x) < 1e6:
+        return f"{x:,.0f}"
+    return f"{x:.4g}".replace("e+0", "e").replace("e+", "e")
+
+
+def _cell(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render(store):
+    """docs/results.md's text: the same store always gives the same page."""
+    out = ["# Results", "",
+           "The current figures, one table per area. The page is generated: "
+           "`python -m workloads.results update OUT/*.json` takes what the benchmarks write, "
+           "`python -m workloads.results render` writes this page from "
+           "`docs/results/figures.json` (record format: docs/formats.md, \"Results records\"). "
+           "GPU figures are from one NVIDIA H200 (16 host cores, PCIe gen 5); the machine column "
+           "says where each figure was measured. Simulator runs are never figures. "
+           "Why the code is shaped as it is: docs/design-notes.md. Older figures and their "
+           "raw files are in the git history.", ""]
+    if store.get("changes"):
+        out += ["## What changed", ""]
+        out += [f"- {c}" for c in store["changes"]]
+        out.append("")
+    for area in store["areas"]:
+        rows = [r for r in store["figures"] if r["area"] == area["name"]]
+        if not rows:
+            continue
+        out += [f"## {area['name'][0].upper()}{area['name'][1:]}", ""]
+        if area.get("reference"):
+            out += [f"Reference: {area['reference']}", ""]
+        out += ["| figure | value | target | ratio to reference | machine | command | date | commit |",
+                "|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            unit = r["unit"] if r["unit"] in ("", "x") else " " + r["unit"]
+            value = f"{_num(r['value'])}{unit}"
+            ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3g}x {r['reference']}".strip()
+            command = f"`{r['command']}`" if r["command"] else "-"
+            commit = f"`{r['commit']}`" if r["commit"] else "-"
+            out.append("| " + " | ".join(_cell(c) for c in (
+                r["figure"], value, r["target"] or "-", ratio, r["machine"] or "-", command,
+                r["date"] or "-", commit)) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ reading the benchmarks' JSON
+
+def _bench(d):
+    """``gids bench`` (bench.json): its targets' ratios and the pinned copy ceiling."""
+    recs = []
+    for t in d.get("targets", []):
+        for q in t["ratios"]:
+            if q.get("ratio") is None:
+                continue
+            recs.append(record(WORKLOADS, f"{t['setting']}: gids / {q['path']}", q["ratio"], "x",
+                               f">= {q['least']:g}x", q["path"], q["ratio"], d.get("command", "")))
+    c = d.get("ceilings") or {}
+    if c.get("h2d_pinned_Bps"):
+        recs.append(record(WORKLOADS, "pinned host-to-device copy (the PCIe ceiling)",
+                           c["h2d_pinned_Bps"] / 1e9, "GB/s", "", "", None, d.get("command", "")))
+    return recs
+
+
+def _hmean(run):
+    return run["teps"]["harmonic_mean_TEPS"]
+
+
+def _bfs(d):
+    """``gids bfs --json``: gids at 25 % (cold) against zero-copy and the CPU batch path; gids
+    with the whole graph cached against the mean of the GPU-memory runs beside it."""
+    scale = (d.get("graph", {}).get("metadata") or {}).get("scale", "?")
+    cmd = d.get("command_line") or "python -m workloads.gpu_session bfs-targets"
+    runs = d["runs"]
+    by = lambda path, frac=None: [r for r in runs if r["data_path"] == path and (  # noqa: E731
+        frac is None or r["options"].get("cache_fraction") == frac)]
+    recs = []
+    quarter = by("gids", 0.25)
+    if quarter:
+        g = _hmean(quarter[0])
+        recs.append(record(BFS, f"scale {scale}, gids cache 25 %, cold: TEPS", g, "TEPS", "",
+                           "", None, cmd))
+        for path, least, name in (("zero_copy", 0.8, "zero-copy"),
+                                  ("cpu_batch", 1.5, "CPU batch")):
+            if by(path):
+                recs.append(record(BFS, f"scale {scale}, cache 25 %, cold: gids / {name}",
+                                   g / _hmean(by(path)[0]), "x", f">= {least:g}x", name,
+                                   g / _hmean(by(path)[0]), cmd))
+    whole, memory = by("gids", 1.0), by("memory")
+    if whole and memory:
+        g = _hmean(whole[0])
+        m = sum(_hmean(r) for r in memory) / len(memory)
+        recs.append(record(BFS, f"scale {scale}, whole graph cached, warm: TEPS", g, "TEPS",
+                           "", "", None, cmd))
+        recs.append(record(BFS, f"scale {scale}, whole graph cached, warm: gids / GPU memory",
+                           g / m, "x", ">= 0.70x", "GPU memory", g / m, cmd))
+    return recs
+
+
+def _search(d):
+    """``gids search --json``: at the smallest nprobe whose gids recall is >= 0.95."""
+    cmd = d.get("command", "").replace("/work/main/gids/cli.py", "gids")
+    ok = sorted(r["nprobe"] for r in d["rows"] if r["data_path"] == "gids" and r["recall"] >= 0.95)
+    if not ok:
+        return []
+    n = ok[0]
+    at = {r["data_path"]: r for r in d["rows"] if r["nprobe"] == n}
+    g = at["gids"]["qps"]
+    recs = [record(SEARCH, f"gids QPS, nprobe {n}", g, "QPS", "recall >= 0.95", "", None, cmd),
+            record(SEARCH, f"recall@{d.get('recall_at', 10)}, nprobe {n}", at["gids"]["recall"],
+                   "", ">= 0.95", "", None, cmd)]
+    faiss = {f["nprobe"]: f for f in d.get("faiss") or []}
+    for name, qps, least in (("faiss-cpu IVF-Flat", faiss.get(n, {}).get("qps"), 5.0),
+                             ("GPU memory", at.get("memory", {}).get("qps"), 0.5),
+                             ("CPU batch", at.get("cpu_batch", {}).get("qps"), 1.2)):
+        if qps:
+            recs.append(record(SEARCH, f"gids / {name}, nprobe {n}", g / qps, "x",
+                               f">= {least:g}x", name, g / qps, cmd))
+    return recs
+
+
+def _hits(d):
+    cmd = d.get("meta", {}).get("command", "python -m workloads.microbench hits")
+    recs = [record(HITS, "all-hit random 8 B gids.read / plain gather", d["random"]["ratio"], "x",
+                   ">= 0.30x", "plain gather", d["random"]["ratio"], cmd)]
+    p4 = d.get("paged_sequential_4")
+    if p4:
+        recs.append(record(HITS, "coalesced sequential hits, pin_page 4 pages a warp call / "
+                           "plain read", p4["ratio"], "x", ">= 0.60x", "plain read", p4["ratio"],
+                           cmd))
+    return recs
+
+
+def _latency(d):
+    rows = [r for r in d["rows"] if r["variant"] == "defaults"]
+    if not rows:
+        return []
+    p50 = rows[0]["zero_copy"]["p50_us"]
+    return [record(CORE, "QD1 miss latency, median", p50, "us", "<= 10 us", "", None,
+                   "python -m workloads.microbench latency")]
+
+
+def _misses(d):
+    rows = [r for r in d["rows"] if r.get("backend") == "host" and r.get("zero_copy")
+            and not r.get("per_warp") and r.get("ssd") is None]
+    if not rows:
+        return []
+    best = max(rows, key=lambda r: r["Mpages_per_s"])
+    return [record(CORE, "all-miss random 4 KiB pages from a RAM store", best["Mpages_per_s"],
+                   "M pages/s", ">= 8 M pages/s", "", None, "python -m workloads.microbench misses")]
+
+
+def _emulation(d):
+    return [record(EMULATION, f"replay / wall time, {r.get('profile', 'pm1743')} x{r['n_ssd']}",
+                   r["ratio"], "", "within 15 %", "", None,
+                   "python -m workloads.microbench emulation") for r in d["rows"]]
+
+
+def _nvme(d):
+    best = max(d["all_miss_nvme"], key=lambda r: r["Mpages_per_s"])
+    return [record(NVME, "direct NVMe path, all-miss 4 KiB, ideal profile", best["Mpages_per_s"],
+                   "M commands/s", ">= 5 M commands/s", "", None,
+                   "python -m workloads.microbench nvme")]
+
+
+def from_json(d):
+    """The records a benchmark's JSON holds, by its shape (see the module's docstring)."""
+    if "figures" in d:
+        return [dict(r) for r in d["figures"]]
+    if d.get("simulator") or d.get("world") in ("simulator",) or \
+            (d.get("meta") or {}).get("gpu") == "CUDA simulator":
+        raise ValueError("a simulator run: not a performance figure")
+    if "schema_version" in d and "targets" in d:
+        return _bench(d)
+    if d.get("command") == "bfs" and "runs" in d:
+        return _bfs(d)
+    if "faiss" in d and "rows" in d:
+        return _search(d)
+    if "random" in d and "paged_sequential" in d:
+        return _hits(d)
+    if "all_miss_nvme" in d and "rows" not in d:
+        return _nvme(d)
+    rows = d.get("rows") or []
+    if rows and "variant" in rows[0]:
+        return _latency(d)
+    if rows and "Mpages_per_s" in rows[0]:
+        return _misses(d)
+    if rows and "n_ssd" in rows[0] and "ratio" in rows[0]:
+        return _emulation(d)
+    raise ValueError("not a JSON this command reads (bench.json, gids bfs/search --json, "
+                     "microbench *_suite.json, or {\"figures\": [...]})")
+
+
+def _git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def stamp(records, d, date=None, commit=None, machine=None):
+    """Fill in each record's date, commit and machine where it has none: the arguments first,
+    then what the benchmark's JSON says, then today, the checkout's commit, "H200"."""
+    meta = {**(d.get("meta") or {}), **(d.get("machine") or {})}
+    date = date or str(d.get("date") or meta.get("date") or time.strftime("%Y-%m-%d"))[:10]
+    commit = commit or meta.get("commit") or _git_commit()
+    gpu = meta.get("gpu") or d.get("gpu")
+    machine = machine or ("H200" if gpu in (None, "NVIDIA H200") else gpu)
+    for r in records:
+        r["command"] = re.sub(r" --(out|json) \S+", "", r["command"])
+        r["date"] = r.get("date") or date
+        r["commit"] = r.get("commit") or commit
+        r["machine"] = r.get("machine") or machine
+    return records
+
+
+# ------------------------------------------------------------------ command line
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m workloads.results", description=__doc__.split(
+        "\n\n")[0])
+    p.add_argument("--store", default=STORE, help="figures file (default: docs/results/figures.json)")
+    p.add_argument("--page", default=PAGE, help="page to write (default: docs/results.md)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("update", help="replace figures from benchmarks' JSON, then render")
+    u.add_argument("files", nargs="+", metavar="FILE.json")
+    u.add_argument("--commit", help="commit the figures were measured at (default: the JSON's, "
+                                    "else this checkout's HEAD)")
+    u.add_argument("--date", help="YYYY-MM-DD (default: the JSON's, else today)")
+    u.add_argument("--machine", help="where they were measured (default: H200)")
+    u.add_argument("--change", action="append", default=[],
+                   help="a line for 'What changed' (repeatable; goes first)")
+    sub.add_parser("render", help="write the page from the figures file")
+    args = p.parse_args(argv)
+
+    store = load(args.store)
+    if args.cmd == "update":
+        for path in args.files:
+            try:
+                with open(path) as f:
+                    d = json.load(f)
+                recs = stamp(from_json(d), d, args.date, args.commit, args.machine)
+            except (OSError, ValueError, KeyError) as exc:
+                p.exit(2, f"{p.prog}: error: {path}: {exc}\n")
+            added = merge(store, recs)
+            print(f"{path}: {len(recs)} figures ({len(added)} new)")
+        store["changes"] = args.change + store.get("changes", [])
+        save(store, args.store)
+    with open(args.page, "w") as f:
+        f.write(render(store))
+    print(f"wrote {args.page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
