@@ -40,8 +40,8 @@ SLOT_CLAIMED = -2  # slot_page[s]: a loader is evicting or filling the slot
 
 # --- Submission queue record (written by a GPU thread) ---------------------------------------
 # One 64-bit word holds the whole request, written by one strong store and polled by the daemon:
-# no fence before it (a system-scope release cost 0.58 us of every miss's path on the H200,
-# 2026-12-02, ``exp/qd1_probe.py``), and no second word whose order with it would need one. The
+# no fence before it (a system-scope release costs 0.58 us of every miss's path on the H200),
+# and no second word whose order with it would need one. The
 # daemon knows which turn it waits for, so the tag tells a new request from the entry's last:
 #
 #   bits  0-39  page index within the array (SQ_MAX_PAGE: Runtime.open_array refuses more)
@@ -68,7 +68,7 @@ OP_WRITE = 1    # write-back of a dirty page on eviction; the page is in the ent
 # One 64-bit word holds the whole answer, stored with release by the daemon and read by the GPU
 # with one acquire load: each strong load from host memory is a PCIe round trip of about a
 # microsecond, and a second load for the status after the one that saw the sequence was one
-# more on every miss (2026-12-02; the record was seq, then a 16-byte status/source pair).
+# more on every miss.
 #
 #   bits  0-19  (ticket + 1) mod 2**20: the completion is the ticket's (an entry is reused by
 #               ticket + depth, and depth < 2**19, so the value of the entry's previous

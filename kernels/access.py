@@ -647,9 +647,9 @@ def unpin_page(h, i, k):
     differs between lanes, the warp may arrive here in parts, one call each. A pin holds one
     reference per lane, and each part's lowest lane per page gives back its part's, so every
     reference is given back once, by its own lane's part, after that part's reads. (With one
-    reference per group, a group split in two gave it back twice: on the H200, 2026-12-02,
-    the bench's 64 KiB requests, whose idle groups skip the reading loop, drove pages' counts
-    below zero, into the ERROR bit.)
+    reference per group, a group split in two gave it back twice: the bench's 64 KiB requests,
+    whose idle groups skip the reading loop, drove pages' counts below zero, into the ERROR
+    bit.)
     """
     mask = activemask()
     gpage = h.page_base + (i >> h.elem_shift) if k >= 0 else np.int64(-1)
@@ -668,8 +668,7 @@ def unpin_page_after(h, i, k, used):
 
     The unpin then waits for ``used`` (a ballot of it), hence for those loads, instead of
     fencing everything the thread did before (``unpin_page``'s release: a ``MEMBAR.GPU`` and a
-    wait for it, 22 % of the stall samples of the bench's 4 KiB hit requests on the H200,
-    2026-12-01, though without it those requests took as long: the wait moved to the loads).
+    wait for it, 22 % of the stall samples of the bench's 4 KiB hit requests).
     A ``used`` that misses a read lets the page go while that read may still be in
     flight: it could then return bytes of the slot's next page. Collective, as
     :func:`unpin_page` (and, as it, right whichever lanes are converged at the call).

@@ -4,8 +4,7 @@ with the Tensor Memory Accelerator (``cp.async.bulk``, compute capability 9.0 an
 Why: a lane copying a page with its own loads keeps eight 16-byte loads in flight, so a lone
 lane needs 32 PCIe round trips for a 4 KiB page (44 us on the H200, two thirds of one miss at a
 time). One bulk copy of the page from host memory into shared memory and from there into the
-slot took 2.05 us (a one-thread experiment on the H200, 2026-12-01, values checked; prefetches
-to L2 did not help, 256 ``cp.async`` of 16 bytes took 13 us). A full warp already moves a page in one
+slot takes 2.05 us (docs/design-notes.md, "Copying a page in"). A full warp already moves a page in one
 round of loads, so only warps of few lanes (:data:`~kernels.platform.BULK_COPY_LANES`) take
 this path, each such lane copying its own page (``_fetch`` in :mod:`kernels.access`, through
 :func:`kernels.cache.copy_in_bulk`).

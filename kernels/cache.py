@@ -91,19 +91,16 @@ def take_reference(h, page, refs):
     The slot comes back in the atomic's old value (the word's high half), so a hit waits for one
     L2 round trip before the loads of its bytes, not two (a separate load of the slot after the
     pin was 6 % of the stall samples of the bench's 4 KiB hit requests and 9 % of a sequential
-    ``gids.read`` on the H200, 2026-12-01). It is the slot of the same moment as the VALID seen
+    ``gids.read``). It is the slot of the same moment as the VALID seen
     with it, and the reference now held keeps the page in that slot.
 
     Relaxed, not acquire: on sm_90 an acquire atomic is followed by an invalidation of the SM's
-    whole L1 (``CCTL.IVALL``), 17 % of the stall samples of a sequential ``gids.read`` on the
-    H200 (2026-12-01). What the acquire would order, the reads of the slot's bytes, is ordered
+    whole L1 (``CCTL.IVALL``), 17 % of the stall samples of a sequential ``gids.read``. What the acquire would order, the reads of the slot's bytes, is ordered
     without it: their addresses are computed from the atomic's value (address-dependent), and
     the GPU issues no load before the values it depends on are back; every read of a slot goes
     to L2 (``ld.global.cg``), never to the SM's L1, and the loader fenced its copy into L2
     before it published VALID (:func:`publish`). The atomic is asm with a memory clobber, so
-    the compiler keeps the order too. (Measured, with the fenceless unpin below: sequential
-    ``gids.read`` 12 % faster, page-level and 4 KiB request hits unchanged, the wait moving to
-    the data loads: docs/results.md, 2026-12-01 third session.)
+    the compiler keeps the order too (docs/design-notes.md, "The hit path").
     """
     old = atomic_add_relaxed_gpu(h.page_state, page, refs)
     if old & _VALID:
@@ -206,8 +203,8 @@ def unpin_after_reads(h, page, refs, reads_done):
     a later overwrite of the slot. ``h.zero_word`` is 0 at run time, so the operand is -refs
     (modulo 2**64, the width of the page's word) whatever ``reads_done`` is. :func:`unpin`'s
     release orders every earlier access of the thread instead (``MEMBAR.ALL.GPU`` and a wait for
-    it: 26 % of the stall samples of a sequential ``gids.read`` on the H200, 2026-12-01, though
-    taking it away gained less: the wait moved to the loads); that is needed after writes, and
+    it: 26 % of the stall samples of a sequential ``gids.read``, though taking it away gained
+    less: the wait moved to the loads); that is needed after writes, and
     where the reads are not known to have returned (``gids.unpin_page``).
     """
     red_add(h.page_state, page, _minus(refs) + np.uint64(reads_done & h.zero_word))
@@ -330,8 +327,8 @@ else:
         While a page is loaded its word is exactly BUSY and a count (:func:`settle_pin` set
         BUSY on a word with no state bits and no slot; until now only counts change), so one
         add of a constant turns it VALID with its slot, whatever the count is meanwhile: no
-        load and compare-and-swap loop (two L2 round trips on every miss before 2026-12-02),
-        and no wait at all. The simulator checks the invariant on every publish.
+        load and compare-and-swap loop (two L2 round trips on every miss), and no wait at
+        all. The simulator checks the invariant on every publish.
 
         The caller has fenced after its warp's copy into the slot (:func:`kernels.access._fetch`:
         every lane's ``threadfence`` and a ``syncwarp``; for a page copied in bulk, the loader's

@@ -1,12 +1,11 @@
 """Launching a kernel with an array handle for the host cost of a few arguments, not of thirty.
 
 Why: a handle (:mod:`kernels.handle`) is a namedtuple of about twenty device arrays and ten
-integers, and numba-cuda types and marshals every field of every argument at every launch. On
-the H200 that cost 450-516 us of host time per launch with a handle, against 40 us for a kernel
-taking one array (numba-cuda 0.30.4, 2026-12-01). Launches queue faster than that on the GPU, so
-a run of short kernels was bound by the host: the bench's 100 %-hit requests (eight launches of
-~0.3 ms, then a sync) measured 4.3 ms where the kernels took ~2.7, and a BFS launches a few
-kernels per level.
+integers, and numba-cuda types and marshals every field of every argument at every launch:
+450-516 us of host time per launch with a handle on the H200, against 40 us for a kernel taking
+one array. Launches queue faster than that on the GPU, so a run of short kernels (the bench's
+hit requests, a BFS level) was bound by the host (docs/design-notes.md, "Launch cost of a
+handle").
 
 What: a handle is immutable and its arrays live as long as its Runtime, so both results are
 computed once per handle object and kept in its ``__dict__`` (the handle classes subclass their

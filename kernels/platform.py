@@ -16,14 +16,9 @@ if WARP_SIZE not in (1, 32):
     raise ValueError(f"GIDS_SIM_WARP_SIZE must be 1 or 32, got {WARP_SIZE}")
 
 #: Register cap for kernels that call ``gids.read``. Its miss path took a kernel to 137
-#: registers: one 256-thread block per SM. Capped at 128, two blocks fit, the hit path ran 20 %
-#: faster and misses lost nothing measurable (random hits 0.29 -> 0.35 of a plain gather,
-#: all-miss 11.8 -> 10.7 M pages/s within run-to-run spread; H200, 2026-11-29). The miss path is
-#: now a call (:func:`out_of_line`), which still sets the kernel's count (a kernel's registers
-#: cover the functions it calls) but spills, when capped lower, in its own frame: at 80 misses
-#: lost nothing measurable and sequential hits gained 10-26 % (H200, 2026-12-01); 128 stays the
-#: default until the search and BFS kernels are measured at 80. (Before, with the miss path
-#: inlined, 64 spilled into its polling loops: all-miss fell to 0.2 M pages/s.)
+#: registers, one 256-thread block per SM; at 128 two fit and hits run faster. The miss path is a
+#: call (:func:`out_of_line`), so a lower cap spills in its frame only (docs/design-notes.md,
+#: "Register caps and the out-of-line miss path").
 #: 256-thread blocks per SM (65536 registers) by cap: 128 -> 2, 80 -> 3, 64 -> 4 (96 is still
 #: 2). ``GIDS_MAX_REGISTERS=N`` in the environment, read once at import, sets another default
 #: (0: no cap), for measuring; ``gids.jit(max_registers=N)`` sets it for one kernel, and
@@ -46,11 +41,9 @@ def _ints(name, default):
 #: with the Hopper bulk copy (TMA) through its block's shared-memory buffer
 #: (:mod:`kernels.bulk`; compute capability 9.0 and up, never in the simulator); fuller warps
 #: copy with their own loads. 0 turns the bulk copy off. ``GIDS_BULK_COPY_LANES=N`` sets it,
-#: read at import. Why 8: a lane keeps eight 16-byte loads in flight and each round of loads
-#: from host memory takes about 1.4 us, so a 4 KiB page takes ~44 us / lanes (a lone lane 44 us,
-#: 8 lanes ~5.5 us, 16 lanes ~2.8 us, a full warp one round); one bulk copy took 2.05 us on
-#: the H200 (2026-12-01), but a block has one buffer, so its warps take turns. At 16 lanes the
-#: gain is under a microsecond and not worth the turns; at 8 it is 2.7x.
+#: read at import. Why 8: a page takes ~44 us / lanes by the lanes' own loads and ~2 us by one bulk
+#: copy, but a block has one buffer, so its warps take turns; at 16 lanes the gain is under a
+#: microsecond (docs/design-notes.md, "Copying a page in").
 BULK_COPY_LANES = _ints("GIDS_BULK_COPY_LANES", (8,))[0]
 
 #: Whether a miss on a read-only zero-copy array starts its page's bulk copy while its request
@@ -62,8 +55,7 @@ EARLY_COPY = _ints("GIDS_EARLY_COPY", (1,))[0] != 0
 #: The completion poll's schedule (ns): ``(first, min, max)``. A warp's polling lane sleeps
 #: ``first`` after its submission before its first poll of a completion, then polls with
 #: back-off from ``min`` doubling to ``max``. ``GIDS_POLL_NS=first,min,max`` sets it, read at
-#: import; ``0,1024,8192`` is the schedule before 2026-12-01 (a first poll at once),
-#: ``3072,1024,8192`` the one until 2026-12-02. See :mod:`kernels.queue` for the measurements.
+#: import (docs/design-notes.md, "The completion poll's schedule").
 POLL_FIRST_NS, POLL_MIN_NS, POLL_MAX_NS = _ints("GIDS_POLL_NS", (1024, 1024, 8192))
 
 
@@ -95,7 +87,7 @@ def device_helper(func):
     the function's module twice per call, to swap ``cuda`` in the module's globals. In a loop that
     is a convoy: the 64 KiB page copy called its store helper 37 k times per gather, and the
     threads waiting on that page, also calling device functions, once stalled it past the 60 s
-    timeout (CI, 2026-11-29). Helpers called in loops go without the wrapper; they must not
+    timeout. Helpers called in loops go without the wrapper; they must not
     touch ``cuda.`` (threadIdx, fences), which only the wrapper makes work, and that is checked.
     """
     from numba import cuda
@@ -138,7 +130,7 @@ def out_of_line(func):
 
     For a slow path that most calls skip (the miss path of ``gids.read``): inlined, its
     registers and spills became the caller's, around the fast path too (128 registers and spill
-    stores at the top of every ``gids.read``, on the H200, 2026-12-01); called, it has its own
+    stores at the top of every ``gids.read``); called, it has its own
     frame, and only the calls that take it pay for the call. In the simulator: ``cuda.jit``.
     """
     from numba import cuda
@@ -181,7 +173,6 @@ def _make_register_copy():
 #: For a loop with no call in it inside one that makes calls (:func:`out_of_line`): a value
 #: live across a call must sit in one of the few registers that a call preserves or be spilled to
 #: local memory, and ptxas reloads a spilled value at each use, in the inner loop too. A copy
-#: made just before the inner loop is not live across any call, so it stays in a register there.
-#: (The BFS top-down scan: six local loads per segment of 32 neighbours without it, H200 SASS,
-#: 2026-12-02.)
+#: made just before the inner loop is not live across any call, so it stays in a register there
+#: (the BFS top-down scan: six local loads per segment of 32 neighbours without it).
 register_copy = _make_register_copy()

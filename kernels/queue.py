@@ -19,17 +19,9 @@ from kernels.platform import (POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS, SIMULATOR
                               device_helper)
 
 # Back-off bounds for polls (ns; kernels/platform.py, ``GIDS_POLL_NS``): POLL_MIN_NS doubling
-# to POLL_MAX_NS. Every poll of a completion is a PCIe read, and under load thousands of warps
-# poll at once: polls every 64 ns to 2 us took so many of the GPU's PCIe read requests that
-# page copies starved (all-miss 2.9 M pages/s on the H200; 1 to 8 us: 4.2 M, with 512 queues
-# 11.2 M; 2026-11-29). So the polling lane of a warp sleeps POLL_FIRST_NS after its submission
-# before its first poll of a completion (:func:`wait_warp`), then backs off. How long: a poll
-# takes ~1.3 us there and back, and one lone request's completion came soonest with the first
-# poll 0.5-1 us after the submission (QD1 p50 9.9-10.3 us in two runs, 12.2-12.3 in a third;
-# 12.2-12.3 in every run with 3 us, the default until then; H200, 2026-12-02, ``microbench
-# latency``), the request now being one store with no fence. Under load it cost nothing
-# measurable (all-miss 11.6 M pages/s at 32 pages a warp, 10.6-11.0 M at one; 11.65 M and
-# 10.85 M at 3 us in an earlier run).
+# to POLL_MAX_NS. Every poll is a PCIe read and thousands of warps poll at once, so the polling
+# lane of a warp sleeps POLL_FIRST_NS after its submission (:func:`wait_warp`), then backs off
+# (docs/design-notes.md, "The completion poll's schedule").
 #: The first poll's delay as used: none in the simulator, whose round trips take milliseconds
 #: (and whose emulated warps sleep at least 10 ms per nap), so that it runs as before.
 FIRST_POLL_NS = 0 if SIMULATOR else POLL_FIRST_NS
@@ -40,13 +32,10 @@ _sq_word = device_helper(L.sq_word)
 _cq_seq = device_helper(L.cq_seq)
 _cq_fields = device_helper(L.cq_fields)
 
-#: A wait reads the host's abort word on one poll in ``ABORT_POLL_MASK + 1``. That word is one
-#: line of host memory that every waiting warp of every kernel reads across PCIe, and reads of
-#: one line are served about one at a time: read on every 8th poll, they capped a search with ~4,000 warps waiting on each
-#: other's pages at 32 k page reads/s (40 s for 1,000 queries; every 1,024th poll: 0.16 s and
-#: 6.5 M pages/s, H200, 2026-12-01). Every 1,024th poll is at least a millisecond apart (polls
-#: sleep >= 1 us once backed off), soon enough for Ctrl-C. The simulator polls a thousand times
-#: slower, so it looks every 8th.
+#: A wait reads the host's abort word on one poll in ``ABORT_POLL_MASK + 1``: every waiting warp
+#: reads that one line of host memory across PCIe, and reads of one line are served about one at
+#: a time (docs/design-notes.md). Every 1,024th poll is still at least a millisecond apart, soon
+#: enough for Ctrl-C. The simulator polls a thousand times slower, so it looks every 8th.
 ABORT_POLL_MASK = 7 if SIMULATOR else 1023
 
 
@@ -145,8 +134,7 @@ def submit(h, q, ticket, array_id, page, op, deadline):
     entry's last user finished reading its staging page before it handed the entry on (its
     loads had returned before its release), so the daemon, which fills that page only once
     it sees this word, cannot overwrite anything still being read. A release here (a
-    ``fence.acq_rel.sys``: 0.58 us on the H200, ``exp/qd1_probe.py``, 2026-12-02) was on the
-    path of every miss.
+    ``fence.acq_rel.sys``, 0.58 us on the H200) would be on the path of every miss.
     """
     if not wait_turn(h, q, ticket, deadline):
         return False
@@ -233,6 +221,6 @@ def release_entry(h, q, ticket):
 def hand_on_entry(h, q, ticket):
     """:func:`release_entry` without its fence, for a thread whose reads of the entry's staging
     page a fence of its own already ordered before this store (a release pattern): the bulk
-    copy's lock release (``kernels/bulk.py``). A ``st.release.gpu`` costs 0.21 us on the H200
-    (``exp/qd1_probe.py``, 2026-12-02), on the path of every lone miss."""
+    copy's lock release (``kernels/bulk.py``). A ``st.release.gpu`` costs 0.21 us on the H200,
+    on the path of every lone miss."""
     st_relaxed_gpu(h.entry_turn, q * h.depth + ticket % h.depth, ticket // h.depth + 1)

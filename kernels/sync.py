@@ -201,7 +201,7 @@ else:
     def _make_atomic_add(sem):
         """``atom.{sem}.gpu.global.add`` (device memory only). ``.global``: on a generic
         address the compiler adds a test for shared memory and a CAS loop for that case to
-        every atomic (SASS of the bench's request kernel, sm_90, 2026-12-01)."""
+        every atomic (SASS, sm_90)."""
         return _make_word_op(f"atom.{sem}.gpu.global.add.u{{bits}} $0, [$1], $2;", True)
 
     def _make_red_add(sem):
@@ -275,10 +275,9 @@ else:
     #: memory clobber, so the compiler keeps it between the pin and the unpin; the hardware
     #: still overlaps the loads themselves. Not weak, whatever PTX calls it: on sm_90 ptxas
     #: compiles ``ld.global.cg`` to ``LDG.E.64.STRONG.GPU``, the same instruction as
-    #: ``ld.relaxed.gpu`` (which it replaced with no measured change, H200, 2026-12-01), where a
-    #: plain load is ``LDG.E.64`` (local ptxas + nvdisasm). Strong or weak made no difference
-    #: that counts: every flavor within ~10 % of plain loads for 4 KiB pages (``python -m
-    #: workloads.microbench loads``, H200, 2026-12-01).
+    #: ``ld.relaxed.gpu``, where a plain load is ``LDG.E.64`` (ptxas + nvdisasm). Strong or weak
+    #: made no difference that counts: every flavor within ~10 % of plain loads for 4 KiB pages
+    #: (``python -m workloads.microbench loads``).
     ld_weak_l2 = _make_load("global", "cg")
 
     def _make_pair_load(op):
@@ -311,7 +310,7 @@ else:
     #: ``ld.global.v2.b64``, a weak 16-byte load: the bulk load of page copies from mapped host
     #: memory. Weak, not ``ld.relaxed.sys``: strong system-scope loads of one thread were served
     #: one after another (a lone thread took 200 us per 4 KiB page on the H200, 67 us with weak
-    #: loads; 2026-11-29). A weak load is enough after the acquire that saw the completion: the
+    #: loads). A weak load is enough after the acquire that saw the completion: the
     #: host's writes happen before it, and for the warp's other lanes the ``syncwarp`` after
     #: the acquire carries that order on (causality order is transitive in the PTX model).
     ld_pair = _make_pair_load("ld.global")
