@@ -24,8 +24,7 @@ Thread safety: callers serialise. All daemon threads share one model (one state)
 :func:`model_submit_locked`, which holds a spin lock in ``state.lock`` for the ~50 ns the call
 takes, or take the lock once for a batch of calls (:func:`model_lock`, :func:`model_unlock`:
 the host daemon and the NVMe controller do, since a lock taken per request by every thread
-serialised them: the daemon's emulation of 4 P5800X served 1.7 M requests/s on the H200's
-host, 2026-12-02).
+serialised them: docs/design-notes.md, "The emulated drives and the replay").
 Per-thread shards would be wrong: the drives, channels and links are shared by every queue,
 so a shard per thread would model one private copy of the array per thread and multiply its
 throughput by the thread count; and splitting the drives among threads does not work either,

@@ -90,9 +90,9 @@ def _whole_pages(h, pages, out):
 def test_random_gather_under_eviction(zero_copy):
     """Warps mixing hits, waiters and loaders while half the pages must be evicted.
 
-    On 2026-11-29 (commits da54e39..e5dd006) this returned 0.9-1.8 % wrong values on the H200,
-    each the right offset of another page, while whole-page reads and eviction-free runs were
-    right; see docs/results.md. Kept as the check of the fix.
+    This once returned 0.9-1.8 % wrong values on the H200, each the right offset of another page,
+    while whole-page reads and eviction-free runs were right (lane masks typed as signed int32:
+    docs/design-notes.md, "Lane masks"). Kept as the check of the fix.
     """
     raw = np.random.default_rng(0).integers(0, 256, 8 << 20, dtype=np.uint8)
     ref = raw.view(np.int64)
@@ -216,7 +216,7 @@ def _pin_then_split(h, pages, out, use_after):
 def test_a_warp_may_give_its_pins_back_in_parts(use_after):
     """A pin holds one reference per lane, so a warp whose lanes reach unpin_page split by a
     loop gives every reference back once: no page is left pinned or driven below zero (the
-    H200's 64 KiB bench requests did that before, 2026-12-02)."""
+    H200's 64 KiB bench requests did that when a pin held one reference per group)."""
     from gids import layout as L
     data = np.random.default_rng(3).integers(0, 1 << 40, 64 * 8192, dtype=np.int64)
     with gids.Runtime(cache_pages=64, page_size=65536, timeout=30) as rt:

@@ -504,7 +504,7 @@ def test_dirty_evictions_are_nvme_writes_and_flush_matches_numpy(tmp_path):
         # (invalidate: the dirty pages go back from the host, the clock hand to slot 0), since
         # the clock skips nothing for being dirty: with the earlier kernels' pages in the slots
         # the second page's load could take the first's slot, sending it out as a Write, and
-        # the flush found one page (CI, 2026-12-01). One scatter each, for the same reason
+        # the flush found one page (seen in CI). One scatter each, for the same reason
         # within one kernel of two threads.
         rt.invalidate()
         rt.scatter(a, [0], [7])

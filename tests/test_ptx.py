@@ -124,7 +124,7 @@ SCRIPT = textwrap.dedent('''
 
     # Lane masks must be non-negative int64: numba-cuda types ballot_sync as int32, and a
     # negative mask made the page-copy loop (`m &= m - 1`) run past lane 31 (wrong pages copied
-    # into slots on the H200, 2026-11-29).
+    # into slots on the H200).
     import kernels.warp as warp
     for name, sig in (("activemask", ()), ("lanemask_lt", ()),
                       ("ballot_sync", (types.int64, types.boolean)),

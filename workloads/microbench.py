@@ -137,7 +137,7 @@ def _paged_sequential_reads(h, n, out, pages_per_warp):
 #: Register cap of the page-level kernel as measured by default. Its lookups' slow path is out
 #: of line, so a lower cap mostly buys blocks an SM, and with them loads in flight: four pages
 #: per warp call read 0.55 of plain reads at 128 registers (2 blocks an SM), 0.61 at 80 (3) and
-#: 0.64 at 64 (4) on the H200 (``microbench hits --caps 128,80,64``, 2026-12-02, ``6c44e52``).
+#: 0.64 at 64 (4) on the H200 (``microbench hits --caps 128,80,64``).
 #: A kernel's author chooses it (``gids.jit(max_registers=N)``); the other caps stay measured
 #: beside it.
 PAGED_MAX_REGISTERS = 64
@@ -157,7 +157,7 @@ def paged_kernel(cap):
 
 #: The page-level sequential reads measured: (result key, pages per warp call). More pages per
 #: call keep more pins and loads in flight per warp (at 64 registers: 0.57 of plain reads for
-#: one, 0.64 for four, 0.61 for eight on the H200, 2026-12-02).
+#: one, 0.64 for four, 0.61 for eight on the H200).
 PAGED_VARIANTS = (("paged_sequential", 1), ("paged_sequential_4", 4), ("paged_sequential_8", 8))
 
 random_reads_gids = _random_reads(gids.read)
@@ -836,13 +836,12 @@ def bench_latency(data, page_size, n_misses, log, keys=("zero_copy", "copy", "nv
 
 #: The latency A/B (``python -m workloads.microbench latency``): name -> environment. Each variant
 #: runs in a process of its own, since the settings are read at import and compiled into the
-#: kernels. Since 2026-12-02 (ninth session) a zero-copy page's bulk copy starts while its
-#: request is out: the variants turn that off and move the first poll. The defaults run first
-#: and last, which shows how far the machine drifted between. Earlier variants are in
-#: docs/results.md.
+#: kernels. A zero-copy page's bulk copy starts while its request is out: the variants turn that
+#: off and move the first poll. The defaults run first and last, which shows how far the machine
+#: drifted between.
 LATENCY_VARIANTS = {
     "defaults": "",
-    "no early copy (until 2026-12-02)": "GIDS_EARLY_COPY=0",
+    "no early copy": "GIDS_EARLY_COPY=0",
     "first poll 2 us": "GIDS_POLL_NS=2048,1024,8192",
     "defaults again": "",
 }

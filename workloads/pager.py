@@ -4,7 +4,7 @@ every data path.
 A kernel that reads much of a page (a whole request, a tile of vectors) should look the page up
 once, not once per element: through gids a lookup is a warp vote, an acquire atomic and a release
 reduction, and one per 32 elements (``gids.read``) was what bounded the bench's hit and Zipf
-figures and the vector search on the H200 (``docs/results.md``). A :class:`Pager` is the handful
+figures and the vector search on the H200. A :class:`Pager` is the handful
 of device functions such a kernel calls, so that the same kernel source reads pages through the
 gids cache (:data:`GIDS_PAGER`: ``gids.pin_page`` and friends, one lookup per page and warp) or
 element by element from any plain reader (:func:`element_pager`: the "pin" is the identity and

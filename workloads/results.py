@@ -281,7 +281,7 @@ def from_json(d):
         return _search(d)
     if "random" in d and "paged_sequential" in d:
         return _hits(d)
-    if "all_miss_nvme" in d and "rows" not in d:
+    if set(d) == {"all_miss_nvme"}:
         return _nvme(d)
     rows = d.get("rows") or []
     if rows and "variant" in rows[0]:

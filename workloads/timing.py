@@ -2,13 +2,10 @@
 
 Why: CUDA events recorded around a launch on an idle stream may time the launch's host cost
 too: if the start event reaches the GPU at once, the GPU then idles while the host types and
-marshals the launch's arguments. On the H200 (numba-cuda 0.30.4, 2026-12-01) a launch with a
-gids array handle cost 516 us of host time (68 us after commit 079ece5, kernels/launch.py), a
-launch of a one-array kernel ~40 us, against plain hit kernels of 0.16-0.26 ms. Whether the
-driver stamps the start event at once or only when it submits the launch behind it is not
-documented (one figure of 2026-12-01 says part of the host time was not inside:
-docs/results.md, fifth session); ``python -m workloads.microbench launch`` times a launch both
-ways. Behind a latch the question does not arise.
+marshals the launch's arguments (tens of microseconds with a gids array handle,
+kernels/launch.py, against plain hit kernels of 0.16-0.26 ms). Whether the driver stamps the
+start event at once or only when it submits the launch behind it is not documented;
+``python -m workloads.microbench launch`` times a launch both ways. Behind a latch the question does not arise.
 
 How (the latch of cuda.core's test helpers, ``tests/helpers/latch.py``): before the start event,
 a one-thread latch kernel is queued on the same stream. It spins on a flag word in mapped

@@ -263,8 +263,8 @@ def _warm_up_search(dg, label: str, root: int, direction: str) -> None:
     """One search from ``root`` before the timed ones, untimed and unvalidated.
 
     Every path's first search pays one-time costs that are not traversal: the first GPU touch
-    of a buffer (on the H200, 2026-12-02, zero-copy's first search of a scale-24 graph ran at a
-    quarter of its later ones, cpu_batch's at a seventh). And with ``--warm-cache`` it is what
+    of a buffer (zero-copy's first search of a scale-24 graph ran at a quarter of its later
+    ones, cpu_batch's at a seventh). And with ``--warm-cache`` it is what
     makes the first timed search warm: the cache then holds what a whole search read.
     """
     r = dg.bfs(root, direction=direction)

@@ -61,7 +61,7 @@ DIRECTIONS = ("top-down", "auto")
 #: were found (random: every warp appends as it claims). Neighbour lists are stored in vertex
 #: order, so warps running at the same time then read lists on the same few pages: through a
 #: cache of a quarter of the graph, a Kronecker scale-22 search read each page of a large level
-#: about 14 times in discovery order (1.8 M I/Os for 131 k pages, H200, 2026-12-01). Small
+#: about 14 times in discovery order (1.8 M I/Os for 131 k pages). Small
 #: frontiers keep the found order, as a pass over every vertex would cost more than they do.
 ORDERED_FRONTIER = 1 << 12
 
@@ -82,10 +82,9 @@ PREFETCH_WINDOW = WARP_SIZE * PREFETCH_ENTRIES
 #: Top-down, a list longer than this many entries is not scanned by the warp that meets it: it is
 #: set aside, and after the level's launch every warp of the grid scans a slice of it
 #: (:data:`LONG_SLICE` entries at a time). A Kronecker graph's hubs hold lists of 10^5 entries
-#: and more, and one warp scanning one of them alone set the time of its level (a scale-22
-#: level of 3,010 vertices took 13 ms all in GPU memory, H200, 2026-12-01). Only true hubs:
+#: and more, and one warp scanning one of them alone set the time of its level. Only true hubs:
 #: at 8192, where every warp looked at every set-aside list for its slices, a scale-22 search
-#: took 67 ms instead of 18 (H200, 2026-12-01); slices are now found by bisection.
+#: took 67 ms instead of 18; slices are found by bisection.
 LONG_LIST = 1 << 16
 LONG_SLICE = 1024
 
@@ -95,11 +94,9 @@ LONG_SLICE = 1024
 #: not resident after all (evicted by another array of the Runtime, say) is set aside for the
 #: long lists' launch, which loads it. Why: ``gids.pin_page``'s miss path is a call, and a call
 #: makes ptxas keep every value live across it in the few registers a call preserves or spill it
-#: at each definition and reload it at each use, taken or not. At 64 registers the warm top-down
-#: kernel had a 672-byte stack frame, spill stores on every list, and in a scale-22 search's
-#: largest levels 44-84 M spill instructions and 79-146 M sectors written to L2 where GPU
-#: memory's kernel wrote 0.01-1.6 M (Nsight Compute, H200, 2026-12-02). Without the call the
-#: kernel needs 56 registers and spills nothing (``ptxas -v``, sm_90, cap 64).
+#: at each definition and reload it at each use, taken or not. With the call, at 64 registers,
+#: the warm top-down kernel had a 672-byte stack frame and spilled on every list; without it, it
+#: needs 56 registers and spills nothing (docs/design-notes.md, "BFS over the cache").
 #: ``GIDS_BFS_RESIDENT_FIRST=0`` (read at import) keeps the miss path in, to measure the
 #: difference.
 RESIDENT_FIRST = os.environ.get("GIDS_BFS_RESIDENT_FIRST", "1") != "0"
@@ -200,9 +197,7 @@ def make_bfs_kernels(source, max_registers=None, resident=False) -> BFSKernels:
         is pinned, no call is made): one loop over the list's segments of ``WARP_SIZE``,
         cut at the element pager's pages as the scan has always cut them: past a cut, a long
         list's segments are aligned (for int64, 256 bytes: two 128-byte lines, where a segment
-        at any offset spans three), which is what the zero-copy path's PCIe reads want. (A
-        version without the cuts ran zero-copy at 3.12e9 TEPS at scale 24 where it had run at
-        3.84e9 the session before, on another machine: H200, 2026-12-02.)"""
+        at any offset spans three), which is what the zero-copy path's PCIe reads want."""
         lane = laneid()
         pe = PAGE_ELEMS(arg)
         base = lo
@@ -233,8 +228,7 @@ def make_bfs_kernels(source, max_registers=None, resident=False) -> BFSKernels:
             or be spilled to local memory, and ptxas reloads a spilled value at each use: with the
             calls in the one scanning loop, the loop's counters were spilled and reloaded at every
             segment, calls taken or not (at 64 registers, a fifth of the instructions that a
-            scale-22 level executed, and its L2 traffic three times GPU memory's: Nsight Compute,
-            H200, 2026-12-02). The inner loop runs on values made for it, which no call crosses.
+            scale-22 level executed). The inner loop runs on values made for it, which no call crosses.
             """
             lane = laneid()
             pe = PAGE_ELEMS(arg)
@@ -298,9 +292,8 @@ def make_bfs_kernels(source, max_registers=None, resident=False) -> BFSKernels:
     #: (``Pager.unpin_after``: no fence, where ``unpin`` fences the claims' stores and atomics
     #: too). Returns the new ``(held, at, used, left)``, ``left`` True where a resident scan
     #: (``scan_top_down`` of ``resident`` kernels) stopped at a page not resident, holding no
-    #: pin. Plain readers keep the one loop they ran before the pager's two (2026-12-02): with
-    #: two, the all-in-GPU-memory search ran 4 % slower at scale 23 (``exp/bfs_caps.py``,
-    #: H200), a baseline made worse for nothing.
+    #: pin. Plain readers keep one loop: with the pager's two, the all-in-GPU-memory search ran
+    #: 4 % slower, a baseline made worse for nothing.
     scan = make_scan_pages(False) if isinstance(source, Pager) else scan_entries
     scan_top_down = make_scan_pages(True) if resident else scan
 

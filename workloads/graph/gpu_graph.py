@@ -251,12 +251,10 @@ class DeviceArraySource(NeighbourSource):
 
 #: Register cap of the BFS kernels over a gids cache that holds the whole neighbours array.
 #: There a miss is only a page's first touch and the hit path sets the pace, so more blocks an
-#: SM pay: at scale 24 on the H200 (2026-12-02, ``gpu_session bfs-warm`` at ``11dad09``) warm
-#: searches ran at 1.00e10 TEPS at cap 64 (four blocks of 256 threads an SM), 9.39e9 at 80
-#: (three) and, the run before, 8.72e9 at ``gids.jit``'s 128 (two), beside 1.35e10 over GPU
-#: memory; run again beside GPU memory at ``6c44e52``, 64 gave 8.75e9 against 1.30e10, so the
-#: gain over 80 is within the spread between runs. Through a quarter-size cache, where misses are many and the slow path spills, a low
-#: cap costs (80: 11 % slower at scale 22, 2026-12-01), so it applies to the whole cache only.
+#: SM pay: at scale 24 on the H200 (``gpu_session bfs-warm``) warm searches ran fastest at cap 64 (four blocks of 256 threads an SM; 80 and 128 slower or within
+#: the spread between runs). Through a quarter-size cache, where misses are many and the slow
+#: path spills, a low cap costs (80: 11 % slower at scale 22), so it applies to the whole cache
+#: only (docs/design-notes.md, "Register caps and the out-of-line miss path").
 #: ``GIDS_WHOLE_CACHE_REGISTERS=N`` (read at import) sets it; 0 keeps the default cap everywhere.
 WHOLE_CACHE_REGISTERS = int(os.environ.get("GIDS_WHOLE_CACHE_REGISTERS", "64")) or None
 
