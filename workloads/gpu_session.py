@@ -41,7 +41,8 @@ Stages, in order of priority (default: all, in this order):
 Each stage runs its commands, one process each, within the stage's time limit and writes their
 log and outputs under ``OUT/<stage>/``; ``OUT/summary.md`` collects the tail of every log. At
 the end everything is packed into ``OUT/gpu_session.tar.gz`` as well (the device tool returns
-at most 8 files).
+at most 8 files). The JSON files a stage wrote become the results page's figures with
+``python -m workloads.results update OUT/<stage>/...json`` (run where the repository is).
 Prepare the machine first (numpy < 2.5): see ``../shared/GPU_NOTES.md``.
 """
 import argparse

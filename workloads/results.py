@@ -332,6 +332,9 @@ def main(argv=None):
                                     "else this checkout's HEAD)")
     u.add_argument("--date", help="YYYY-MM-DD (default: the JSON's, else today)")
     u.add_argument("--machine", help="where they were measured (default: H200)")
+    u.add_argument("--command", help="the command that wrote the files, for their figures' "
+                                     "command column (gids bfs's JSON does not say it; the "
+                                     "default there is gpu_session bfs-targets)")
     u.add_argument("--change", action="append", default=[],
                    help="a line for 'What changed' (repeatable; goes first)")
     sub.add_parser("render", help="write the page from the figures file")
@@ -344,6 +347,8 @@ def main(argv=None):
                 with open(path) as f:
                     d = json.load(f)
                 recs = stamp(from_json(d), d, args.date, args.commit, args.machine)
+                for r in recs:
+                    r["command"] = args.command or r["command"]
             except (OSError, ValueError, KeyError) as exc:
                 p.exit(2, f"{p.prog}: error: {path}: {exc}\n")
             added = merge(store, recs)
