@@ -155,6 +155,10 @@ class Store:
         for a store of one file or none)."""
         return 0, self.name
 
+    def file_names(self):
+        """The paths of the store's ``n_files`` files, in file order (none for RAM)."""
+        return []
+
     def read_bytes(self, offset, nbytes):
         """Read bytes on the host in Python (for error reports and tests; not the data path)."""
         raise NotImplementedError
@@ -225,6 +229,9 @@ class FileStore(Store):
     @property
     def direct_enabled(self):
         return self._fd_direct >= 0
+
+    def file_names(self):
+        return [self.path]
 
     @property
     def nbytes(self):
@@ -322,12 +329,13 @@ class StripedStore(Store):
             seen[key] = path
         sizes = [os.path.getsize(p) for p in self.paths]
         expected = stripe_sizes(sum(sizes), unit, len(self.paths))
-        for path, size, want in zip(self.paths, sizes, expected):
-            if size != want:
-                raise ConfigError(
-                    f"gids: stripe file {path!r} has {size} bytes, but {len(self.paths)} files "
-                    f"of {sum(sizes)} bytes in all, striped in units of {unit}, need "
-                    f"{want} there (sizes {expected})")
+        if sizes != expected:
+            have = ", ".join(f"{p!r} has {n}" for p, n in zip(self.paths, sizes))
+            raise ConfigError(
+                f"gids: the stripe files' sizes do not fit one byte range striped over "
+                f"{len(sizes)} files in units of {unit} bytes: {have} (for {sum(sizes)} bytes in "
+                f"all they would have {', '.join(map(str, expected))}); a stripe file of the "
+                "wrong size, or the wrong unit")
         self._nbytes = sum(sizes)
         self.n_files = len(self.paths)
         self.name = f"striped store of {self.n_files} files ({', '.join(self.paths)})"
@@ -359,6 +367,9 @@ class StripedStore(Store):
     def file_of(self, offset):
         f, _ = stripe_location(offset, self.unit, self.n_files)
         return f, f"file {self.paths[f]}"
+
+    def file_names(self):
+        return list(self.paths)
 
     def _pieces(self, offset, nbytes):
         """(file, file offset, start in the caller's buffer, length) of each stripe unit's part
@@ -398,6 +409,45 @@ class StripedStore(Store):
             f.close()
         self.files = []
         self.fds[:] = -1
+
+
+def write_stripes(src, paths, unit, progress=None, chunk=64 << 20):
+    """Split file ``src`` into the stripe files ``paths`` of a :class:`StripedStore` with
+    stripe unit ``unit`` (each file created or truncated, written, then made durable).
+
+    Reads ``src`` in chunks of about ``chunk`` bytes (whole rows of ``len(paths)`` units);
+    ``progress(done, total)`` is called after each. Returns the files' sizes."""
+    n = len(paths)
+    row = unit * n
+    step = max(1, chunk // row) * row
+    total = os.path.getsize(src)
+    outs = []
+    try:
+        outs = [open(p, "wb") for p in paths]
+        with open(src, "rb") as f:
+            done = 0
+            while done < total:
+                buf = f.read(min(step, total - done))
+                if not buf:
+                    raise OSError(f"gids: {src!r} shrank while it was read")
+                whole = len(buf) // row * row
+                if whole:   # rows of n units: unit i of each row goes to file i
+                    units = np.frombuffer(buf, dtype=np.uint8, count=whole).reshape(-1, n, unit)
+                    for i, out in enumerate(outs):
+                        out.write(units[:, i].tobytes())
+                # What is left of the file's last row (steps are whole rows): unit k, file k.
+                for k in range(0, len(buf) - whole, unit):
+                    outs[k // unit].write(buf[whole + k:whole + k + unit])
+                done += len(buf)
+                if progress is not None:
+                    progress(done, total)
+        for out in outs:
+            out.flush()
+            os.fsync(out.fileno())
+    finally:
+        for out in outs:
+            out.close()
+    return [os.path.getsize(p) for p in paths]
 
 
 class MemoryStore(Store):
