@@ -925,9 +925,9 @@ class Runtime:
     def _write_error(self, array, page, reason):
         start = array.offset + page * self.page_size
         n = min(self.page_size, array.nbytes - page * self.page_size)
+        _, name, path = array.store.file_of(start)   # a striped store: the one file
         return StorageIOError(f"gids: cannot write page {page} (bytes {start}-{start + n - 1}) "
-                              f"of {array.store.name}: {reason}",
-                              path=getattr(array.store, "path", None), page=page)
+                              f"of {name}: {reason}", path=path, page=page)
 
     def sync(self):
         """Wait for the kernels launched so far; raise the first error one of their threads met.
@@ -1038,9 +1038,9 @@ class Runtime:
                 reason = f"short read ({got} of {n} bytes: the file shrank?)"
         except OSError as exc:
             reason = f"{reason}: {exc.strerror or exc}"
-        path = getattr(array.store, "path", None)
+        _, name, path = array.store.file_of(start)   # a striped store: the one file
         return StorageIOError(f"gids: cannot read page {page} (bytes {start}-{start + n - 1}) of "
-                              f"{array.store.name}: {reason}", path=path, page=page)
+                              f"{name}: {reason}", path=path, page=page)
 
     def _recover(self, exc=None):
         """After a failed kernel: dirty pages written back where possible, fresh queues, an

@@ -151,9 +151,9 @@ class Store:
         return tuple(row)
 
     def file_of(self, offset):
-        """(index of the store file holding byte ``offset``, its name) (0 and the store's name
-        for a store of one file or none)."""
-        return 0, self.name
+        """The store file holding byte ``offset``: (its index, a name for messages, its path or
+        None); for a store of one file or none, 0 and the store's own name and path."""
+        return 0, self.name, getattr(self, "path", None)
 
     def file_names(self):
         """The paths of the store's ``n_files`` files, in file order (none for RAM)."""
@@ -365,8 +365,9 @@ class StripedStore(Store):
                          unit=self.unit, files=self.fds.ctypes.data)
 
     def file_of(self, offset):
-        f, _ = stripe_location(offset, self.unit, self.n_files)
-        return f, f"file {self.paths[f]}"
+        f, at = stripe_location(offset, self.unit, self.n_files)
+        return (f, f"stripe file {self.paths[f]} (file {f} of {self.n_files}, at its byte {at})",
+                self.paths[f])
 
     def file_names(self):
         return list(self.paths)

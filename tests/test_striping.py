@@ -137,6 +137,23 @@ def test_striped_array_trace_names_store_offsets(tmp_path):
     assert sorted(records["offset"].tolist()) == [p * PAGE for p in range(6)]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_stripe_file_that_shrinks_names_that_file_and_page(tmp_path, backend):
+    """Stripe file 1 truncated under the Runtime: reading a page of it raises StorageIOError
+    naming that file and the page; pages of the other file still read, after recovery."""
+    raw = np.random.default_rng(6).integers(0, 256, 8 * PAGE, dtype=np.uint8)
+    paths = _write_stripes(tmp_path, raw, PAGE, 2)
+    with gids.Runtime(backend, cache_pages=4, page_size=PAGE) as rt:
+        a = rt.open_array(paths, np.uint8)
+        os.truncate(paths[1], PAGE)                  # file 1 keeps page 1 only
+        with pytest.raises(gids.StorageIOError, match=r"page 3 .*stripe file .*s\.1.*short"
+                           ) as info:
+            rt.gather(a, [3 * PAGE + 5])
+        assert info.value.page == 3 and info.value.path == str(paths[1])
+        idx = np.array([5, PAGE + 5, 2 * PAGE + 5, 6 * PAGE + 5])   # pages 0, 1, 2, 6
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), raw[idx])
+
+
 # ------------------------------------------------------------------ bad stripe sets
 
 def test_bad_stripe_sets_are_refused(tmp_path):
