@@ -227,3 +227,17 @@ def test_gids_stripe_needs_n(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["stripe", "a", "b"])
     assert exc.value.code == 2
+
+
+def test_stripe_bench_runs_and_checks_its_reads(tmp_path, capsys):
+    """The benchmark's harness (tiny, in the simulator): both layouts, every read checked."""
+    from workloads import stripe_bench
+    out = tmp_path / "r.json"
+    assert stripe_bench.main(["--bytes", str(32 * PAGE), "--page-size", str(PAGE), "--files",
+                              "3", "--pages", "24", "--daemon-threads", "1", "--backends",
+                              "host", "--dir", str(tmp_path), "--json", str(out)]) == 0
+    import json
+    rows = json.loads(out.read_text())["results"]
+    assert [r["layout"] for r in rows] == ["one file", "striped x3"]
+    assert sum(f["reads"] for f in rows[1]["files"]) == rows[1]["ios"] == 24
+    assert os.listdir(tmp_path) == ["r.json"]          # its files were removed
