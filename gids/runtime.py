@@ -538,7 +538,10 @@ class Runtime:
         ------
         FileNotFoundError, ConfigError
             Missing file, file shorter than ``offset + shape``, unsupported dtype, a dtype whose
-            size does not divide the page size, too many arrays, an unknown mode.
+            size does not divide the page size, too many arrays, an unknown mode; for a list of
+            paths: an empty list, the same file twice, a stripe unit that is not a multiple of
+            the page size, stripe files of the wrong sizes, an offset not a multiple of the
+            page size.
         ReadOnlyError
             ``mode="r+"`` on a store that cannot be written (a read-only numpy array, a store
             object made without ``writable=True``, ``storage="memory"``).

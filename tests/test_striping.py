@@ -93,6 +93,7 @@ def test_per_file_stats_add_up_to_the_totals(tmp_path, backend):
         files = rt.stats().files
         assert [f.path for f in files] == [str(p) for p in paths]
         assert [f.reads for f in files] == [4, 4, 4]
+        rt.set_daemon_threads(2)                   # a new daemon: the counts carry over
         rt.scatter(a, rng.choice(a.size, 40, replace=False), np.arange(40, dtype=np.int64))
         rt.flush()
         s = rt.stats()
@@ -152,6 +153,33 @@ def test_a_stripe_file_that_shrinks_names_that_file_and_page(tmp_path, backend):
         assert info.value.page == 3 and info.value.path == str(paths[1])
         idx = np.array([5, PAGE + 5, 2 * PAGE + 5, 6 * PAGE + 5])   # pages 0, 1, 2, 6
         np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), raw[idx])
+
+
+def test_store_layout_matches_the_reference_on_the_host(tmp_path):
+    """Without kernels: write_stripes writes the reference layout, stripe_sizes gives its sizes,
+    and StripedStore reads and writes byte ranges that span several units and files."""
+    from host_daemon.stores import stripe_sizes, write_stripes
+    rng = np.random.default_rng(11)
+    for trial in range(12):
+        n, unit = int(rng.integers(1, 5)), int(rng.choice([512, 1024, 1536]))
+        raw = rng.integers(0, 256, int(rng.integers(1, 12 * unit)), dtype=np.uint8)
+        src = tmp_path / f"src{trial}"
+        raw.tofile(src)
+        paths = [tmp_path / f"t{trial}.{f}" for f in range(n)]
+        write_stripes(src, paths, unit, chunk=unit * n * 2)   # several chunks
+        parts = _stripe_parts(raw, unit, n)
+        assert [p.read_bytes() for p in paths] == [part.tobytes() for part in parts]
+        assert stripe_sizes(raw.size, unit, n) == [part.size for part in parts]
+        with gids.StripedStore(paths, unit, writable=True) as store:
+            assert store.read_bytes(0, raw.size) == raw.tobytes()
+            at = int(rng.integers(0, raw.size))
+            length = int(rng.integers(1, raw.size - at + 1))
+            assert store.read_bytes(at, length) == raw[at:at + length].tobytes()
+            new = rng.integers(0, 256, length, dtype=np.uint8)
+            store.write_bytes(at, new.tobytes())
+            raw[at:at + length] = new
+            store.sync()
+        np.testing.assert_array_equal(_read_stripes(paths, unit)[:raw.size], raw)
 
 
 # ------------------------------------------------------------------ bad stripe sets
