@@ -38,9 +38,10 @@ from numba import njit, types
 from gids import layout as L
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
-from host_daemon.stores import (DIRECT_ALIGN, FAULT_CRASH, FAULT_EIO, FAULT_SHORT, FAULT_SLOW,
-                                 FAULT_WRITE_CRASH, FAULT_WRITE_EIO, FAULT_WRITE_SLOW, T_ADDRESS,
-                                 T_FAULTS, T_FD, T_FD_DIRECT, T_KIND, T_NBYTES, T_OFFSET)
+from host_daemon.stores import (DIRECT_ALIGN, F_COLUMNS, FAULT_CRASH, FAULT_EIO, FAULT_SHORT,
+                                 FAULT_SLOW, FAULT_WRITE_CRASH, FAULT_WRITE_EIO, FAULT_WRITE_SLOW,
+                                 MAX_FILES, T_ADDRESS, T_FAULTS, T_KIND, T_N_FILES, T_NBYTES,
+                                 T_OFFSET, count_file_io, page_location)
 from host_daemon.sync import load_acquire, load_word, private_array, store_release
 from host_daemon.trace import TRACE_DTYPE
 
@@ -146,7 +147,8 @@ def write_page(table, array_id, page, page_size, src):
     kind = table[array_id, T_KIND]
     if kind == L.STORE_KIND_FILE:
         # The buffered descriptor: no O_DIRECT alignment rules (see FileStore's notes).
-        return _io_full(table[array_id, T_FD], src, n, offset, True)
+        _, fd, _, file_offset = page_location(table, array_id, page, page_size)
+        return _io_full(fd, src, n, file_offset, True)
     if kind == L.STORE_KIND_FAULTY:
         code, argument = _fault_of(table, array_id, page)
         if code == FAULT_WRITE_EIO:
@@ -181,13 +183,13 @@ def serve_page(table, array_id, page, page_size, dst):
         return L.STATUS_OK, offset // 8
     status = L.STATUS_OK
     if kind == L.STORE_KIND_FILE:
-        fd_direct = table[array_id, T_FD_DIRECT]
-        if fd_direct >= 0 and offset % DIRECT_ALIGN == 0 and n % DIRECT_ALIGN == 0:
-            status = _io_full(fd_direct, dst, n, offset, False)
+        _, fd, fd_direct, file_offset = page_location(table, array_id, page, page_size)
+        if fd_direct >= 0 and file_offset % DIRECT_ALIGN == 0 and n % DIRECT_ALIGN == 0:
+            status = _io_full(fd_direct, dst, n, file_offset, False)
             if status == L.STATUS_IO_ERROR:   # O_DIRECT refused this one: go through the cache
-                status = _io_full(table[array_id, T_FD], dst, n, offset, False)
+                status = _io_full(fd, dst, n, file_offset, False)
         else:
-            status = _io_full(table[array_id, T_FD], dst, n, offset, False)
+            status = _io_full(fd, dst, n, file_offset, False)
     elif kind == L.STORE_KIND_FAULTY:
         code, argument = _fault_of(table, array_id, page)
         if code == FAULT_EIO:
@@ -211,6 +213,34 @@ def serve_page(table, array_id, page, page_size, dst):
 def _now_ns(ts):
     _clock_gettime(_CLOCK_MONOTONIC, ts.ctypes.data)
     return ts[0] * 1_000_000_000 + ts[1]
+
+
+@njit(nogil=True, cache=True)
+def page_io(table, array_id, page, page_size, buf, op, file_io, clock):
+    """Serve one request: OP_READ (:func:`serve_page`) or OP_WRITE (:func:`write_page`) of
+    page ``page`` of array ``array_id`` with host buffer ``buf``. Returns (status, source).
+
+    An I/O on a file that completes is counted against its store file in ``file_io`` (the
+    thread's per-file counters: :func:`host_daemon.stores.count_file_io`), with the time the
+    store call took; stores in RAM are not timed (two clock reads would cost as much as their
+    copy).
+    """
+    on_file = (0 <= array_id < table.shape[0] and table[array_id, T_N_FILES] > 0
+               and table[array_id, T_KIND] == L.STORE_KIND_FILE)
+    start = _now_ns(clock) if on_file else 0
+    if op == L.OP_WRITE:
+        status = write_page(table, array_id, page, page_size, buf)
+        source = L.SOURCE_STAGING
+    elif op == L.OP_READ:
+        status, source = serve_page(table, array_id, page, page_size, buf)
+    else:
+        return L.STATUS_BAD_REQUEST, L.SOURCE_STAGING
+    if on_file and status == L.STATUS_OK:
+        file = page_location(table, array_id, page, page_size)[0]
+        n = min(page_size, table[array_id, T_NBYTES] - page * page_size)
+        count_file_io(file_io, table, array_id, file, op == L.OP_WRITE, n,
+                      _now_ns(clock) - start)
+    return status, source
 
 
 @njit(nogil=True, cache=True)
@@ -328,7 +358,7 @@ def _visit_order(order, n_queues, hot, hot_every):
 
 @njit(nogil=True, cache=True)
 def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, table, stop,
-                 served, emu, ring, clock, hot_every):
+                 served, emu, ring, clock, hot_every, file_io):
     """The daemon thread's loop: serve ``my_queues`` until ``stop[0]`` becomes non-zero.
 
     When the last pass found requests on one queue only (one warp missing at a time, say), that
@@ -340,7 +370,8 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
     loop, over a precomputed order of visits: a helper called per queue with the emulation and
     trace tuples cost ~150 ns per queue in reference counts, and a second visit loop per queue
     doubled the cost of a pass. (Under emulation a visit that found requests calls
-    :func:`_time_batch` once: a cost per batch, not per visit.)
+    :func:`_time_batch` once: a cost per batch, not per visit.) ``file_io``: the thread's
+    per-file I/O counters (:func:`page_io`).
     """
     idle = 0
     timed = emu.on or ring.on
@@ -382,13 +413,8 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                     break
                 seen = _now_ns(clock) if timed else 0
                 buf = staging_address + entry * page_size
-                if op == L.OP_WRITE:
-                    status = write_page(table, array_id, page, page_size, buf)
-                    source = L.SOURCE_STAGING
-                elif op == L.OP_READ:
-                    status, source = serve_page(table, array_id, page, page_size, buf)
-                else:
-                    status, source = L.STATUS_BAD_REQUEST, L.SOURCE_STAGING
+                status, source = page_io(table, array_id, page, page_size, buf, op, file_io,
+                                         clock)
                 if status == _CRASH:
                     return
                 offset = 0
@@ -502,6 +528,8 @@ class HostDaemon:
         self._emu = [_emulation(model, n_entries) for _ in range(self.n_threads)]
         self._rings = [_trace_ring(trace_writer is not None) for _ in range(self.n_threads)]
         self._clocks = [private_array(2) for _ in range(self.n_threads)]
+        # I/Os per store file (rows: T_FILE_SLOT + file; columns F_*), counted per thread.
+        self._file_io = [private_array((MAX_FILES, F_COLUMNS)) for _ in range(self.n_threads)]
 
     @property
     def running(self):
@@ -511,6 +539,16 @@ class HostDaemon:
     def served(self):
         """Requests served since start."""
         return int(sum(s[0] for s in self._served))
+
+    def file_io(self):
+        """I/Os per store file since start: int64 [MAX_FILES, F_COLUMNS] (rows as the table's
+        ``T_FILE_SLOT`` plus the file's index, columns ``host_daemon.stores.F_*``); read it
+        once no request is in flight (after the kernels finished)."""
+        return np.sum(self._file_io, axis=0)
+
+    def reset_file_io(self):
+        for counts in self._file_io:
+            counts[:] = 0
 
     @property
     def trace_dropped(self):
@@ -547,7 +585,7 @@ class HostDaemon:
         """Thread ``k``'s loop over ``my_queues`` (returns once ``_stop`` is set)."""
         serve_queues(my_queues, heads, self.sq, self.cq, self.staging.ctypes.data, self.depth,
                      self.page_size, self.table, self._stop, self._served[k], self._emu[k],
-                     self._rings[k], self._clocks[k], HOT_QUEUE_EVERY)
+                     self._rings[k], self._clocks[k], HOT_QUEUE_EVERY, self._file_io[k])
 
     def _run(self, k, my_queues):
         try:

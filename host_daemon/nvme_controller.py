@@ -64,9 +64,8 @@ from host_daemon.daemon import (
     _now_ns,
     _record,
     _usleep,
+    page_io,
     park,
-    serve_page,
-    write_page,
 )
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
@@ -110,11 +109,13 @@ N_COUNTERS = 5
 
 
 @_per_command
-def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes):
+def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes, file_io, clock):
     """Run one decoded command. Returns (NVMe status, store byte offset, bytes).
 
     A Read fills the page at PRP1 from the store; a Write stores the page at PRP1 (only the
-    array's own bytes: the tail of its last page is not written). A store that refuses a write
+    array's own bytes: the tail of its last page is not written), both through the host
+    daemon's :func:`~host_daemon.daemon.page_io` (which finds the page's file, striped or not,
+    and counts the I/O in the thread's per-file counters ``file_io``). A store that refuses a write
     (EIO) completes it with Write Fault (280h), one that takes fewer bytes with 7C1h (vendor
     specific, as the short read's 7C0h); ``kernels.nvme.gids_status`` maps them back to the
     host path's STATUS_IO_ERROR and STATUS_SHORT_WRITE.
@@ -133,10 +134,11 @@ def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes
     if prp1 % 4 != 0 or prp1 < dma_base or prp1 + nbytes > dma_base + dma_bytes:
         return L.NVME_SC_DATA_XFER_ERROR, 0, 0
     offset = table[array_id, T_OFFSET] + start
+    op = L.OP_WRITE if opcode == L.NVME_OP_WRITE else L.OP_READ
+    status, source = page_io(table, array_id, start // page_size, page_size, prp1, op, file_io,
+                             clock)
     if opcode == L.NVME_OP_WRITE:
-        status = write_page(table, array_id, start // page_size, page_size, prp1)
         return _nvme_status(status, opcode), offset, nbytes
-    status, source = serve_page(table, array_id, start // page_size, page_size, prp1)
     if status == L.STATUS_OK and source != L.SOURCE_STAGING:
         # A zero-copy store: the host daemon would only say where the page is; a drive always
         # transfers the data, so copy it from the store's buffer.
@@ -276,7 +278,7 @@ def _complete_held(held, n, q, qs, cq, db, ring, depth, seen, emu, trace, counte
 @_per_command
 def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base, dma_bytes,
                       table, n_threads, stop, served, counters, emu, trace, clock, jitter_ns, rng,
-                      held):
+                      held, file_io):
     """One controller thread's loop over ``my_queues`` until ``stop[0]`` becomes non-zero.
 
     Per queue, it takes the commands the SQ tail doorbell shows, up to BATCH of them, as one
@@ -325,7 +327,7 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
                 op = L.OP_WRITE if opcode == L.NVME_OP_WRITE else L.OP_READ
                 # ... execute ...
                 status, offset, nbytes = execute(table, opcode, nsid, slba, nlb, prp1, page_size,
-                                                 dma_base, dma_bytes)
+                                                 dma_base, dma_bytes, file_io, clock)
                 if status == _CRASH:
                     return
                 # ... and complete: now, or (held) once the batch is timed.
@@ -414,7 +416,8 @@ class NvmeController(HostDaemon):
                           self.depth, self.page_size, self.staging.ctypes.data,
                           self.staging.nbytes, self.table, self.n_threads, self._stop,
                           self._served[k], self._counters[k], self._emu[k], self._rings[k],
-                          self._clocks[k], self.jitter_ns, self._rng[k], self._held[k])
+                          self._clocks[k], self.jitter_ns, self._rng[k], self._held[k],
+                          self._file_io[k])
 
     @property
     def counters(self):
