@@ -410,6 +410,12 @@ def _inflight_stats(starts, ends):
     return (area / span if span > 0 else float(in_flight)), peak
 
 
+def common_request_bytes(trace: np.ndarray) -> int:
+    """The most common request size of a (non-empty) trace: its cache page size."""
+    sizes, counts = np.unique(trace["nbytes"], return_counts=True)
+    return int(sizes[np.argmax(counts)])
+
+
 @dataclass(frozen=True)
 class ReplayReport:
     """What a replay predicts. Times in the model's ns; bandwidth in GB/s (1e9 B/s).
@@ -498,7 +504,7 @@ def what_bounds(utilisation: dict, waited: float, max_in_flight, host_us_mean: f
 
 
 def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
-           stripe_bytes: int = DEFAULT_STRIPE_BYTES,
+           stripe_bytes: int | None = None,
            host_link_GBps: float | None = DEFAULT_HOST_LINK_GBPS,
            max_in_flight: int | None = None, host_command_ns: float = 0.0,
            seed: int = 0) -> ReplayReport:
@@ -511,7 +517,9 @@ def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
         request's host part and post delay are kept as recorded (see the module docstring).
     profile : str or SsdProfile
     n_ssd, stripe_bytes, host_link_GBps, host_command_ns, seed
-        The array, as for :class:`~host_daemon.ssd_model.SsdModel`.
+        The array, as for :class:`~host_daemon.ssd_model.SsdModel`. ``stripe_bytes`` None:
+        the trace's most common request size (a run's cache page: ``gids.Runtime`` stripes
+        its emulated array by its page size).
     mode : {"closed", "open"}
         See the module docstring.
     max_in_flight : int or None
@@ -536,6 +544,8 @@ def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
     n_writes = int(np.count_nonzero(trace["op"] == OP_WRITE))
     if n_writes:
         raise ValueError(f"the SSD model times reads only; this trace has {n_writes} writes")
+    if stripe_bytes is None:
+        stripe_bytes = common_request_bytes(trace)
     model = SsdModel(profile, n_ssd=n_ssd, stripe_bytes=stripe_bytes,
                      host_link_GBps=host_link_GBps, host_command_ns=host_command_ns, seed=seed)
 
@@ -664,8 +674,7 @@ def run_simulate(args: argparse.Namespace) -> str:
     trace = read_trace(args.trace)
     stripe = args.stripe_bytes
     if stripe is None:
-        sizes, counts = np.unique(trace["nbytes"], return_counts=True)
-        stripe = int(sizes[np.argmax(counts)]) if len(sizes) else DEFAULT_STRIPE_BYTES
+        stripe = common_request_bytes(trace) if len(trace) else DEFAULT_STRIPE_BYTES
     depth = args.max_in_flight
     if depth is None:
         depth = trace_engine_depth(args.trace)
