@@ -373,7 +373,12 @@ def _drive_command(busy, params, drive, now, lo, hi):
         chunk = min(hi, (p + 1) * page) - max(lo, p * page)
         channel = p % n_channels
         unit = first_unit_column + channel * units + (p // n_channels) % units
-        read = params.read_ns_by_type[(p // (n_channels * units)) % n_types]
+        read = params.read_ns
+        if n_types > 1:  # integer division and a tuple index only for drives with page types
+            kind = (p // (n_channels * units)) % n_types
+            times = params.read_ns_by_type  # constant indices: no copy of the tuple
+            read = times[0] if kind == 0 else times[1] if kind == 1 else (
+                times[2] if kind == 2 else times[3])
         if params.read_jitter > 0.0:
             read *= 1.0 + params.read_jitter * _unit_draw(params.seed, drive, p, now)
         sensed = max(start, busy[drive, unit]) + read
