@@ -498,9 +498,9 @@ def what_bounds(utilisation: dict, waited: float, max_in_flight, host_us_mean: f
                 f"request against {device_us_mean:.3g} us of device time)")
     if mode == "open":
         return "the trace's issue times (the offered load is below what the device serves)"
-    return (f"the trace's own dependencies: {mean_inflight:.3g} requests in flight on average, "
-            f"each waiting for the one before it ({name} {share:.0%} busy); more concurrency "
-            f"in the workload, not faster hardware, would move it")
+    return (f"the trace's own dependencies: {mean_inflight:.3g} in flight on average, each "
+            f"issued after the one its issuer waited for ({name} {share:.0%} busy); more "
+            f"concurrency in the workload, not faster hardware, would move it")
 
 
 def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",

@@ -60,6 +60,12 @@ def test_simulate_replays_a_recorded_trace(tmp_path, capsys):
     assert "4 x pm1743" in out and "IOPS" in out
 
 
+def test_runtime_stripes_its_emulated_array_by_its_page_size():
+    """One cache page per stripe unit: a page is one command on one drive."""
+    with gids.Runtime(cache_pages=8, page_size=1024, ssd="pm1743", n_ssd=4) as rt:
+        assert rt.ssd_model.stripe_bytes == 1024
+
+
 def test_bad_emulation_arguments():
     with pytest.raises(gids.ConfigError, match="profile|unknown"):
         gids.Runtime(cache_pages=2, ssd="floppy")
