@@ -13,12 +13,15 @@ time its completion may be posted. Two users call it:
   request streams, predicts time, IOPS and latency percentiles.
 
 The model (equations in ``docs/ssd_models.md``): a request is split by the array's striping into
-one command per drive; each command waits for the drive controller's command slot (the IOPS
-cap, a FIFO server), pays a fixed controller latency, then each flash page it touches is read by
-its die/plane (FIFO per unit, busy for tR), moved over its flash channel, and over the drive's
-PCIe link; the whole request also crosses the host's link (the GPU's PCIe port). Channels and
-links are bandwidth resources modelled as rate limiters on the admission order (see the docs for
-why not strict FIFO on the data's ready time).
+one command per drive (optionally after a host-side submission cost per command, serialised
+across the array); each command holds the drive controller's command slot (a FIFO server) for a
+fixed time plus its bytes at the controller's data path, pays a fixed controller latency, then
+each flash page it touches is read by its die/plane (FIFO per unit, busy for that page type's
+tR), moved over its flash channel, and over the drive's PCIe link; the whole request also
+crosses the host's link (the GPU's PCIe port). Channels and links are bandwidth resources
+modelled as rate limiters on the admission order (see the docs for why not strict FIFO on the
+data's ready time). The time each kind of resource was busy is summed, so that a replay can say
+what bounds a run (:meth:`SsdModel.utilisation`).
 
 Thread safety: callers serialise. All daemon threads share one model (one state) and call
 :func:`model_submit_locked`, which holds a spin lock in ``state.lock`` for the ~50 ns the call
@@ -153,7 +156,9 @@ class SsdProfile:
     max_read_GBps : float or None
         Controller data-path ceiling (DMA, ECC decode) below the link's rate, GB/s.
     iops_cap : float or None
-        Commands per second the controller processes (a FIFO server of 1/iops_cap per command).
+        4 KiB random-read commands per second the controller processes. With
+        ``interface_GBps`` it sets the command slot's fixed and per-byte cost
+        (:meth:`command_costs_ns`), so that a 4 KiB command holds the slot ``1 / iops_cap``.
     ctrl_latency_us : float
         Fixed latency of each command outside the media and transfers: SQE fetch, FTL lookup,
         CQE post (and, in published QD1 figures, the host's submission and completion path).
