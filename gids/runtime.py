@@ -268,7 +268,7 @@ class Runtime:
             if int(n_ssd) < 1:
                 raise ConfigError(f"gids: n_ssd must be >= 1, got {n_ssd}")
             try:
-                model = SsdModel(ssd, n_ssd=int(n_ssd))
+                model = SsdModel(ssd, n_ssd=int(n_ssd), stripe_bytes=page_size)
             except ValueError as exc:
                 raise ConfigError(f"gids: {exc}") from None
         self.backend = backend

@@ -13,12 +13,15 @@ time its completion may be posted. Two users call it:
   request streams, predicts time, IOPS and latency percentiles.
 
 The model (equations in ``docs/ssd_models.md``): a request is split by the array's striping into
-one command per drive; each command waits for the drive controller's command slot (the IOPS
-cap, a FIFO server), pays a fixed controller latency, then each flash page it touches is read by
-its die/plane (FIFO per unit, busy for tR), moved over its flash channel, and over the drive's
-PCIe link; the whole request also crosses the host's link (the GPU's PCIe port). Channels and
-links are bandwidth resources modelled as rate limiters on the admission order (see the docs for
-why not strict FIFO on the data's ready time).
+one command per drive (optionally after a host-side submission cost per command, serialised
+across the array); each command holds the drive controller's command slot (a FIFO server) for a
+fixed time plus its bytes at the controller's data path, pays a fixed controller latency, then
+each flash page it touches is read by its die/plane (FIFO per unit, busy for that page type's
+tR), moved over its flash channel, and over the drive's PCIe link; the whole request also
+crosses the host's link (the GPU's PCIe port). Channels and links are bandwidth resources
+modelled as rate limiters on the admission order (see the docs for why not strict FIFO on the
+data's ready time). The time each kind of resource was busy is summed, so that a replay can say
+what bounds a run (:meth:`SsdModel.utilisation`).
 
 Thread safety: callers serialise. All daemon threads share one model (one state) and call
 :func:`model_submit_locked`, which holds a spin lock in ``state.lock`` for the ~50 ns the call
@@ -45,6 +48,11 @@ DEFAULT_STRIPE_BYTES = 4096
 #: The GPU's own PCIe port, shared by all drives of the array (GB/s, 1e9 B/s): 52 GB/s is the
 #: pinned host-to-device copy rate measured on the lent H200 (gen 5 x16), docs/ssd_models.md.
 DEFAULT_HOST_LINK_GBPS = 52.0
+
+#: Request size the published random-read IOPS figures (``iops_cap``) are measured at.
+CAP_REQUEST_BYTES = 4096
+#: Most flash page types a profile's ``read_levels`` may give (TLC has 3, QLC 4).
+MAX_PAGE_TYPES = 4
 
 #: Transfer rate of one PCIe lane in GT/s, by generation; gen 3 and later use 128b/130b coding.
 PCIE_GT_PER_LANE = {3: 8.0, 4: 16.0, 5: 32.0}
@@ -147,7 +155,9 @@ class SsdProfile:
     max_read_GBps : float or None
         Controller data-path ceiling (DMA, ECC decode) below the link's rate, GB/s.
     iops_cap : float or None
-        Commands per second the controller processes (a FIFO server of 1/iops_cap per command).
+        4 KiB random-read commands per second the controller processes. With
+        ``interface_GBps`` it sets the command slot's fixed and per-byte cost
+        (:meth:`command_costs_ns`), so that a 4 KiB command holds the slot ``1 / iops_cap``.
     ctrl_latency_us : float
         Fixed latency of each command outside the media and transfers: SQE fetch, FTL lookup,
         CQE post (and, in published QD1 figures, the host's submission and completion path).
@@ -155,6 +165,14 @@ class SsdProfile:
         What the profile is calibrated against.
     sources : dict
         Parameter name -> where its value comes from ("assumed: ..." when it is a judgement).
+    read_levels : tuple of float
+        Relative media read time by flash page type (TLC: lower, middle, upper page sense at
+        different numbers of read voltages); normalised to mean 1, so ``read_us`` stays the
+        mean. Page ``k`` of a die has type ``k % len(read_levels)``. ``(1.0,)``: no spread.
+    read_jitter : float
+        Each media read takes ``1 + read_jitter * u`` times its nominal time, ``u`` uniform in
+        [-1, 1) drawn from a hash of the model's seed, the page and the arrival time
+        (deterministic for a seed, independent of call order). 0: none.
     """
 
     name: str
@@ -167,6 +185,8 @@ class SsdProfile:
     ctrl_latency_us: float
     published: PublishedFigures
     sources: dict = field(default_factory=dict, compare=False, hash=False)
+    read_levels: tuple = (1.0,)
+    read_jitter: float = 0.0
 
     @property
     def link_GBps(self) -> float:
@@ -182,8 +202,20 @@ class SsdProfile:
         ceiling = math.inf if self.max_read_GBps is None else self.max_read_GBps
         return min(self.link_GBps, ceiling)
 
+    def command_costs_ns(self) -> tuple[float, float]:
+        """``(fixed, per_byte)``: how long a command holds the controller's command slot is
+        ``fixed + nbytes * per_byte`` ns. The per-byte part is the controller's data path
+        (``interface_GBps``); the fixed part is what is left of ``1 / iops_cap`` for a 4 KiB
+        read (the published IOPS figure is for 4 KiB), so 4 KiB reads still run at the cap,
+        smaller ones faster, larger ones at the data path's rate."""
+        if self.iops_cap is None:
+            return 0.0, 0.0
+        per_byte = 0.0 if math.isinf(self.interface_GBps) else 1.0 / self.interface_GBps
+        return max(0.0, 1e9 / self.iops_cap - CAP_REQUEST_BYTES * per_byte), per_byte
+
     def model_params(self, stripe_bytes: int = DEFAULT_STRIPE_BYTES,
-                     host_link_GBps: float | None = DEFAULT_HOST_LINK_GBPS) -> "ModelParams":
+                     host_link_GBps: float | None = DEFAULT_HOST_LINK_GBPS,
+                     host_command_ns: float = 0.0, seed: int = 0) -> "ModelParams":
         """The scalar parameters :func:`model_submit` reads, for this drive in an array.
 
         Parameters
@@ -192,9 +224,23 @@ class SsdProfile:
             Striping unit across the drives of the array.
         host_link_GBps : float or None
             Bandwidth of the link all drives share (the GPU's port); None: unlimited.
+        host_command_ns : float
+            Host-side cost of submitting one command (SQE write, doorbell, completion
+            handling), serialised across the array; 0: free.
+        seed : int
+            Seed of the media read-time jitter (``read_jitter``).
         """
         if stripe_bytes <= 0:
             raise ValueError(f"stripe_bytes must be positive, got {stripe_bytes}")
+        if host_command_ns < 0:
+            raise ValueError(f"host_command_ns must be >= 0, got {host_command_ns}")
+        levels = np.asarray(self.read_levels, dtype=np.float64)
+        if not 1 <= len(levels) <= MAX_PAGE_TYPES or (levels <= 0).any():
+            raise ValueError(f"read_levels needs 1 to {MAX_PAGE_TYPES} positive values, got "
+                             f"{self.read_levels}")
+        if not 0 <= self.read_jitter < 1:
+            raise ValueError(f"read_jitter must be in [0, 1), got {self.read_jitter}")
+        levels = levels / levels.mean()
         media = self.media
         if isinstance(media, NandMedia):
             page_bytes, channels = media.page_bytes, media.channels
@@ -209,6 +255,9 @@ class SsdProfile:
             # The ideal device: no media time; one huge "page" keeps the chunk loop to one pass.
             page_bytes, channels, units_per_channel = 1 << 40, 1, 1
             read_ns, channel_ns_per_byte = 0.0, 0.0
+        command_ns, command_ns_per_byte = self.command_costs_ns()
+        read_types = np.full(MAX_PAGE_TYPES, float(read_ns))
+        read_types[:len(levels)] = levels * read_ns
         return ModelParams(
             stripe_bytes=int(stripe_bytes),
             page_bytes=int(page_bytes),
@@ -217,9 +266,15 @@ class SsdProfile:
             read_ns=float(read_ns),
             channel_ns_per_byte=float(channel_ns_per_byte),
             link_ns_per_byte=float(1.0 / self.interface_GBps),
-            command_ns=float(0.0 if self.iops_cap is None else 1e9 / self.iops_cap),
+            command_ns=float(command_ns),
             ctrl_latency_ns=float(self.ctrl_latency_us * 1e3),
             host_ns_per_byte=float(0.0 if host_link_GBps is None else 1.0 / host_link_GBps),
+            command_ns_per_byte=float(command_ns_per_byte),
+            read_ns_by_type=tuple(float(x) for x in read_types),
+            n_page_types=int(len(levels)),
+            read_jitter=float(self.read_jitter),
+            seed=np.uint64(seed & (2**64 - 1)),
+            host_command_ns=float(host_command_ns),
         )
 
 
@@ -236,20 +291,36 @@ ModelParams = namedtuple("ModelParams", [
     "command_ns",           # float: 1 / IOPS cap
     "ctrl_latency_ns",      # float: fixed per-command latency
     "host_ns_per_byte",     # float: link shared by the array
+    "command_ns_per_byte",  # float: command slot time per byte (controller data path)
+    "read_ns_by_type",      # 4 floats: media read time by page type (mean read_ns)
+    "n_page_types",         # int: page types in use (1: no spread)
+    "read_jitter",          # float: +- fraction of uniform read-time jitter
+    "seed",                 # uint64: seed of the jitter
+    "host_command_ns",      # float: host-side submission cost per command, serialised
 ])
 
 #: Columns of a drive's row in ``ModelState.busy`` (its channels and units follow).
 COMMAND_COLUMN = 0   # controller command slot free at
 LINK_COLUMN = 1      # drive link has admitted bytes up to
 CHANNEL_COLUMN = 2   # first of n_channels columns; units start after the channels
+#: Columns of the host row (row n_ssd).
+HOST_LINK_COLUMN = 0     # the shared host link has admitted bytes up to
+HOST_COMMAND_COLUMN = 1  # the host's submission path is free at
+#: Columns of the work row (row n_ssd + 1): busy time summed over every request, per kind of
+#: resource (ns), from which :meth:`SsdModel.utilisation` says what bounds a run.
+WORK_COMMAND, WORK_MEDIA, WORK_CHANNEL, WORK_LINK, WORK_HOST_LINK, WORK_HOST_COMMAND = range(6)
+WORK_NAMES = ("controller", "media", "flash channels", "drive link", "host link",
+              "host submission")
+_MIN_COLUMNS = len(WORK_NAMES)
 
 #: Mutable state of one model instance. Two arrays, not one per resource: every njit call that
 #: is not inlined increfs and decrefs each array it is passed (an atomic add each, ~100 ns per
 #: call for six arrays), and the daemon makes one call per request.
 ModelState = namedtuple("ModelState", [
-    "busy",  # float64[n_ssd + 1, 2 + n_channels * (1 + units_per_channel)]: "busy until" (ns).
-             # Row d < n_ssd is drive d: COMMAND_COLUMN, LINK_COLUMN, then its channels, then
-             # its units (channel c's units are adjacent). Row n_ssd, column 0: the host link.
+    "busy",  # float64[n_ssd + 2, max(6, 2 + n_channels * (1 + units_per_channel))]: "busy
+             # until" (ns). Row d < n_ssd is drive d: COMMAND_COLUMN, LINK_COLUMN, then its
+             # channels, then its units (channel c's units are adjacent). Row n_ssd: the host
+             # (HOST_LINK_COLUMN, HOST_COMMAND_COLUMN). Row n_ssd + 1: summed work (WORK_*).
     "lock",  # int64[1]: 0 free, 1 held (model_submit_locked)
 ])
 
@@ -259,7 +330,22 @@ def new_state(n_ssd: int, params: ModelParams) -> ModelState:
     if n_ssd < 1:
         raise ValueError(f"n_ssd must be at least 1, got {n_ssd}")
     columns = CHANNEL_COLUMN + params.n_channels * (1 + params.units_per_channel)
-    return ModelState(busy=np.zeros((n_ssd + 1, columns)), lock=np.zeros(1, dtype=np.int64))
+    return ModelState(busy=np.zeros((n_ssd + 2, max(columns, _MIN_COLUMNS))),
+                      lock=np.zeros(1, dtype=np.int64))
+
+
+@numba.njit(nogil=True, cache=False, inline="always")
+def _unit_draw(seed, drive, page, now):
+    """A number uniform in [-1, 1) from a hash (splitmix64's finaliser) of its arguments."""
+    x = seed ^ (np.uint64(drive) * np.uint64(0x9E3779B97F4A7C15))
+    x ^= np.uint64(page) * np.uint64(0xC2B2AE3D27D4EB4F)
+    x ^= np.uint64(now) * np.uint64(0x165667B19E3779F9)
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return (x >> np.uint64(11)) * (2.0 / 9007199254740992.0) - 1.0
 
 
 # error_model="numpy": integer division by a parameter then has no ZeroDivisionError path, whose
@@ -269,27 +355,43 @@ def new_state(n_ssd: int, params: ModelParams) -> ModelState:
 def _drive_command(busy, params, drive, now, lo, hi):
     """Reserve drive ``drive``'s resources for reading its local bytes [lo, hi); return when the
     last byte has crossed the drive's link."""
+    work = busy.shape[0] - 1
     start = max(now, busy[drive, COMMAND_COLUMN])
-    busy[drive, COMMAND_COLUMN] = start + params.command_ns
+    slot = params.command_ns + (hi - lo) * params.command_ns_per_byte
+    busy[drive, COMMAND_COLUMN] = start + slot
+    busy[work, WORK_COMMAND] += slot
     start += params.ctrl_latency_ns
     # Rate limiters take their admission time from `start`, which never decreases for one
     # drive; FIFO on the data's ready time would let one queued die stall every later transfer.
-    link = max(busy[drive, LINK_COLUMN], start) + (hi - lo) * params.link_ns_per_byte
+    link_time = (hi - lo) * params.link_ns_per_byte
+    link = max(busy[drive, LINK_COLUMN], start) + link_time
     busy[drive, LINK_COLUMN] = link
+    busy[work, WORK_LINK] += link_time
     done = link
     page = params.page_bytes
     n_channels = params.n_channels
     units = params.units_per_channel
+    n_types = params.n_page_types
     first_unit_column = CHANNEL_COLUMN + n_channels
     for p in range(lo // page, (hi - 1) // page + 1):
         chunk = min(hi, (p + 1) * page) - max(lo, p * page)
         channel = p % n_channels
         unit = first_unit_column + channel * units + (p // n_channels) % units
-        sensed = max(start, busy[drive, unit]) + params.read_ns
+        read = params.read_ns
+        if n_types > 1:  # integer division and a tuple index only for drives with page types
+            kind = (p // (n_channels * units)) % n_types
+            times = params.read_ns_by_type  # constant indices: no copy of the tuple
+            read = times[0] if kind == 0 else times[1] if kind == 1 else (
+                times[2] if kind == 2 else times[3])
+        if params.read_jitter > 0.0:
+            read *= 1.0 + params.read_jitter * _unit_draw(params.seed, drive, p, now)
+        sensed = max(start, busy[drive, unit]) + read
         busy[drive, unit] = sensed
+        busy[work, WORK_MEDIA] += read
         transfer = chunk * params.channel_ns_per_byte
         channel_done = max(busy[drive, CHANNEL_COLUMN + channel], start) + transfer
         busy[drive, CHANNEL_COLUMN + channel] = channel_done
+        busy[work, WORK_CHANNEL] += transfer
         done = max(done, max(sensed + transfer, channel_done) + chunk * params.link_ns_per_byte)
     return done
 
@@ -319,7 +421,8 @@ def model_submit(state, params, now_ns, offset, nbytes):
     # A uint64 offset (a page id times a page size) mixed with int64 would promote to float64.
     offset = np.int64(offset)
     nbytes = np.int64(nbytes)
-    n_ssd = busy.shape[0] - 1
+    n_ssd = busy.shape[0] - 2
+    work = n_ssd + 1
     stripe = params.stripe_bytes
     end = offset + nbytes
     first_stripe = offset // stripe
@@ -333,9 +436,17 @@ def model_submit(state, params, now_ns, offset, nbytes):
         last = first + ((last_stripe - first) // n_ssd) * n_ssd
         lo = (first // n_ssd) * stripe + (offset - first * stripe if j == 0 else 0)
         hi = (last // n_ssd) * stripe + (end - last * stripe if last == last_stripe else stripe)
-        done = max(done, _drive_command(busy, params, drive, now, lo, hi))
-    host = max(busy[n_ssd, 0], now) + nbytes * params.host_ns_per_byte
-    busy[n_ssd, 0] = host
+        # The host submits the array's commands one at a time (SQE, doorbell, completion).
+        submitted = now
+        if params.host_command_ns > 0.0:
+            submitted = max(now, busy[n_ssd, HOST_COMMAND_COLUMN]) + params.host_command_ns
+            busy[n_ssd, HOST_COMMAND_COLUMN] = submitted
+            busy[work, WORK_HOST_COMMAND] += params.host_command_ns
+        done = max(done, _drive_command(busy, params, drive, submitted, lo, hi))
+    host_time = nbytes * params.host_ns_per_byte
+    host = max(busy[n_ssd, HOST_LINK_COLUMN], now) + host_time
+    busy[n_ssd, HOST_LINK_COLUMN] = host
+    busy[work, WORK_HOST_LINK] += host_time
     return np.int64(math.ceil(max(done, host)))
 
 
@@ -422,6 +533,11 @@ def model_submit_locked(state, params, now_ns, offset, nbytes):
 
 
 _SRC_GPU_NOTES = "GPU_NOTES.md, Published figures"
+#: TLC pages by number of read voltages sensed, as in the common 2-3-2 Gray code (lower and
+#: upper page 2, middle page 3); a page's sense time taken as proportional to it.
+_TLC_READ_LEVELS = (2.0, 3.0, 2.0)
+_TLC_LEVELS_SOURCE = ("assumed: 2-3-2 TLC coding, sense time proportional to the read "
+                      "voltages sensed (vendors publish only the mean tR)")
 
 PROFILES: dict[str, SsdProfile] = {}
 
@@ -453,7 +569,9 @@ _register(SsdProfile(
         "max_read_GBps": "fitted: published sequential read",
         "iops_cap": "fitted: published random-read IOPS",
         "ctrl_latency_us": "assumed: 5 us firmware + protocol (+ host stack in the QD1 figure)",
-    }))
+        "read_levels": _TLC_LEVELS_SOURCE,
+    },
+    read_levels=_TLC_READ_LEVELS))
 
 _register(SsdProfile(
     name="pm1743",
@@ -477,7 +595,9 @@ _register(SsdProfile(
         "max_read_GBps": "fitted: published sequential read (below the 14.4 GB/s link)",
         "iops_cap": "fitted: published random-read IOPS",
         "ctrl_latency_us": "assumed: 5 us",
-    }))
+        "read_levels": _TLC_LEVELS_SOURCE,
+    },
+    read_levels=_TLC_READ_LEVELS))
 
 _register(SsdProfile(
     name="micron9550",
@@ -500,7 +620,9 @@ _register(SsdProfile(
         "max_read_GBps": "fitted: published sequential read (just below the 14.4 GB/s link)",
         "iops_cap": "fitted: published random-read IOPS",
         "ctrl_latency_us": "assumed: 5 us",
-    }))
+        "read_levels": _TLC_LEVELS_SOURCE,
+    },
+    read_levels=_TLC_READ_LEVELS))
 
 _register(SsdProfile(
     name="p5800x",
@@ -517,7 +639,8 @@ _register(SsdProfile(
         "read_us": "assumed split of the QD1 figure: 2.5 us media, the rest controller",
         "access_bytes": "4 KiB internal access (AnandTech P4800X review: performance needs >= 4 kB)",
         "max_read_GBps": "none: the 7.2 GB/s link is the published sequential figure",
-        "iops_cap": "fitted: published 4 KiB random-read IOPS",
+        "iops_cap": "fitted: published 4 KiB random-read IOPS; with the sequential figure it "
+                    "splits into ~98 ns per command + bytes at the 7.2 GB/s data path",
         "ctrl_latency_us": "fitted so QD1 latency = published figure",
     }))
 
@@ -554,24 +677,32 @@ class SsdModel:
         Drives in the array.
     stripe_bytes : int
         Striping unit: byte ``b`` of the array lives on drive ``(b // stripe_bytes) % n_ssd``.
+        ``gids.Runtime`` passes its page size (one cache page per stripe unit).
     host_link_GBps : float or None
         Bandwidth of the link the whole array shares (the GPU's PCIe port); None: unlimited.
+    host_command_ns : float
+        Host-side cost of submitting one command, serialised across the array (0: free).
+    seed : int
+        Seed of the media read-time jitter (profiles with ``read_jitter > 0``).
 
     Examples
     --------
     >>> model = SsdModel("980pro")
-    >>> done = model.submit(0, 0, 4096)        # QD1 read at t = 0: ~45 us
+    >>> done = model.submit(0, 0, 4096)        # QD1 read at t = 0: ~41 us (a lower page)
     >>> state, params = model.njit_args()       # for a daemon's njit loop:
     >>> # done = model_submit_locked(state, params, now_ns, offset, nbytes)
     """
 
     def __init__(self, profile, n_ssd: int = 1, stripe_bytes: int = DEFAULT_STRIPE_BYTES,
-                 host_link_GBps: float | None = DEFAULT_HOST_LINK_GBPS):
+                 host_link_GBps: float | None = DEFAULT_HOST_LINK_GBPS,
+                 host_command_ns: float = 0.0, seed: int = 0):
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         self.n_ssd = int(n_ssd)
         self.stripe_bytes = int(stripe_bytes)
         self.host_link_GBps = host_link_GBps
-        self.params = self.profile.model_params(self.stripe_bytes, host_link_GBps)
+        self.host_command_ns = float(host_command_ns)
+        self.params = self.profile.model_params(self.stripe_bytes, host_link_GBps,
+                                                self.host_command_ns, int(seed))
         self.state = new_state(self.n_ssd, self.params)
 
     def submit(self, now_ns: int, offset: int, nbytes: int) -> int:
@@ -589,34 +720,48 @@ class SsdModel:
         for array in self.state:
             array[...] = 0
 
+    def utilisation(self, span_ns: float) -> dict[str, float]:
+        """Share of ``span_ns`` each kind of resource was busy, averaged over its instances
+        (drives, channels, units), from the work summed since construction or :meth:`reset`:
+        a value near 1 names what bounds the run. Keys: :data:`WORK_NAMES`."""
+        work = self.state.busy[self.n_ssd + 1]
+        p = self.params
+        span = max(float(span_ns), 1.0)
+        counts = (self.n_ssd, self.n_ssd * p.n_channels * p.units_per_channel,
+                  self.n_ssd * p.n_channels, self.n_ssd, 1, 1)
+        return {name: float(work[k]) / (span * counts[k]) for k, name in enumerate(WORK_NAMES)}
+
     # Named views of ``state.busy`` (same memory), for reading the model from Python.
     @property
     def command_free(self) -> np.ndarray:
         """Per drive: when its controller takes the next command (ns)."""
-        return self.state.busy[:-1, COMMAND_COLUMN]
+        return self.state.busy[:self.n_ssd, COMMAND_COLUMN]
 
     @property
     def link_free(self) -> np.ndarray:
         """Per drive: up to when its link has admitted bytes (ns)."""
-        return self.state.busy[:-1, LINK_COLUMN]
+        return self.state.busy[:self.n_ssd, LINK_COLUMN]
 
     @property
     def channel_free(self) -> np.ndarray:
         """Per drive and channel: up to when the channel has admitted bytes (ns)."""
-        return self.state.busy[:-1, CHANNEL_COLUMN:CHANNEL_COLUMN + self.params.n_channels]
+        return self.state.busy[:self.n_ssd, CHANNEL_COLUMN:CHANNEL_COLUMN + self.params.n_channels]
 
     @property
     def unit_free(self) -> np.ndarray:
         """Per drive, channel and unit (die plane): when the unit finishes its reads (ns)."""
-        first = CHANNEL_COLUMN + self.params.n_channels
-        return self.state.busy[:-1, first:].reshape(
-            self.n_ssd, self.params.n_channels, self.params.units_per_channel)
+        p = self.params
+        first = CHANNEL_COLUMN + p.n_channels
+        last = first + p.n_channels * p.units_per_channel
+        return self.state.busy[:self.n_ssd, first:last].reshape(
+            self.n_ssd, p.n_channels, p.units_per_channel)
 
     @property
     def host_free(self) -> float:
         """Up to when the shared host link has admitted bytes (ns)."""
-        return float(self.state.busy[-1, 0])
+        return float(self.state.busy[self.n_ssd, HOST_LINK_COLUMN])
 
     def __repr__(self) -> str:
         return (f"SsdModel({self.profile.name!r}, n_ssd={self.n_ssd}, "
-                f"stripe_bytes={self.stripe_bytes}, host_link_GBps={self.host_link_GBps})")
+                f"stripe_bytes={self.stripe_bytes}, host_link_GBps={self.host_link_GBps}, "
+                f"host_command_ns={self.host_command_ns})")

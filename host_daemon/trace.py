@@ -315,33 +315,69 @@ def _slot_chains(issue, complete):
 
 @numba.njit(nogil=True, cache=False)
 def _replay_events(state, params, offsets, sizes, head_ns, successor, think_ns, host_ns, post_ns,
-                   issue_out, device_out, complete_out):
+                   max_in_flight, issue_out, device_out, complete_out):
     """Issue every request through :func:`model_submit` in time order.
 
     Heads (``head_ns >= 0``) are issued at ``head_ns``; the successor of a request is issued
     ``think_ns[successor]`` after that request completes. A request completes at
     ``max(issue + host_ns, device) + post_ns``: its host part runs beside the modelled device,
     and its completion reaches the issuer ``post_ns`` after both are done (the recorded host
-    costs, see the module docstring). Fills ``issue_out``, ``device_out`` (the model's
-    completion) and ``complete_out``.
+    costs, see the module docstring). With ``max_in_flight`` > 0 a request due while that many
+    are in flight waits for the earliest of them to complete (the host's queues are full).
+    Fills ``issue_out``, ``device_out`` (the model's completion) and ``complete_out``; returns
+    how many requests waited for queue space, and their summed wait (ns).
     """
     n = offsets.shape[0]
     keys = np.empty(n, dtype=np.int64)
     items = np.empty(n, dtype=np.int64)
     size = 0
+    bounded = max_in_flight > 0
+    m = n if bounded else 1
+    # Completion times of the requests in flight (a min-heap; items unused), and a FIFO of
+    # requests waiting for queue space with the times they were due.
+    flight_keys = np.empty(m, dtype=np.int64)
+    flight_items = np.empty(m, dtype=np.int64)
+    in_flight = 0
+    waiting = np.empty(m, dtype=np.int64)
+    waiting_due = np.empty(m, dtype=np.int64)
+    first_waiting = 0
+    n_waiting = 0
+    n_waited = 0
+    waited_ns = 0
     for i in range(n):
         if head_ns[i] >= 0:
             size = heap_push(keys, items, size, head_ns[i], i)
-    while size > 0:
-        now, i, size = heap_pop(keys, items, size)
+    while size > 0 or n_waiting > 0:
+        if n_waiting > 0 and (size == 0 or flight_keys[0] <= keys[0]):
+            # A request in flight completes before the next event: its queue slot goes to
+            # the longest-waiting request.
+            now, _, in_flight = heap_pop(flight_keys, flight_items, in_flight)
+            i = waiting[first_waiting]
+            n_waited += 1
+            waited_ns += now - waiting_due[first_waiting]
+            first_waiting += 1
+            n_waiting -= 1
+        else:
+            now, i, size = heap_pop(keys, items, size)
+            if bounded:
+                while n_waiting == 0 and in_flight > 0 and flight_keys[0] <= now:
+                    _, _, in_flight = heap_pop(flight_keys, flight_items, in_flight)
+                if in_flight >= max_in_flight:
+                    waiting[first_waiting + n_waiting] = i
+                    waiting_due[first_waiting + n_waiting] = now
+                    n_waiting += 1
+                    continue
         device = model_submit(state, params, now, offsets[i], sizes[i])
         done = max(now + host_ns[i], device) + post_ns[i]
         issue_out[i] = now
         device_out[i] = device
         complete_out[i] = done
+        if bounded:
+            in_flight = heap_push(flight_keys, flight_items, in_flight, done, i)
         nxt = successor[i]
         if nxt >= 0:
             size = heap_push(keys, items, size, done + think_ns[nxt], nxt)
+    return n_waited, waited_ns
 
 
 @numba.njit(nogil=True, cache=False)
@@ -374,6 +410,12 @@ def _inflight_stats(starts, ends):
     return (area / span if span > 0 else float(in_flight)), peak
 
 
+def common_request_bytes(trace: np.ndarray) -> int:
+    """The most common request size of a (non-empty) trace: its cache page size."""
+    sizes, counts = np.unique(trace["nbytes"], return_counts=True)
+    return int(sizes[np.argmax(counts)])
+
+
 @dataclass(frozen=True)
 class ReplayReport:
     """What a replay predicts. Times in the model's ns; bandwidth in GB/s (1e9 B/s).
@@ -384,6 +426,10 @@ class ReplayReport:
     IOPS, latencies and in-flight figures are the issuer's (so ``mean_inflight = iops x
     latency_us_mean`` is Little's law); ``device_latency_us_mean`` is the device's part alone
     and ``host_us_mean`` the mean of what the recorded host costs added to a request.
+    ``utilisation`` is each modelled resource's busy share of the time (averaged over its
+    instances, :meth:`~host_daemon.ssd_model.SsdModel.utilisation`), ``waited`` the share of
+    requests that waited for host queue space (``max_in_flight``; None: unbounded), and
+    ``bound`` names what limits the run (:func:`what_bounds`).
     """
 
     profile: str
@@ -403,6 +449,10 @@ class ReplayReport:
     peak_inflight: int
     device_latency_us_mean: float
     host_us_mean: float
+    max_in_flight: int | None
+    waited: float
+    utilisation: dict = field(compare=False)
+    bound: str
     issue_ns: np.ndarray = field(repr=False, compare=False)
     device_ns: np.ndarray = field(repr=False, compare=False)
     complete_ns: np.ndarray = field(repr=False, compare=False)
@@ -420,13 +470,44 @@ class ReplayReport:
             f"mean {self.latency_us_mean:.4g}",
             f"of which    device mean {self.device_latency_us_mean:.4g} us, host mean "
             f"{self.host_us_mean:.4g} us (recorded host work and posting delays)",
-            f"in flight   mean {self.mean_inflight:.4g}, peak {self.peak_inflight}",
+            f"in flight   mean {self.mean_inflight:.4g}, peak {self.peak_inflight}, host "
+            f"limit {'none' if self.max_in_flight is None else self.max_in_flight}",
+            "busy        " + ", ".join(f"{name} {share:.0%}"
+                                       for name, share in self.utilisation.items()),
+            f"bound by    {self.bound}",
         ])
 
 
+#: A resource busy this share of the time or more is what bounds a run.
+SATURATED = 0.85
+
+
+def what_bounds(utilisation: dict, waited: float, max_in_flight, host_us_mean: float,
+                device_us_mean: float, mean_inflight: float, mode: str) -> str:
+    """What limits a replayed run, in words: the busiest modelled resource if it is saturated,
+    else the host's queues if most requests waited for space, else the recorded host costs if
+    they exceed the device's time, else the trace itself (its dependencies or issue times)."""
+    name, share = max(utilisation.items(), key=lambda item: item[1])
+    if share >= SATURATED:
+        return f"{name} ({share:.0%} busy): a faster or wider {name} would move it"
+    if max_in_flight is not None and waited >= 0.5:
+        return (f"host queues: {waited:.0%} of requests waited for one of {max_in_flight} "
+                f"in-flight slots; deeper or more queues would move it")
+    if host_us_mean > device_us_mean:
+        return (f"the host's recorded work and posting delays ({host_us_mean:.3g} us per "
+                f"request against {device_us_mean:.3g} us of device time)")
+    if mode == "open":
+        return "the trace's issue times (the offered load is below what the device serves)"
+    return (f"the trace's own dependencies: {mean_inflight:.3g} in flight on average, each "
+            f"issued after the one its issuer waited for ({name} {share:.0%} busy); more "
+            f"concurrency in the workload, not faster hardware, would move it")
+
+
 def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
-           stripe_bytes: int = DEFAULT_STRIPE_BYTES,
-           host_link_GBps: float | None = DEFAULT_HOST_LINK_GBPS) -> ReplayReport:
+           stripe_bytes: int | None = None,
+           host_link_GBps: float | None = DEFAULT_HOST_LINK_GBPS,
+           max_in_flight: int | None = None, host_command_ns: float = 0.0,
+           seed: int = 0) -> ReplayReport:
     """Replay ``trace`` through a fresh model of ``n_ssd`` drives of ``profile``.
 
     Parameters
@@ -435,15 +516,23 @@ def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
         Reads only (the model times reads); any order (sorted by issue time here). Each
         request's host part and post delay are kept as recorded (see the module docstring).
     profile : str or SsdProfile
-    n_ssd, stripe_bytes, host_link_GBps
-        The array, as for :class:`~host_daemon.ssd_model.SsdModel`.
+    n_ssd, stripe_bytes, host_link_GBps, host_command_ns, seed
+        The array, as for :class:`~host_daemon.ssd_model.SsdModel`. ``stripe_bytes`` None:
+        the trace's most common request size (a run's cache page: ``gids.Runtime`` stripes
+        its emulated array by its page size).
     mode : {"closed", "open"}
         See the module docstring.
+    max_in_flight : int or None
+        The host's total in-flight capacity (queues x depth, an I/O engine's depth): a request
+        due while this many are in flight waits for the earliest to complete. None: unbounded.
+        ``gids simulate`` takes it from the trace header's ``engine_depth`` when present.
 
     Returns
     -------
     ReplayReport
     """
+    if max_in_flight is not None and int(max_in_flight) < 1:
+        raise ValueError(f"max_in_flight must be >= 1 or None, got {max_in_flight}")
     if mode not in REPLAY_MODES:
         raise ValueError(f"mode must be one of {REPLAY_MODES}, got {mode!r}")
     if not isinstance(trace, np.ndarray) or trace.dtype not in (TRACE_DTYPE, TRACE_DTYPE_V1):
@@ -455,8 +544,10 @@ def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
     n_writes = int(np.count_nonzero(trace["op"] == OP_WRITE))
     if n_writes:
         raise ValueError(f"the SSD model times reads only; this trace has {n_writes} writes")
+    if stripe_bytes is None:
+        stripe_bytes = common_request_bytes(trace)
     model = SsdModel(profile, n_ssd=n_ssd, stripe_bytes=stripe_bytes,
-                     host_link_GBps=host_link_GBps)
+                     host_link_GBps=host_link_GBps, host_command_ns=host_command_ns, seed=seed)
 
     ordered = trace[np.argsort(trace["issue_ns"], kind="stable")]
     issue = ordered["issue_ns"].astype(np.int64)
@@ -482,23 +573,31 @@ def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
     device_out = np.empty(len(ordered), dtype=np.int64)
     complete_out = np.empty(len(ordered), dtype=np.int64)
     state, params = model.njit_args()
-    _replay_events(state, params, ordered["offset"].astype(np.int64), sizes, head_ns, successor,
-                   think_ns, host_ns, post_ns, issue_out, device_out, complete_out)
+    n_waited, _ = _replay_events(
+        state, params, ordered["offset"].astype(np.int64), sizes, head_ns, successor, think_ns,
+        host_ns, post_ns, 0 if max_in_flight is None else int(max_in_flight), issue_out,
+        device_out, complete_out)
 
     span_ns = max(int(complete_out.max() - issue_out.min()), 1)
     latency_us = (complete_out - issue_out) / 1e3
     p50, p90, p99, p999 = np.percentile(latency_us, [50, 90, 99, 99.9])
     mean_inflight, peak_inflight = _inflight_stats(np.sort(issue_out), np.sort(complete_out))
     total_bytes = int(sizes.sum())
+    utilisation = model.utilisation(span_ns)
+    waited = n_waited / len(ordered)
+    device_us = float((device_out - issue_out).mean() / 1e3)
+    host_us = float((complete_out - device_out).mean() / 1e3)
     return ReplayReport(
         profile=model.profile.name, n_ssd=model.n_ssd, mode=mode, n_requests=len(ordered),
         total_bytes=total_bytes, time_s=span_ns / 1e9, iops=len(ordered) / span_ns * 1e9,
         bandwidth_GBps=total_bytes / span_ns, latency_us_mean=float(latency_us.mean()),
         latency_us_p50=float(p50), latency_us_p90=float(p90), latency_us_p99=float(p99),
         latency_us_p999=float(p999), mean_inflight=float(mean_inflight),
-        peak_inflight=int(peak_inflight),
-        device_latency_us_mean=float((device_out - issue_out).mean() / 1e3),
-        host_us_mean=float((complete_out - device_out).mean() / 1e3),
+        peak_inflight=int(peak_inflight), device_latency_us_mean=device_us,
+        host_us_mean=host_us, max_in_flight=None if max_in_flight is None else int(max_in_flight),
+        waited=waited, utilisation=utilisation,
+        bound=what_bounds(utilisation, waited, max_in_flight, host_us, device_us,
+                          float(mean_inflight), mode),
         issue_ns=issue_out, device_ns=device_out, complete_ns=complete_out)
 
 
@@ -538,20 +637,51 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-ssd", type=int, default=1, metavar="N", help="drives (default 1)")
     parser.add_argument("--mode", choices=REPLAY_MODES, default="closed",
                         help="closed: keep the trace's concurrency; open: keep its issue times")
-    parser.add_argument("--stripe-bytes", type=int, default=DEFAULT_STRIPE_BYTES,
-                        help=f"striping unit across drives (default {DEFAULT_STRIPE_BYTES})")
+    parser.add_argument("--stripe-bytes", type=int, default=None,
+                        help="striping unit across drives (default: the trace's most common "
+                             "request size, one cache page per stripe unit)")
     parser.add_argument("--host-link-GBps", type=float, default=DEFAULT_HOST_LINK_GBPS,
                         help="bandwidth shared by the array, GB/s; 0 for unlimited "
                              f"(default {DEFAULT_HOST_LINK_GBPS})")
+    parser.add_argument("--max-in-flight", type=int, default=None, metavar="N",
+                        help="the host's total in-flight capacity (queues x depth); default: "
+                             "the trace header's engine_depth if it records one, else unbounded")
+    parser.add_argument("--host-command-ns", type=float, default=0.0, metavar="NS",
+                        help="host-side submission cost per command, serialised (default 0)")
+
+
+def trace_engine_depth(path) -> int | None:
+    """The host's in-flight capacity a trace file's header records (``engine_depth``, written
+    by I/O engines that know it), or None when the header has no such field or it is 0."""
+    if "engine_depth" not in (HEADER_DTYPE.names or ()):
+        return None
+    with open(os.fspath(path), "rb") as f:
+        raw = f.read(HEADER_BYTES)
+    if len(raw) < HEADER_BYTES:
+        return None
+    depth = int(np.frombuffer(raw, dtype=HEADER_DTYPE)[0]["engine_depth"])
+    return depth if depth > 0 else None
 
 
 def run_simulate(args: argparse.Namespace) -> str:
     """Replay ``args.trace`` as ``add_simulate_arguments`` parsed it; return the table."""
+    for name in ("n_ssd", "stripe_bytes", "max_in_flight"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.host_command_ns < 0:
+        raise ValueError(f"--host-command-ns must be >= 0, got {args.host_command_ns}")
     trace = read_trace(args.trace)
+    stripe = args.stripe_bytes
+    if stripe is None:
+        stripe = common_request_bytes(trace) if len(trace) else DEFAULT_STRIPE_BYTES
+    depth = args.max_in_flight
+    if depth is None:
+        depth = trace_engine_depth(args.trace)
     report = replay(trace, get_profile(args.ssd), n_ssd=args.n_ssd, mode=args.mode,
-                    stripe_bytes=args.stripe_bytes,
-                    host_link_GBps=args.host_link_GBps or None)
-    return f"trace       {args.trace}\n{report.format()}"
+                    stripe_bytes=stripe, host_link_GBps=args.host_link_GBps or None,
+                    max_in_flight=depth, host_command_ns=args.host_command_ns)
+    return f"trace       {args.trace}\nstripe      {stripe} B\n{report.format()}"
 
 
 def calibration_table(names) -> str:

@@ -60,6 +60,12 @@ def test_simulate_replays_a_recorded_trace(tmp_path, capsys):
     assert "4 x pm1743" in out and "IOPS" in out
 
 
+def test_runtime_stripes_its_emulated_array_by_its_page_size():
+    """One cache page per stripe unit: a page is one command on one drive."""
+    with gids.Runtime(cache_pages=8, page_size=1024, ssd="pm1743", n_ssd=4) as rt:
+        assert rt.ssd_model.stripe_bytes == 1024
+
+
 def test_bad_emulation_arguments():
     with pytest.raises(gids.ConfigError, match="profile|unknown"):
         gids.Runtime(cache_pages=2, ssd="floppy")
@@ -79,4 +85,6 @@ def test_host_harness_replay_predicts_its_run():
     assert r["predicted_s"] == pytest.approx(r["trace_span_s"], rel=1e-9)
     assert r["predicted_open_s"] == pytest.approx(r["trace_span_s"], rel=1e-9)
     assert r["lead_in_us"] >= 0 and r["tail_us"] >= 0 and r["wall_s"] >= r["trace_span_s"]
-    assert r["device_latency_us_mean"] >= 60 and r["post_delay_us_mean"] >= 0
+    # No faster than the model's idle latency of its fastest (lower) page type, page 0's.
+    idle_us = SsdModel("pm1743").submit(0, 0, 4096) / 1e3
+    assert r["device_latency_us_mean"] >= idle_us and r["post_delay_us_mean"] >= 0

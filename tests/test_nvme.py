@@ -211,8 +211,9 @@ def test_controller_takes_a_doorbells_commands_as_one_batch(tmp_path):
     assert len(trace) == 6 and len(set(trace["issue_ns"].tolist())) == 1
     arrival = int(trace["issue_ns"][0])
     # The drive's command slot is a FIFO server: six commands arriving at once keep it busy for
-    # six command times from their arrival.
-    assert model.command_free[0] == pytest.approx(arrival + 6 * model.params.command_ns)
+    # six command times from their arrival (a command's time: fixed + its bytes at the data path).
+    command_ns = model.params.command_ns + PAGE * model.params.command_ns_per_byte
+    assert model.command_free[0] == pytest.approx(arrival + 6 * command_ns)
     idle = SsdModel("p5800x").submit(0, 0, PAGE)
     assert ((trace["complete_ns"] - trace["issue_ns"]) >= idle).all()
     # The batch's host part (run, then timed) ended once for all six; the model's times are

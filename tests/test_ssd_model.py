@@ -61,13 +61,20 @@ def test_profile_matches_published_figure(calibration, name, metric):
 
 @pytest.mark.parametrize("name", ["980pro", "pm1743", "micron9550"])
 def test_nand_qd1_latency_is_the_sum_of_its_stages(name):
-    """QD1: controller latency + tR + channel transfer + link transfer, nothing else."""
+    """QD1: controller latency + tR + channel transfer + link transfer, nothing else. tR is
+    the read page's: each page type (``read_levels``, mean 1) has its own share of the
+    published mean tR. Page 0 is a lower page; page channels x units x 1 (the same die's next
+    page) a middle page."""
     profile = get_profile(name)
     media = profile.media
     assert isinstance(media, NandMedia)
-    expected_ns = (profile.ctrl_latency_us * 1e3 + media.read_us * 1e3
-                   + 4096 / (media.channel_MBps * 1e-3) + 4096 / profile.interface_GBps)
-    assert SsdModel(profile).submit(0, 0, 4096) == pytest.approx(expected_ns, abs=1)
+    levels = np.array(profile.read_levels) / np.mean(profile.read_levels)
+    pages_per_round = media.channels * media.dies_per_channel * media.planes_per_die
+    for page_type in range(len(levels)):
+        offset = page_type * pages_per_round * media.page_bytes
+        expected_ns = (profile.ctrl_latency_us * 1e3 + levels[page_type] * media.read_us * 1e3
+                       + 4096 / (media.channel_MBps * 1e-3) + 4096 / profile.interface_GBps)
+        assert SsdModel(profile).submit(0, offset, 4096) == pytest.approx(expected_ns, abs=1)
 
 
 def test_ideal_device_costs_only_the_host_link():
@@ -117,8 +124,11 @@ def test_iops_grow_with_drives_until_the_host_link(name):
 
 
 def test_sequential_bandwidth_scales_with_drives():
+    """Four drives, each given 128 KiB commands as the single drive is (512 KiB requests over a
+    4 KiB stripe): a command's fixed cost makes bandwidth depend on command size, so the
+    comparison holds the per-drive command size fixed."""
     one = replay(synthetic_trace(4000, 32, 131072, "sequential"), "980pro").bandwidth_GBps
-    four = replay(synthetic_trace(16000, 128, 131072, "sequential"), "980pro",
+    four = replay(synthetic_trace(4000, 32, 4 * 131072, "sequential"), "980pro",
                   n_ssd=4).bandwidth_GBps
     assert four == pytest.approx(4 * one, rel=0.05)
 
@@ -157,3 +167,68 @@ def test_threads_sharing_one_model_lose_no_update():
     assert model.command_free[0] == total * 1000.0
     assert max(results) == (total - 1) * 1000
     assert state.lock[0] == 0
+
+
+def test_command_cost_grows_with_transfer_size():
+    """512 B and 4 KiB random reads on the P5800X: the 4 KiB rate stays the published cap; the
+    512 B rate is 1 / (fixed + 512 B at the data path), as command_costs_ns says."""
+    profile = get_profile("p5800x")
+    fixed, per_byte = profile.command_costs_ns()
+    assert fixed + 4096 * per_byte == pytest.approx(1e9 / profile.iops_cap)
+    small = replay(synthetic_trace(100_000, 512, 512), profile, stripe_bytes=512).iops
+    large = replay(synthetic_trace(100_000, 512, 4096), profile).iops
+    assert large == pytest.approx(profile.iops_cap, rel=0.01)
+    assert small == pytest.approx(1e9 / (fixed + 512 * per_byte), rel=0.02)
+    assert small > 3 * large
+
+
+@pytest.mark.parametrize("name", ["980pro", "pm1743", "micron9550"])
+def test_nand_qd1_latency_has_a_spread(name):
+    """Page types with different sense times: p99 above p50 at QD1, mean still the published
+    figure (within the calibration tolerance)."""
+    report = replay(synthetic_trace(5000, 1), name)
+    assert report.latency_us_p99 > 1.2 * report.latency_us_p50
+    assert report.latency_us_mean == pytest.approx(
+        get_profile(name).published.qd1_read_latency_us.value, rel=TOLERANCE)
+
+
+def _jittery(profile_name, jitter):
+    base = get_profile(profile_name)
+    return SsdProfile(name="jittery", description="test", media=base.media,
+                      pcie_gen=base.pcie_gen, pcie_lanes=base.pcie_lanes,
+                      max_read_GBps=base.max_read_GBps, iops_cap=base.iops_cap,
+                      ctrl_latency_us=base.ctrl_latency_us, published=base.published,
+                      read_jitter=jitter)
+
+
+def test_read_jitter_is_deterministic_for_a_seed_and_bounded():
+    profile = _jittery("p5800x", 0.4)
+    trace = synthetic_trace(3000, 1, seed=5)
+    a = replay(trace, profile, seed=1)
+    b = replay(trace, profile, seed=1)
+    c = replay(trace, profile, seed=2)
+    np.testing.assert_array_equal(a.complete_ns, b.complete_ns)
+    assert not np.array_equal(a.complete_ns, c.complete_ns)
+    media_ns = profile.media.read_us * 1e3
+    device_ns = (a.device_ns - a.issue_ns).astype(float)
+    fixed_ns = device_ns - media_ns  # QD1: nothing queues, so only the media time varies
+    assert fixed_ns.max() - fixed_ns.min() <= 2 * 0.4 * media_ns + 2
+    assert fixed_ns.max() - fixed_ns.min() > 0.6 * media_ns  # the draws do spread
+
+
+def test_host_command_cost_serialises_the_array():
+    """A host submission cost of h ns per command caps the whole array at 1/h commands/s."""
+    iops = replay(synthetic_trace(40_000, 1024), "ideal", n_ssd=4, host_link_GBps=None,
+                  host_command_ns=500.0).iops
+    assert iops == pytest.approx(2e6, rel=0.01)
+
+
+def test_utilisation_names_the_saturated_resource():
+    saturated = replay(synthetic_trace(50_000, 512), "980pro")
+    assert saturated.utilisation["controller"] == pytest.approx(1.0, abs=0.02)
+    assert saturated.bound.startswith("controller")
+    link = replay(synthetic_trace(20_000, 64, 131072, "sequential"), "ideal")
+    assert link.bound.startswith("host link")
+    qd1 = replay(synthetic_trace(2000, 1), "980pro")
+    assert qd1.bound.startswith("the trace's own dependencies")
+    assert max(qd1.utilisation.values()) < 0.1

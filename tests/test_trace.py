@@ -315,3 +315,59 @@ def test_cli_calibrate(capsys):
     assert main(["calibrate", "--ssd", "p5800x"]) == 0
     out = capsys.readouterr().out
     assert "p5800x" in out and "rand_read_iops" in out
+
+
+def _reference_bounded_burst(device_ns, n, limit):
+    """Completion times of ``n`` requests due at 0 on a device that completes each one
+    ``device_ns`` after it is issued, with at most ``limit`` in flight (a slot goes to the
+    next request when one completes): waves of ``limit``."""
+    return np.array([(i // limit + 1) * device_ns for i in range(n)])
+
+
+def test_max_in_flight_bounds_the_replay():
+    """All requests due at once on the ideal device (a fixed latency, no queueing): bounded
+    to k in flight they complete in waves of k, as an independent reference computes."""
+    n, limit = 1000, 64
+    trace = synthetic_trace(n, n)
+    report = replay(trace, "ideal", host_link_GBps=None, max_in_flight=limit)
+    np.testing.assert_array_equal(np.sort(report.complete_ns),
+                                  _reference_bounded_burst(0, n, limit))
+    # The ideal device with no host link completes at once; give it a latency instead.
+    slow = replay(trace, "p5800x", max_in_flight=limit)
+    assert slow.peak_inflight == limit
+    assert slow.waited == pytest.approx((n - limit) / n)
+    assert slow.bound.startswith("controller") or slow.bound.startswith("host queues")
+    unbounded = replay(trace, "p5800x")
+    assert unbounded.peak_inflight == n and unbounded.waited == 0
+
+
+def test_max_in_flight_on_a_fixed_latency_device_is_waves():
+    from host_daemon.ssd_model import SsdProfile, PublishedFigures, Figure
+    fixed = SsdProfile(name="fixed", description="test: 10 us, no limits", media=None,
+                       pcie_gen=None, pcie_lanes=0, max_read_GBps=None, iops_cap=None,
+                       ctrl_latency_us=10.0,
+                       published=PublishedFigures(None, Figure(1.0, "t"), Figure(1.0, "t")))
+    n, limit = 500, 32
+    report = replay(synthetic_trace(n, n), fixed, host_link_GBps=None, max_in_flight=limit)
+    np.testing.assert_array_equal(np.sort(report.complete_ns),
+                                  _reference_bounded_burst(10_000, n, limit))
+    assert report.bound.startswith("host queues")
+    with pytest.raises(ValueError, match="max_in_flight"):
+        replay(synthetic_trace(10, 1), fixed, max_in_flight=0)
+
+
+def test_engine_depth_is_read_from_the_header_when_present(tmp_path, monkeypatch):
+    """Headers without engine_depth (today's) give None; a header dtype that has it is read."""
+    import host_daemon.trace as trace_module
+    path = tmp_path / "plain.trace"
+    with TraceWriter(path) as writer:
+        writer.append(synthetic_trace(10, 2))
+    assert trace_module.trace_engine_depth(path) is None
+    with_depth = np.dtype(HEADER_DTYPE.descr + [("engine_depth", "<u4")])
+    header = np.zeros(1, dtype=with_depth)
+    header["magic"], header["engine_depth"] = MAGIC, 96
+    other = tmp_path / "engine.trace"
+    other.write_bytes(header.tobytes())
+    monkeypatch.setattr(trace_module, "HEADER_DTYPE", with_depth)
+    monkeypatch.setattr(trace_module, "HEADER_BYTES", with_depth.itemsize)
+    assert trace_module.trace_engine_depth(other) == 96

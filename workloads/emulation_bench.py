@@ -168,7 +168,8 @@ def run_emulated(data, profile, n_ssd, n_requests, daemon_threads=1, n_drivers=1
         path = os.path.join(trace_dir or tmp, f"emulated_{profile}_{n_ssd}.trace")
         writer = TraceWriter(path)
         daemon = HostDaemon(sq, cq, staging, table, queues, depth, page_size, daemon_threads,
-                            model=SsdModel(profile, n_ssd=n_ssd), trace_writer=writer)
+                            model=SsdModel(profile, n_ssd=n_ssd, stripe_bytes=page_size),
+                            trace_writer=writer)
         with daemon:
             threads = [threading.Thread(target=drive, daemon=True,
                                         args=(mine, sq, cq, depth, n_pages, quotas[d], state,

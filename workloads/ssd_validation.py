@@ -1,0 +1,199 @@
+"""Held-out validation of the SSD profiles: published measurements that no profile parameter was
+fitted to, each replayed as a synthetic trace of its own conditions through the model.
+
+Every profile is fitted to its data sheet (``SsdProfile.published``: QD1 latency, 4 KiB random
+IOPS, sequential bandwidth; ``SsdProfile.sources`` says which parameter each figure sets). The
+rows below are other people's measurements of the same drives, under other conditions (512 B
+reads, several drives, thousands of GPU threads, one thread at QD1), with the source and its
+exact conditions. Where no such measurement could be found for a profile, :data:`NOT_FOUND`
+says so instead of inventing one.
+
+Usage::
+
+    python -m workloads.ssd_validation [--ssd PROFILE ...] [--json PATH]
+
+prints model / measured / error for each row, with its source, then the fitting sources of
+each profile and the profiles without held-out data.
+"""
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+
+import gids  # noqa: F401  (imports host_daemon.trace's dependencies in the working order)
+from host_daemon.ssd_model import PROFILES, get_profile
+from host_daemon.trace import replay, synthetic_trace
+
+#: Within this relative error a row counts as predicted.
+TOLERANCE = 0.15
+
+_BAM = "https://github.com/ZaidQureshi/bam/blob/master/asplosaoe/"
+_BAM_CONDITIONS = ("BaM nvm-block-bench (Qureshi et al., ASPLOS'23, artifact-evaluation log): "
+                   "262,144 GPU threads each read one {size} block at a random offset, all "
+                   "launched at once, {drives}, 128 NVMe queue pairs of depth 1024 per drive "
+                   "(at most 1023 commands each), GPU-initiated (no CPU in the I/O path)")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One published measurement and the synthetic load that reproduces its conditions.
+
+    ``metric`` is ``"iops"`` (requests / wall time of the run) or ``"latency_us_mean"``.
+    The load: ``n_requests`` reads of ``nbytes`` at random aligned offsets, a closed loop of
+    ``queue_depth`` (``queue_depth == n_requests``: all issued at once), at most
+    ``max_in_flight`` in flight (None: unbounded), on ``n_ssd`` drives striped every
+    ``nbytes``.
+    """
+
+    profile: str
+    metric: str
+    value: float
+    n_ssd: int
+    nbytes: int
+    queue_depth: int
+    n_requests: int
+    max_in_flight: int | None
+    source: str
+    conditions: str
+
+
+HELD_OUT = (
+    Measurement(
+        profile="p5800x", metric="iops", value=4.90356e6, n_ssd=1, nbytes=512,
+        queue_depth=262144, n_requests=262144, max_in_flight=1 * 128 * 1023,
+        source=_BAM + "nvm_block_bench_1_intel.log (Ops/sec: 4.90356e+06)",
+        conditions=_BAM_CONDITIONS.format(size="512 B", drives="1 Intel Optane P5800X")),
+    Measurement(
+        profile="p5800x", metric="iops", value=74875.0, n_ssd=1, nbytes=4096,
+        queue_depth=1, n_requests=20000, max_in_flight=None,
+        source="KitGuru, 'Intel Optane DC P5800X 800GB SSD Review', page 7 (4K Random Read v "
+               "QD comparison): https://kitguru.net/components/ssd-drives/simon-crisp/"
+               "intel-optane-dc-p5800x-800gb-ssd-review/7",
+        conditions="4K random read, QD1, one thread, through the reviewer's desktop OS and "
+                   "benchmark tool (74,875 IOPS = 13.4 us per read)"),
+    Measurement(
+        profile="980pro", metric="iops", value=798519.0, n_ssd=1, nbytes=4096,
+        queue_depth=262144, n_requests=262144, max_in_flight=1 * 128 * 1023,
+        source=_BAM + "nvm_block_bench_1_sam.log (Ops/sec: 798519)",
+        conditions=_BAM_CONDITIONS.format(size="4 KiB", drives="1 Samsung 980 PRO")),
+    Measurement(
+        profile="980pro", metric="iops", value=1.52355e6, n_ssd=2, nbytes=4096,
+        queue_depth=262144, n_requests=262144, max_in_flight=2 * 128 * 1023,
+        source=_BAM + "nvm_block_bench_2_sam.log (Ops/sec: 1.52355e+06)",
+        conditions=_BAM_CONDITIONS.format(size="4 KiB", drives="2 Samsung 980 PRO "
+                                          "(requests spread over both)")),
+)
+
+#: Profiles for which no independent measurement was found in the sources searched (the
+#: stored copies of reviews, papers and repositories this project can read), and why.
+NOT_FOUND = {
+    "pm1743": "no review or paper with PM1743 random-read IOPS or latency numbers was found; "
+              "only Samsung's announcement (the fitting source)",
+    "micron9550": "StorageReview's 9550 MAX review was found, but its stored copy gives only "
+                  "the specification table (the fitting source), not its measured results",
+    "p5800x": "only two rows: no third independent P5800X measurement with stated conditions "
+              "was found (AnandTech's and Tom's Hardware's Optane reviews are of the older "
+              "P4800X, a different drive)",
+    "980pro": "only two rows (1 and 2 drives, one testbed); AnandTech's 980 PRO review was "
+              "found but its stored copy has the charts' captions, not their numbers",
+    "ideal": "not a real drive: nothing to measure",
+}
+
+#: BaM logs of the same testbed that are not used, and why.
+NOT_USED = (
+    "BaM nvm-array-bench logs (asplosaoe/nvm_array_bench_*.log): their time includes the GPU "
+    "software cache serving 128 M accesses (0.9375 hit rate), which the drive model does not "
+    "see, so they measure the cache, not the drive",
+)
+
+
+def model_value(row: Measurement):
+    """``(figure, report)``: the model's figure for ``row``'s conditions and the
+    :class:`~host_daemon.trace.ReplayReport` of the synthetic trace replayed for it."""
+    trace = synthetic_trace(row.n_requests, row.queue_depth, row.nbytes)
+    report = replay(trace, row.profile, n_ssd=row.n_ssd, stripe_bytes=row.nbytes,
+                    max_in_flight=row.max_in_flight)
+    return {"iops": report.iops, "latency_us_mean": report.latency_us_mean}[row.metric], report
+
+
+def fitting_sources(name: str) -> list[str]:
+    """The published figures ``name``'s parameters were fitted to, with their sources."""
+    published = get_profile(name).published
+    return [f"{metric}: {figure.value:.4g} ({figure.source})"
+            for metric, figure in vars(published).items() if figure is not None]
+
+
+def validate(names) -> list[dict]:
+    """Model vs measured for every held-out row of the profiles ``names``."""
+    results = []
+    for row in HELD_OUT:
+        if row.profile not in names:
+            continue
+        value, report = model_value(row)
+        results.append(dict(asdict(row), model=value, error=value / row.value - 1,
+                            bound=report.bound))
+    return results
+
+
+def _format_value(metric, value):
+    return f"{value / 1e6:.3f} M" if metric == "iops" else f"{value:.2f} us"
+
+
+def format_table(names, results) -> str:
+    """The validation table, the fitting sources and what is missing, as text."""
+    lines = [f"{'profile':<8} {'drives':>6} {'size':>5} {'load':>16} {'metric':<6} "
+             f"{'model':>10} {'measured':>10} {'error':>7}"]
+    for r in results:
+        load = ("QD1" if r["queue_depth"] == 1 else
+                f"{r['n_requests']} at once" if r["queue_depth"] == r["n_requests"] else
+                f"QD{r['queue_depth']}")
+        flag = "" if abs(r["error"]) <= TOLERANCE else "  (outside 15 %)"
+        lines.append(f"{r['profile']:<8} {r['n_ssd']:>6} {r['nbytes']:>5} {load:>16} "
+                     f"{r['metric']:<6} {_format_value(r['metric'], r['model']):>10} "
+                     f"{_format_value(r['metric'], r['value']):>10} {r['error']:>+7.1%}{flag}")
+        lines.append(f"    source: {r['source']}")
+        lines.append(f"    conditions: {r['conditions']}")
+        lines.append(f"    model bound by: {r['bound']}")
+    by_key = {(r["profile"], r["n_ssd"], r["nbytes"]): r for r in results}
+    one, two = by_key.get(("980pro", 1, 4096)), by_key.get(("980pro", 2, 4096))
+    if one and two:
+        lines.append(f"980pro scaling 1 -> 2 drives: model {two['model'] / one['model']:.3f}x, "
+                     f"measured {two['value'] / one['value']:.3f}x (ratio of the rows above)")
+    lines.append("")
+    lines.append("fitted to (data sheets; not validation):")
+    for name in names:
+        for item in fitting_sources(name):
+            lines.append(f"  {name:<10} {item}")
+    lines.append("")
+    lines.append("held-out measurements missing:")
+    for name in names:
+        if name in NOT_FOUND:
+            lines.append(f"  {name:<10} {NOT_FOUND[name]}")
+    for item in NOT_USED:
+        lines.append(f"  not used: {item}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workloads.ssd_validation",
+                                     description="SSD models against held-out measurements.")
+    parser.add_argument("--ssd", nargs="*", default=sorted(PROFILES), metavar="PROFILE",
+                        help="profiles (default: all)")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    args = parser.parse_args(argv)
+    try:
+        for name in args.ssd:
+            get_profile(name)
+    except ValueError as exc:
+        parser.error(str(exc))
+    results = validate(args.ssd)
+    print(format_table(args.ssd, results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"tolerance": TOLERANCE, "rows": results, "not_found": NOT_FOUND,
+                       "not_used": list(NOT_USED)}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
