@@ -203,7 +203,7 @@ def test_sync_wait_polls_back_to_back_then_naps_briefly():
     back for the first 2 ms, so that a short launch is seen done within microseconds, then in
     naps of 5 % of the time waited, at most 0.5 ms (a flat 0.5 ms nap once cost 5x the kernel
     time of a short launch on the H200)."""
-    from gids import runtime as R
+    from gids import waiting as R
     assert R.wait_nap(0.0) == 0.0 and R.wait_nap(R.WAIT_SPIN_S * 0.99) == 0.0
     assert R.wait_nap(R.WAIT_SPIN_S) == pytest.approx(R.WAIT_SPIN_S * R.WAIT_NAP_FRACTION)
     assert R.wait_nap(1.0) == R.WAIT_NAP_S == 0.0005
@@ -240,7 +240,7 @@ def test_event_done_asks_the_driver_without_an_exception_per_poll(monkeypatch):
     """The poll calls cuEventQuery itself: numba-cuda's ``Event.query`` raises (and logs at ERROR
     level) a CudaAPIError for every not-ready answer. Other errors go through ``query``."""
     cu = pytest.importorskip("cuda.bindings.driver")
-    from gids.runtime import _event_done
+    from gids.waiting import event_done as _event_done
     answers = {}
 
     class FakeEvent:
