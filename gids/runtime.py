@@ -1,4 +1,5 @@
-"""``Runtime``: the page cache on the GPU, the queues, and the host daemon that serves them."""
+"""``Runtime``: the page cache on the GPU and the arrays read through it; an I/O back end
+(:mod:`gids.backends`) serves its misses."""
 import math
 import os
 
@@ -244,8 +245,8 @@ class Runtime:
         self._page_bases_host = np.full(L.MAX_ARRAYS, np.iinfo(np.int64).max, dtype=np.int64)
         self._page_bases = self._to_device(self._page_bases_host)
         self._err = self._to_device(np.zeros(L.ERR_WORDS, dtype=np.int64))
-        # Where sync() reads it back, allocated once (a launch and its sync cost ~0.1 ms of host
-        # time on the H200: sync need not add an allocation per call).
+        # Where sync() reads it back, allocated once: a short launch's sync should not pay for
+        # an allocation.
         self._err_host = cuda.pinned_array(L.ERR_WORDS, dtype=np.int64)
         self._kernels = KernelWaiter()   # what sync() polls
         self._stats = self._to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
@@ -265,15 +266,14 @@ class Runtime:
 
     # ----------------------------------------------------------------- life cycle
     def _stop_daemon(self):
-        """Stop the daemon and wait until none of its threads runs any more.
+        """Stop the back end's server and wait until none of its threads runs any more.
 
         A thread still inside a store call (a stalled pread or pwrite) goes on when the call
         returns: it fills its entry's staging page (a read) or stores that page (a write), and
         posts a completion. Whoever stops the daemon then reuses the queues and staging pages
         (recovery, set_daemon_threads) or closes the stores and frees the buffers (close), so
-        the thread is waited for: going on after the daemon's own 5 s bound let a stalled
-        write-back store, when it woke up, the bytes a later read had put in its staging page
-        as its own page (and, after close, crash the process).
+        the thread is waited for: else a stalled write-back, waking up, would store the bytes a
+        later read put in its staging page as its own page (or, after close, crash the process).
 
         The wait is bounded all the same (:data:`STUCK_STORE_CALL_S`, or twice the timeout):
         past it, this Runtime gives up for good. Its daemon, queues, staging pages and stores
