@@ -269,3 +269,22 @@ def test_sync_returns_promptly():
         rt.sync()
         assert time.perf_counter() - t < 0.5
         assert np.array_equal(out.copy_to_host(), np.arange(32))
+
+
+@pytest.mark.parametrize("backend", ["host", "nvme"])
+def test_set_daemon_threads_restarts_the_back_end(backend):
+    """Between kernels the back end's server restarts with the new thread count, its queues
+    back at ticket 0, and the cache still serves the same bytes (checked against numpy)."""
+    data = np.random.default_rng().standard_normal(4096)
+    with gids.Runtime(backend, cache_pages=4, page_size=512, queues=4, queue_depth=32,
+                      daemon_threads=1) as rt:
+        a = rt.open_array(data)
+        idx = np.random.default_rng().integers(0, data.size, 64)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), data[idx])
+        first = rt.daemon
+        rt.set_daemon_threads(3)
+        assert rt.daemon is not first and rt.daemon.n_threads == 3 and rt.daemon_threads == 3
+        assert not first.running
+        rt.invalidate()
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), data[idx])
+        assert rt.stats().misses > 0
