@@ -3,7 +3,6 @@ the cache."""
 import numpy as np
 
 from gids import layout as L
-from kernels.handle import ArrayHandle, NvmeHandle
 
 #: Element types a kernel can read (``gids.read`` returns a scalar of this type).
 SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
@@ -67,41 +66,20 @@ class StorageArray:
 
     def _make_handle(self):
         rt = self.runtime
-        page_size = rt.page_size
-        h = ArrayHandle(
-            cache=rt._cache.view(self.dtype),
-            cache_words=rt._cache.view(np.uint64),
+        fields = rt.handle_fields(self.dtype)
+        fields.update(
             zero=self._zero,
             n_elems=self.size,
-            elem_shift=(page_size // self.dtype.itemsize).bit_length() - 1,
-            page_words=page_size // 8,
+            elem_shift=(rt.page_size // self.dtype.itemsize).bit_length() - 1,
             array_id=self.array_id,
             page_base=self.page_base,
             writable=int(self.writable),
             zero_word=np.uint32(0),
-            page_state=rt._page_state,
-            slot_page=rt._slot_page,
-            clock=rt._clock,
-            n_slots=rt.cache_slots,
-            page_bases=rt._page_bases,
-            sq=rt._sq,
-            cq=rt._cq,
-            staging=rt._staging,
             zero_copy=self._zero_copy,
             early_base=self._early_base,
-            sq_ticket=rt._sq_ticket,
-            entry_turn=rt._entry_turn,
-            n_queues=rt.queues,
-            depth=rt.queue_depth,
-            err=rt._err,
-            stats=rt._stats,
-            timeout_ns=int(rt.timeout * 1e9),
-            abort=rt._abort,
-            copy_locks=rt._copy_locks,
         )
-        if rt.backend == "nvme":   # the handle's type picks the back end's I/O step
-            return NvmeHandle(*h, **rt.nvme_handle_fields())
-        return h
+        # The handle's type picks the back end's I/O step (kernels/backend.py).
+        return rt.handle_class(**fields)
 
     def resident_pages(self):
         """How many of the array's pages the GPU cache holds now (VALID in a slot).

@@ -1,7 +1,7 @@
-"""``Runtime``: the page cache on the GPU, the queues, and the host daemon that serves them."""
+"""``Runtime``: the page cache on the GPU and the arrays read through it; an I/O back end
+(:mod:`gids.backends`) serves its misses."""
 import math
 import os
-import time
 
 import numpy as np
 from numba import cuda
@@ -9,13 +9,12 @@ from numba import cuda
 from gids import defaults, layout as L
 from gids._platform import host_view
 from gids.array import SUPPORTED_DTYPES, StorageArray
+from gids.backends import BACKENDS as BACKEND_CLASSES
 from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError,
                          GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError, StorageIOError)
 from gids.stats import FileStats, Stats
-from host_daemon.daemon import HostDaemon
-from host_daemon.nvme_controller import NvmeController
+from gids.waiting import KernelWaiter
 from host_daemon.ssd_model import SsdModel
-from host_daemon.trace import TraceWriter
 from host_daemon.stores import (F_COLUMNS, F_WRITE_BYTES, F_WRITE_NS, F_WRITES, MAX_FILES,
                                  T_COLUMNS, T_FILE_SLOT, FaultyStore, MemoryStore, Store,
                                  StripedStore, open_file_store)
@@ -23,16 +22,17 @@ from kernels.platform import EARLY_COPY, SIMULATOR, WARP_SIZE
 
 MIN_PAGE_SIZE = 512
 MAX_PAGE_SIZE = 64 << 10
-BACKENDS = ("host", "nvme")
+BACKENDS = tuple(BACKEND_CLASSES)
 MODES = ("r", "r+")
 
 #: How long stopping the daemon waits at most for a thread still inside a store call (a stalled
 #: ``pread``/``pwrite``), or twice the Runtime's timeout if longer: then the Runtime gives up.
 STUCK_STORE_CALL_S = 60.0
 
-#: What Runtimes that gave up on a stuck daemon thread leave allocated for it: the daemon, its
-#: queues and staging pages, the stores (their files open), the zero-copy buffers. The thread
-#: may still read or write them when its call returns; freeing them would crash the process.
+#: What Runtimes that gave up on a stuck daemon thread leave allocated for it: the back end
+#: (its daemon, queues and staging pages), the stores (their files open), the zero-copy
+#: buffers. The thread may still read or write them when its call returns; freeing them would
+#: crash the process.
 _STRANDED = []
 #: Host-side write-backs copy the whole cache from the GPU once when more pages than this are
 #: dirty (one large copy), else each dirty slot on its own.
@@ -40,63 +40,10 @@ _WHOLE_CACHE_COPY_PAGES = 64
 
 _TIMEOUT_WHAT = {
     L.ERR_TIMEOUT_QUEUE: "a free submission queue entry",
-    L.ERR_TIMEOUT_IO: "the host daemon to complete a page request",
+    L.ERR_TIMEOUT_IO: "an I/O to complete",   # the back end names what it waited for
     L.ERR_TIMEOUT_SLOT: "a cache slot that could be evicted",
     L.ERR_TIMEOUT_LOADER: "another thread loading the same page",
 }
-
-
-#: How :meth:`Runtime.sync` waits for the kernels (:func:`wait_nap`): polls back to back for
-#: the first ``WAIT_SPIN_S``, then naps of ``WAIT_NAP_FRACTION`` of the time waited so far, at
-#: most ``WAIT_NAP_S``.
-WAIT_SPIN_S = 0.002
-WAIT_NAP_FRACTION = 0.05
-WAIT_NAP_S = 0.0005
-
-
-def wait_nap(waited):
-    """Seconds to sleep before the next poll of the kernels' completion, ``waited`` seconds into
-    :meth:`Runtime.sync`'s wait.
-
-    0 (no sleep at all: :func:`poll_until` polls again at once) for the first
-    :data:`WAIT_SPIN_S`, so that a short launch is seen done within microseconds; after that
-    :data:`WAIT_NAP_FRACTION` of the time waited, at most :data:`WAIT_NAP_S`: the wake-up comes
-    at most ~5 % (plus the OS's timer slack) after the kernels end, and a long wait costs little
-    CPU. A flat 0.5 ms nap between polls (until 2026-12) cost up to 5x the kernel time of a short
-    launch on the H200: one launch of 32768 4 KiB hits and its sync took 1.0-1.1 ms of wall time,
-    against 0.18 ms for the same launch over all-in-GPU-memory data with ``cuda.synchronize()``.
-    """
-    if waited < WAIT_SPIN_S:
-        return 0.0
-    return min(WAIT_NAP_S, WAIT_NAP_FRACTION * waited)
-
-
-def poll_until(done, clock=time.perf_counter, sleep=time.sleep):
-    """Call ``done()`` until it is true, sleeping :func:`wait_nap` between calls.
-
-    A Python loop: Ctrl-C (KeyboardInterrupt) is raised in it between polls, and other Python
-    threads still get the GIL at the interpreter's switch interval. A nap of 0 is no call to
-    ``sleep`` at all: ``time.sleep(0)`` sleeps for the OS's timer slack (95 us measured here, a
-    syscall and a wake-up), which made every short launch's sync that much longer.
-    """
-    start = clock()
-    while not done():
-        nap = wait_nap(clock() - start)
-        if nap > 0:
-            sleep(nap)
-
-
-def _event_done(event):
-    """``event.query()`` without its cost while the work is not done: numba-cuda turns the
-    driver's ``CUDA_ERROR_NOT_READY`` into a CudaAPIError, logged at ERROR level first (by the
-    application's handlers when it configured logging before CUDA started), for every poll."""
-    from cuda.bindings import driver as cu   # numba-cuda 0.30's driver binding
-    code = cu.cuEventQuery(event.handle)[0]
-    if code == cu.CUresult.CUDA_SUCCESS:
-        return True
-    if code == cu.CUresult.CUDA_ERROR_NOT_READY:
-        return False
-    return event.query()   # another error: numba-cuda raises it as it would have
 
 
 #: The bulk page copy's locks (kernels/bulk.py), one array per CUDA context for the whole
@@ -248,9 +195,8 @@ class Runtime:
         if queue_depth > L.MAX_QUEUE_DEPTH:
             raise ConfigError(f"gids: queue_depth must be at most {L.MAX_QUEUE_DEPTH} (the "
                               f"completion word's sequence field), got {queue_depth}")
-        if backend == "nvme" and queue_depth > L.NVME_MAX_DEPTH:
-            raise ConfigError(f"gids: the NVMe queue depth is at most {L.NVME_MAX_DEPTH} "
-                              f"commands per queue pair, got {queue_depth}")
+        io_class = BACKEND_CLASSES[backend]
+        io_class.check_options(queue_depth)
         daemon_threads = (defaults.get("daemon_threads") if daemon_threads is None
                           else int(daemon_threads))
         if daemon_threads < 1:
@@ -302,19 +248,11 @@ class Runtime:
         # array in its write request; unused rows sort after every page.
         self._page_bases_host = np.full(L.MAX_ARRAYS, np.iinfo(np.int64).max, dtype=np.int64)
         self._page_bases = self._to_device(self._page_bases_host)
-        # The queues: records and staging in mapped host memory, tickets in device memory.
-        n_entries = queues * queue_depth
-        self._sq = cuda.mapped_array(n_entries * L.SQ_WORDS, dtype=np.int64)
-        self._cq = cuda.mapped_array(n_entries * L.CQ_WORDS, dtype=np.int64)
-        # uint64 words: numba-cuda's MappedNDArray.view() is broken, so allocate the type we use.
-        self._staging = cuda.mapped_array(n_entries * page_size // 8, dtype=np.uint64)
-        self._sq_ticket = self._to_device(np.zeros(queues, dtype=np.int64))
-        self._entry_turn = self._to_device(np.zeros(n_entries, dtype=np.int64))
         self._err = self._to_device(np.zeros(L.ERR_WORDS, dtype=np.int64))
-        # Where sync() reads it back, allocated once (a launch and its sync cost ~0.1 ms of host
-        # time on the H200: sync need not add an allocation per call).
+        # Where sync() reads it back, allocated once: a short launch's sync should not pay for
+        # an allocation.
         self._err_host = cuda.pinned_array(L.ERR_WORDS, dtype=np.int64)
-        self._kernels_done = None   # the event sync() polls, made at its first call
+        self._kernels = KernelWaiter()   # what sync() polls
         self._stats = self._to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
         self._no_zero_copy = self._to_device(np.zeros(1, dtype=np.uint64))
         self._copy_locks = _copy_locks()
@@ -322,77 +260,29 @@ class Runtime:
         self._abort = cuda.mapped_array(1, dtype=np.int64)
         self._abort_host = host_view(self._abort)
         self._abort_host[0] = 0
+        # The stores' rows, filled as arrays open; the back end's server reads them.
         self._table = np.zeros((L.MAX_ARRAYS, T_COLUMNS), dtype=np.int64)
-        host_view(self._sq)[:] = 0
-        host_view(self._cq)[:] = 0
-        if backend == "nvme":
-            self._alloc_nvme(queues, queue_depth)
-        self._model = model
-        self._trace_writer = TraceWriter(trace) if trace is not None else None
-        self._daemon = None
-        self._start_daemon()
-
-    def _alloc_nvme(self, queues, depth):
-        """The NVMe queue pairs: rings and doorbells in mapped host memory (the controller
-        reads and writes them; a real drive would reach them by DMA), driver state in device
-        memory. Layouts in gids.layout / docs/formats.md."""
-        ring = depth + 1
-        self._nv_sq = cuda.mapped_array(queues * ring * L.NVME_SQE_WORDS, dtype=np.int64)
-        self._nv_cq = cuda.mapped_array(queues * ring * L.NVME_CQE_WORDS, dtype=np.int64)
-        self._nv_db = cuda.mapped_array(queues * 2, dtype=np.int64)
-        zeros = lambda n: self._to_device(np.zeros(n, dtype=np.int64))   # noqa: E731
-        self._nv_sq_tail = zeros(queues)
-        self._nv_sq_head = zeros(queues)
-        self._nv_cq_head = zeros(queues)
-        self._nv_cpl = zeros(queues * depth)
-        self._reset_nvme()
-
-    def _reset_nvme(self):
-        for mapped in (self._nv_sq, self._nv_cq, self._nv_db):
-            host_view(mapped)[:] = 0
-        for dev in (self._nv_sq_tail, self._nv_sq_head, self._nv_cq_head, self._nv_cpl):
-            dev.copy_to_device(np.zeros(dev.size, dtype=np.int64))
-
-    def nvme_handle_fields(self):
-        """The NvmeHandle fields after ArrayHandle's (see kernels/handle.py)."""
-        return dict(nv_sq=self._nv_sq, nv_cq=self._nv_cq, nv_db=self._nv_db,
-                    nv_ring=self.queue_depth + 1, nv_sq_tail=self._nv_sq_tail,
-                    nv_sq_head=self._nv_sq_head, nv_cq_head=self._nv_cq_head,
-                    nv_cpl=self._nv_cpl,
-                    nv_prp_base=int(host_view(self._staging).ctypes.data))
+        # What serves the misses: its queues, staging pages, tickets and threads.
+        self._io = io_class(self._table, queues=queues, queue_depth=queue_depth,
+                            page_size=page_size, threads=daemon_threads, model=model,
+                            trace=trace)
+        self._io.start()
 
     # ----------------------------------------------------------------- life cycle
-    #: Test hook: the NVMe controller delays each completion by a random time up to this many
-    #: microseconds, so that commands complete out of order without an SSD model.
-    _nvme_jitter_us = 0.0
-
-    def _start_daemon(self):
-        if self._daemon is not None:   # a restart: keep the stopped daemon's per-file counts
-            self._file_io += self._daemon.file_io()
-        if self.backend == "nvme":
-            self._daemon = NvmeController(
-                host_view(self._nv_sq), host_view(self._nv_cq), host_view(self._nv_db),
-                host_view(self._staging), self._table, self.queues, self.queue_depth,
-                self.page_size, self.daemon_threads, model=self._model,
-                trace_writer=self._trace_writer, jitter_us=self._nvme_jitter_us)
-            self._daemon.start()
-            return
-        self._daemon = HostDaemon(host_view(self._sq), host_view(self._cq),
-                                  host_view(self._staging), self._table, self.queues,
-                                  self.queue_depth, self.page_size, self.daemon_threads,
-                                  model=self._model, trace_writer=self._trace_writer)
-        self._daemon.start()
+    def _restart_server(self):
+        # The stopped server's per-file counts stay in the Runtime's.
+        self._file_io += self._io.server.file_io()
+        self._io.start()
 
     def _stop_daemon(self):
-        """Stop the daemon and wait until none of its threads runs any more.
+        """Stop the back end's server and wait until none of its threads runs any more.
 
         A thread still inside a store call (a stalled pread or pwrite) goes on when the call
         returns: it fills its entry's staging page (a read) or stores that page (a write), and
         posts a completion. Whoever stops the daemon then reuses the queues and staging pages
         (recovery, set_daemon_threads) or closes the stores and frees the buffers (close), so
-        the thread is waited for: going on after the daemon's own 5 s bound let a stalled
-        write-back store, when it woke up, the bytes a later read had put in its staging page
-        as its own page (and, after close, crash the process).
+        the thread is waited for: else a stalled write-back, waking up, would store the bytes a
+        later read put in its staging page as its own page (or, after close, crash the process).
 
         The wait is bounded all the same (:data:`STUCK_STORE_CALL_S`, or twice the timeout):
         past it, this Runtime gives up for good. Its daemon, queues, staging pages and stores
@@ -404,17 +294,12 @@ class Runtime:
         DaemonError
             A daemon thread is still inside a store call after the bound.
         """
-        try:
-            self._daemon.stop()
-            return
-        except DaemonError:
-            pass
         bound = max(STUCK_STORE_CALL_S, 2 * self.timeout)
         try:
-            self._daemon.stop(timeout=bound)
+            self._io.stop(bound)
         except DaemonError as exc:
-            _STRANDED.append((self._daemon, self._sq, self._cq, self._staging,
-                              list(self._arrays), list(self._stores), dict(self._zero_copy)))
+            _STRANDED.append((self._io, list(self._arrays), list(self._stores),
+                              dict(self._zero_copy)))
             self._closed = True
             names = ", ".join(dict.fromkeys(a.store.name for a in self._arrays)) or "a store"
             self._stranded = DaemonError(
@@ -432,9 +317,9 @@ class Runtime:
             raise ConfigError(f"gids: daemon_threads must be >= 1, got {n}")
         cuda.synchronize()
         self._stop_daemon()
-        self.daemon_threads = n
-        self._reset_queues()
-        self._start_daemon()
+        self.daemon_threads = self._io.threads = n
+        self._io.reset()
+        self._restart_server()
 
     def close(self, flush=True):
         """Flush (unless ``flush=False``), stop the daemon and free the cache. Idempotent.
@@ -463,8 +348,7 @@ class Runtime:
                 error = exc
         self._closed = True
         try:
-            if self._daemon is not None:
-                self._stop_daemon()
+            self._stop_daemon()
         except DaemonError as exc:
             # Stranded: a thread may still use the stores' files, so they stay open.
             if error is None:
@@ -473,8 +357,7 @@ class Runtime:
             for store in self._stores:
                 store.close()
         finally:
-            if self._trace_writer is not None:
-                self._trace_writer.close()
+            self._io.close()
             self._arrays.clear()
             self._zero_copy.clear()
             self._written.clear()
@@ -637,11 +520,11 @@ class Runtime:
             zero_copy, address = self._zero_copy_buffer(store)
             # A miss may start copying its page before the completion comes where the page's
             # bytes are in the mapped buffer before any kernel runs and stay as they are (no
-            # array of the store is writable), where the daemon will name those words (16-byte
-            # aligned, as the bulk copy wants, and within a completion's reach) and where no
-            # SSD model times the answer (the copy would then run ahead of the modelled drive).
+            # array of the store is writable), where the back end's completion names those
+            # words and no SSD model times it (IoBackend.allows_early_copy), and the words are
+            # 16-byte aligned (as the bulk copy wants) and within a completion's reach.
             if (EARLY_COPY and not writable and id(store) not in self._written
-                    and self.backend == "host" and self._model is None and offset % 16 == 0
+                    and self._io.allows_early_copy and offset % 16 == 0
                     and (offset + n_pages * self.page_size) // 8 <= L.CQ_MAX_SOURCE):
                 early_base = offset // 8
         if isinstance(store, FaultyStore) and store.page_size != self.page_size:
@@ -716,6 +599,33 @@ class Runtime:
             state[:self._n_pages] = self._page_state.copy_to_host()[:self._n_pages]
         self._page_state = self._to_device(state)
         self._n_pages = n_pages
+
+    # ----------------------------------------------------------------- the handle
+    def handle_fields(self, dtype):
+        """The fields of the kernels' handle that every array of ``dtype`` shares, by name: the
+        cache and its page tables, error and statistics words, and the back end's queues
+        (:mod:`kernels.handle`). :class:`~gids.array.StorageArray` adds its own and makes the
+        handle with :attr:`handle_class`."""
+        return dict(
+            cache=self._cache.view(dtype),
+            cache_words=self._cache.view(np.uint64),
+            page_words=self.page_size // 8,
+            page_state=self._page_state,
+            slot_page=self._slot_page,
+            clock=self._clock,
+            n_slots=self.cache_slots,
+            page_bases=self._page_bases,
+            err=self._err,
+            stats=self._stats,
+            timeout_ns=int(self.timeout * 1e9),
+            abort=self._abort,
+            copy_locks=self._copy_locks,
+            **self._io.handle_fields())
+
+    @property
+    def handle_class(self):
+        """The handle type of this Runtime's back end (its I/O step, chosen at compile time)."""
+        return self._io.handle_class
 
     # ----------------------------------------------------------------- kernels
     def _check_array(self, array, what):
@@ -943,18 +853,18 @@ class Runtime:
         """
         self._check_open()
         try:
-            self._wait_for_kernels()
+            self._kernels.wait()
         except KeyboardInterrupt:
             self.abort()
-            self._wait_for_kernels()   # bounded: every wait in the kernels now gives up
+            self._kernels.wait()   # bounded: every wait in the kernels now gives up
             self._recover()
             raise
-        self._daemon.drain_trace()
+        self._io.drain_trace()
         err = self._err.copy_to_host(self._err_host)
         aborted = bool(self._abort_host[0])
         daemon_error = None
         try:
-            self._daemon.check()
+            self._io.check()
         except DaemonError as exc:
             daemon_error = exc
         if err[L.ERR_CODE] == L.ERR_NONE and daemon_error is None and not aborted:
@@ -973,22 +883,6 @@ class Runtime:
         :class:`~gids.errors.AbortedError` and resets the Runtime.
         """
         self._abort_host[0] = 1
-
-    def _wait_for_kernels(self):
-        """Like cuda.synchronize(), but polling an event, so that Ctrl-C is seen meanwhile
-        (a blocking synchronize would hold off KeyboardInterrupt until the kernels end).
-
-        Polls back to back at first, then in short naps: see :func:`wait_nap`. One event per
-        Runtime, recorded again at each call (a record replaces the event's previous work).
-        """
-        if SIMULATOR:
-            return   # the simulator runs a kernel to its end inside the launch
-        if self._kernels_done is None:
-            # No timestamps: a lighter event to record and query.
-            self._kernels_done = cuda.event(timing=False)
-        done = self._kernels_done
-        done.record()
-        poll_until(lambda: _event_done(done))
 
     def _error_from_record(self, err):
         code, array_id, page, detail = (int(err[k]) for k in
@@ -1012,9 +906,7 @@ class Runtime:
             return ReadOnlyError(f"gids: a kernel wrote index {detail} of an array opened "
                                  f"read-only ({name}); open it with mode='r+' to write")
         if code in _TIMEOUT_WHAT:
-            what = _TIMEOUT_WHAT[code]
-            if self.backend == "nvme" and code == L.ERR_TIMEOUT_IO:
-                what = "the NVMe controller to complete a command"
+            what = self._io.waits_for if code == L.ERR_TIMEOUT_IO else _TIMEOUT_WHAT[code]
             cls = CacheExhaustedError if code == L.ERR_TIMEOUT_SLOT else GidsTimeoutError
             hint = (f" (the cache has {self.cache_slots} slots: too few for the pages in use at "
                     "once)" if code == L.ERR_TIMEOUT_SLOT else "")
@@ -1055,7 +947,7 @@ class Runtime:
             if exc is not None:
                 stuck.add_note(f"gids: the kernels had failed with: {exc}")
             raise
-        self._reset_queues()
+        self._io.reset()
         self._write_back_dirty(best_effort=True)
         if self._lost and exc is not None:
             lost = ", ".join(f"page {p} of {a.store.name}" for a, p in self._lost[:8])
@@ -1065,16 +957,7 @@ class Runtime:
         self.invalidate(discard_dirty=True)
         self._err.copy_to_device(np.zeros(L.ERR_WORDS, dtype=np.int64))
         self._abort_host[0] = 0
-        self._start_daemon()
-
-    def _reset_queues(self):
-        """Queues back to ticket 0 (the daemon's threads restart from ticket 0 too)."""
-        host_view(self._sq)[:] = 0
-        host_view(self._cq)[:] = 0
-        self._sq_ticket.copy_to_device(np.zeros(self.queues, dtype=np.int64))
-        self._entry_turn.copy_to_device(np.zeros(self.queues * self.queue_depth, dtype=np.int64))
-        if self.backend == "nvme":
-            self._reset_nvme()
+        self._restart_server()
 
     def invalidate(self, discard_dirty=False):
         """Drop every cached page (between kernels).
@@ -1113,7 +996,7 @@ class Runtime:
 
     def _file_stats(self):
         """A FileStats per file of the stores opened, in the order they were opened."""
-        counts = self._file_io + self._daemon.file_io()
+        counts = self._file_io + self._io.server.file_io()
         return tuple(FileStats.from_counts(name, counts[slot + f])
                      for slot, store in self._file_slots.values()
                      for f, name in enumerate(store.file_names()))
@@ -1123,18 +1006,18 @@ class Runtime:
         self._stats.copy_to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
         self._flushed_pages = 0
         self._file_io[:] = 0
-        self._daemon.reset_file_io()
+        self._io.server.reset_file_io()
 
     @property
     def daemon(self):
         """What serves the misses: the :class:`~host_daemon.daemon.HostDaemon`, or for
         ``backend="nvme"`` the :class:`~host_daemon.nvme_controller.NvmeController`."""
-        return self._daemon
+        return self._io.server
 
     @property
     def ssd_model(self):
         """The emulated SSD array (:class:`~host_daemon.ssd_model.SsdModel`), or None."""
-        return self._model
+        return self._io.model
 
     def __repr__(self):
         world = "simulator" if self.simulator else "GPU"

@@ -18,6 +18,7 @@ from numba import cuda
 import gids
 from gids import layout as L
 from gids._platform import host_view
+from gids.backends import NvmeQueues
 from host_daemon.nvme_controller import NvmeController
 from host_daemon.ssd_model import SsdModel
 from host_daemon.stores import T_COLUMNS
@@ -261,11 +262,11 @@ def check_rings_at_rest(rt):
     """Between kernels every queue pair is at rest, and the driver's counts agree with each
     other and with the doorbells: each ticket taken was rung (SQ tail), fetched (SQ head, from
     the last CQE's SQHD) and its CQE consumed (CQ head)."""
-    tickets = rt._sq_ticket.copy_to_host()
+    tickets = rt._io.sq_ticket.copy_to_host()
     ring = rt.queue_depth + 1
-    db = host_view(rt._nv_db)
-    for name, counts in (("SQ tail", rt._nv_sq_tail), ("SQ head", rt._nv_sq_head),
-                         ("CQ head", rt._nv_cq_head)):
+    db = host_view(rt._io.nv_db)
+    for name, counts in (("SQ tail", rt._io.nv_sq_tail), ("SQ head", rt._io.nv_sq_head),
+                         ("CQ head", rt._io.nv_cq_head)):
         np.testing.assert_array_equal(counts.copy_to_host(), tickets, err_msg=name)
     np.testing.assert_array_equal(db[L.DB_SQ_TAIL::2], tickets % ring)
     np.testing.assert_array_equal(db[L.DB_CQ_HEAD::2], tickets % ring)
@@ -307,7 +308,7 @@ def test_full_queues_more_waiting_threads_than_entries():
 
 
 def test_out_of_order_completions(monkeypatch):
-    monkeypatch.setattr(gids.Runtime, "_nvme_jitter_us", 3000.0)
+    monkeypatch.setattr(NvmeQueues, "jitter_us", 3000.0)
     data = np.random.default_rng(3).standard_normal(64 * 64)
     with gids.Runtime("nvme", cache_pages=8, page_size=512, queues=1, queue_depth=4) as rt:
         a = rt.open_array(data)
@@ -330,9 +331,9 @@ class StrictController(threading.Thread):
 
     def __init__(self, rt, data, hold):
         super().__init__(daemon=True)
-        self.sq, self.cq = host_view(rt._nv_sq), host_view(rt._nv_cq)
-        self.db = host_view(rt._nv_db)
-        self.staging = host_view(rt._staging).view(np.uint8)
+        self.sq, self.cq = host_view(rt._io.nv_sq), host_view(rt._io.nv_cq)
+        self.db = host_view(rt._io.nv_db)
+        self.staging = host_view(rt._io.staging).view(np.uint8)
         self.data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
         self.ring, self.depth, self.page = rt.queue_depth + 1, rt.queue_depth, rt.page_size
         n = rt.queues
@@ -555,7 +556,8 @@ WARP32 = textwrap.dedent('''
         k = cuda.grid(1)
         gids.write(h, idx[k], values[k])
 
-    gids.Runtime._nvme_jitter_us = 2000.0    # completions out of order within a warp
+    from gids.backends import NvmeQueues
+    NvmeQueues.jitter_us = 2000.0    # completions out of order within a warp
     data = np.random.default_rng(0).integers(0, 1 << 62, 64 * 64, dtype=np.int64)  # 64 pages
     model = data.copy()
     with gids.Runtime("nvme", cache_pages=32, page_size=512, queues=2, queue_depth=32,

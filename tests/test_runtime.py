@@ -203,7 +203,7 @@ def test_sync_wait_polls_back_to_back_then_naps_briefly():
     back for the first 2 ms, so that a short launch is seen done within microseconds, then in
     naps of 5 % of the time waited, at most 0.5 ms (a flat 0.5 ms nap once cost 5x the kernel
     time of a short launch on the H200)."""
-    from gids import runtime as R
+    from gids import waiting as R
     assert R.wait_nap(0.0) == 0.0 and R.wait_nap(R.WAIT_SPIN_S * 0.99) == 0.0
     assert R.wait_nap(R.WAIT_SPIN_S) == pytest.approx(R.WAIT_SPIN_S * R.WAIT_NAP_FRACTION)
     assert R.wait_nap(1.0) == R.WAIT_NAP_S == 0.0005
@@ -240,7 +240,7 @@ def test_event_done_asks_the_driver_without_an_exception_per_poll(monkeypatch):
     """The poll calls cuEventQuery itself: numba-cuda's ``Event.query`` raises (and logs at ERROR
     level) a CudaAPIError for every not-ready answer. Other errors go through ``query``."""
     cu = pytest.importorskip("cuda.bindings.driver")
-    from gids.runtime import _event_done
+    from gids.waiting import event_done as _event_done
     answers = {}
 
     class FakeEvent:
@@ -269,3 +269,22 @@ def test_sync_returns_promptly():
         rt.sync()
         assert time.perf_counter() - t < 0.5
         assert np.array_equal(out.copy_to_host(), np.arange(32))
+
+
+@pytest.mark.parametrize("backend", ["host", "nvme"])
+def test_set_daemon_threads_restarts_the_back_end(backend):
+    """Between kernels the back end's server restarts with the new thread count, its queues
+    back at ticket 0, and the cache still serves the same bytes (checked against numpy)."""
+    data = np.random.default_rng().standard_normal(4096)
+    with gids.Runtime(backend, cache_pages=4, page_size=512, queues=4, queue_depth=32,
+                      daemon_threads=1) as rt:
+        a = rt.open_array(data)
+        idx = np.random.default_rng().integers(0, data.size, 64)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), data[idx])
+        first = rt.daemon
+        rt.set_daemon_threads(3)
+        assert rt.daemon is not first and rt.daemon.n_threads == 3 and rt.daemon_threads == 3
+        assert not first.running
+        rt.invalidate()
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), data[idx])
+        assert rt.stats().misses > 0

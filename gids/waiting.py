@@ -1,0 +1,70 @@
+"""Waiting for the kernels from the host: a poll loop that sees a short launch end within
+microseconds and costs little CPU over a long one, and lets Ctrl-C in between polls."""
+import time
+
+from kernels.platform import SIMULATOR
+
+#: How :meth:`gids.Runtime.sync` waits for the kernels (:func:`wait_nap`): polls back to back
+#: for the first ``WAIT_SPIN_S``, then naps of ``WAIT_NAP_FRACTION`` of the time waited so far,
+#: at most ``WAIT_NAP_S``.
+WAIT_SPIN_S = 0.002
+WAIT_NAP_FRACTION = 0.05
+WAIT_NAP_S = 0.0005
+
+
+def wait_nap(waited):
+    """Seconds to sleep before the next poll, ``waited`` seconds into a wait.
+
+    0 (poll again at once) for the first :data:`WAIT_SPIN_S`, so that a short launch is seen
+    done within microseconds; then :data:`WAIT_NAP_FRACTION` of the time waited, at most
+    :data:`WAIT_NAP_S`: the wake-up comes at most ~5 % after the kernels end, and a long wait
+    costs little CPU.
+    """
+    if waited < WAIT_SPIN_S:
+        return 0.0
+    return min(WAIT_NAP_S, WAIT_NAP_FRACTION * waited)
+
+
+def poll_until(done, clock=time.perf_counter, sleep=time.sleep):
+    """Call ``done()`` until it is true, sleeping :func:`wait_nap` between calls.
+
+    A Python loop, so Ctrl-C is raised between polls and other threads get the GIL. A nap of 0
+    calls no ``sleep`` at all: ``time.sleep(0)`` still sleeps the OS's timer slack.
+    """
+    start = clock()
+    while not done():
+        nap = wait_nap(clock() - start)
+        if nap > 0:
+            sleep(nap)
+
+
+def event_done(event):
+    """``event.query()`` without its cost while the work is not done: numba-cuda turns the
+    driver's ``CUDA_ERROR_NOT_READY`` into a CudaAPIError, logged at ERROR level first, for
+    every poll."""
+    from cuda.bindings import driver as cu   # numba-cuda 0.30's driver binding
+    code = cu.cuEventQuery(event.handle)[0]
+    if code == cu.CUresult.CUDA_SUCCESS:
+        return True
+    if code == cu.CUresult.CUDA_ERROR_NOT_READY:
+        return False
+    return event.query()   # another error: numba-cuda raises it as it would have
+
+
+class KernelWaiter:
+    """Waits for the kernels queued so far, like ``cuda.synchronize()`` but polling an event,
+    so that Ctrl-C is seen meanwhile. One event per owner, recorded again at each wait (a
+    record replaces the event's previous work), made at the first wait."""
+
+    def __init__(self):
+        self._event = None
+
+    def wait(self):
+        if SIMULATOR:
+            return   # the simulator runs a kernel to its end inside the launch
+        from numba import cuda
+        if self._event is None:
+            self._event = cuda.event(timing=False)   # no timestamps: lighter to record and query
+        done = self._event
+        done.record()
+        poll_until(lambda: event_done(done))
