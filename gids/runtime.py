@@ -2,6 +2,7 @@
 (:mod:`gids.backends`) serves its misses."""
 import math
 import os
+import time
 
 import numpy as np
 from numba import cuda
