@@ -82,9 +82,47 @@ def test_sampler_errors(graph):
         with pytest.raises(ConfigError, match="fan-outs"):
             NeighbourSampler(rt, graph.offsets, nbrs, (0,))
         with pytest.raises(ConfigError, match="offsets"):
-            NeighbourSampler(rt, graph.offsets[:-1], nbrs, (2,))
+            NeighbourSampler(rt, graph.offsets + 1, nbrs, (2,))
         sampler = NeighbourSampler(rt, graph.offsets, nbrs, (2,))
         with pytest.raises(ConfigError, match="not a vertex"):
             sampler.sample([0, graph.n_vertices])
         with pytest.raises(ConfigError, match="distinct"):
             sampler.sample([1, 1])
+
+
+def test_loader_epoch_yields_every_seed_once(graph):
+    import gids.torch as gt
+    rng = np.random.default_rng()
+    n = graph.n_vertices
+    feats = rng.standard_normal((n, 8)).astype(np.float32)
+    labels = rng.integers(0, 5, size=n)
+    seeds = rng.choice(n, size=10, replace=False)
+    with gids.Runtime(page_size=512, cache_pages=16, daemon_threads=1, queues=2) as rt:
+        sampler = NeighbourSampler(rt, graph.offsets, _open(rt, graph), (3, 2), seed=1)
+        loader = gt.NodeLoader(sampler, rt.open_array(feats), labels, seeds, batch_size=4,
+                               seed=2)
+        seen = []
+        for nodes, edge_indices, features, batch_labels in loader:
+            n_seeds = len(batch_labels)
+            seen.extend(nodes[:n_seeds].tolist())
+            np.testing.assert_array_equal(features.numpy(), feats[nodes.numpy()])
+            np.testing.assert_array_equal(batch_labels.numpy(), labels[nodes[:n_seeds].numpy()])
+            assert len(edge_indices) == 2
+        assert len(loader) == 3
+        assert sorted(seen) == sorted(seeds.tolist())
+
+
+def test_pyg_feature_store(graph):
+    pytest.importorskip("torch_geometric", reason="torch_geometric is not installed")
+    import gids.torch as gt
+    rng = np.random.default_rng()
+    feats = rng.standard_normal((20, 16)).astype(np.float32)
+    with gids.Runtime(page_size=512, cache_pages=16, daemon_threads=1, queues=2) as rt:
+        store = gt.GidsFeatureStore(rt)
+        store.put_tensor(rt.open_array(feats), group_name="paper", attr_name="x", index=None)
+        idx = torch.tensor([3, 0, 19])
+        np.testing.assert_array_equal(store["paper", "x", idx].numpy(), feats[[3, 0, 19]])
+        assert store.get_tensor_size(group_name="paper", attr_name="x", index=None) == (20, 16)
+        assert len(store.get_all_tensor_attrs()) == 1
+        with pytest.raises(ConfigError):
+            store.put_tensor(torch.zeros(2, 2), group_name="paper", attr_name="y", index=None)
