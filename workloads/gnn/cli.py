@@ -179,8 +179,15 @@ def cmd_gnn(args):
                     seeds = rng.choice(n, size=min(args.batch_size, n), replace=False)
                     node_lists.append(graph.sampler.sample(seeds, batch=b).nodes)
                 graph.rt.sync()
-            max_rows = max((int(x.numel()) for x in node_lists), default=0) if node_lists \
-                else args.batch_size * int(np.prod([1 + k for k in args.fanouts]))
+            # The most rows one batch can have (buffers of the mmap and cpu_batch paths).
+            if node_lists:
+                max_rows = max(int(x.numel()) for x in node_lists)
+            else:
+                reach, width = 1, 1
+                for k in args.fanouts:
+                    width *= k
+                    reach += width
+                max_rows = min(n, args.batch_size * reach)
             for label, name, fraction in _variants(args):
                 _say(f"{label}:")
                 path = make_feature_path(name, data, cache_fraction=fraction or 1.0,

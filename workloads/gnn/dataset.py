@@ -32,6 +32,7 @@ class Dataset:
     dim: int
     labels: np.ndarray
     classes: int
+    seed: int = 0
 
     @property
     def feature_bytes(self):
@@ -89,4 +90,4 @@ def make_dataset(directory, scale, dim, *, edgefactor=8, classes=16, seed=0, pro
                     progress("features", stop, n)
         os.replace(tmp, feats)
     labels = class_of(np.arange(n), seed, classes)
-    return Dataset(graph, feats, n, dim, labels, classes)
+    return Dataset(graph, feats, n, dim, labels, classes, seed)

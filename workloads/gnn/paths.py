@@ -47,7 +47,10 @@ class GidsRows:
         nbytes = data.feature_bytes
         self.owned = rt is None
         if rt is None:
-            cache = max(int(nbytes * cache_fraction), 64 * page_size)
+            # A whole cache gets slack: pages of the file's last partial page and the clock's
+            # pinned slots never push a row out.
+            slack = (1 << 20) if cache_fraction >= 1 else 0
+            cache = max(int(nbytes * cache_fraction) + slack, 64 * page_size)
             rt = gids.Runtime(cache_bytes=cache, page_size=page_size)
         self.rt = rt
         self.array = rt.open_array(str(data.features_path), np.float32,
@@ -94,7 +97,10 @@ class BaselineRows:
 
     def __init__(self, data, name, storage="memory", page_size=4096, batch_rows=None):
         if name == "cpu_batch":
-            pages = max(64, int(batch_rows or (1 << 16)) * max(1, data.dim * 4 // page_size))
+            # Every distinct page one launch reads must fit: a row touches at most this many.
+            row_bytes = data.dim * 4
+            per_row = 1 if page_size % row_bytes == 0 else -(-row_bytes // page_size) + 1
+            pages = max(64, int(batch_rows or (1 << 16)) * per_row)
             self.path = B.make_path(name, page_size=page_size, batch_pages=pages)
         else:
             self.path = B.make_path(name)

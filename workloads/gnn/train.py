@@ -47,8 +47,10 @@ class GraphSampler:
 
     def __init__(self, data, fanouts, seed, page_size=4096):
         sec = data.graph.neighbour_section
+        # Two daemon threads: misses are first touches only, and the cores are the CPU paths'.
         self.rt = gids.Runtime(cache_bytes=max(sec.n_items * sec.dtype.itemsize + page_size,
-                                               64 * page_size), page_size=page_size)
+                                               64 * page_size), page_size=page_size,
+                               daemon_threads=min(2, gids.defaults.get("daemon_threads")))
         nbrs = self.rt.open_array(sec.path, sec.dtype, shape=(sec.n_items,),
                                   offset=sec.byte_offset)
         self.sampler = NeighbourSampler(self.rt, data.graph.offsets, nbrs, fanouts, seed=seed)
