@@ -178,3 +178,31 @@ def test_gpu_cupy_out_and_indices():
         got = cp.from_dlpack(rt.gather_rows(a, rows))
         rt.sync()
         np.testing.assert_array_equal(cp.asnumpy(got), data[cp.asnumpy(rows)])
+
+
+ROWS_PTX = '''
+import os
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+import numpy as np
+import numba.cuda.dispatcher as dispatcher
+from numba import cuda, typeof, types
+
+class _Hopper:
+    compute_capability = (9, 0)
+dispatcher.get_current_device = lambda: _Hopper()
+from tests.helpers import fake_handle
+from kernels.rows import gather_rows_kernel
+h = fake_handle(np.float32)
+ptx, _ = cuda.compile_ptx(gather_rows_kernel().py_func,
+                          (typeof(h), types.int32[::1], types.int64, types.float32[:, :]),
+                          cc=(9, 0))
+# a lookup per page, not per element: the pin's and the unpin's match.any, the miss path's call
+print("MATCH", ptx.count("match.any.sync"), "CALLS", ptx.count("call.uni"))
+'''
+
+
+def test_row_kernel_compiles_for_the_gpu_with_one_lookup_per_page():
+    from tests.helpers import run_compile_script
+    proc = run_compile_script(ROWS_PTX)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "MATCH 2 CALLS 1" in proc.stdout, proc.stdout
