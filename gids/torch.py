@@ -59,7 +59,8 @@ class NodeLoader:
     ----------
     sampler : gids.sampling.NeighbourSampler
     features : gids.StorageArray
-        2-D, a row per vertex (of the sampler's Runtime).
+        2-D, a row per vertex (of the sampler's Runtime or another: the graph and the
+        features may have caches of their own).
     labels : torch.Tensor or numpy array
         A label per vertex (moved to the device once).
     seeds : array-like of int
@@ -74,14 +75,18 @@ class NodeLoader:
 
     def __init__(self, sampler, features, labels, seeds, batch_size, *, shuffle=True, seed=0,
                  prefetch=True):
-        rt = sampler.rt
+        from gids.array import StorageArray
+        if not isinstance(features, StorageArray):
+            raise ConfigError("gids: features must be a gids array (rt.open_array(...))")
+        rt = features.runtime
         rt._check_array(features, "NodeLoader")
         if features.ndim != 2 or features.shape[0] != sampler.n_vertices:
             raise ConfigError(f"gids: features must have a row per vertex "
                               f"({sampler.n_vertices}), got shape {features.shape}")
         if int(batch_size) < 1:
             raise ConfigError(f"gids: batch_size must be >= 1, got {batch_size}")
-        self.rt = rt
+        self.rt = rt                 # the features' Runtime (the graph's may be another)
+        self._runtimes = [rt] if sampler.rt is rt else [rt, sampler.rt]
         self.sampler = sampler
         self.features = features
         self.device = torch_device()
@@ -142,9 +147,11 @@ class NodeLoader:
                 # the tensors were made on the side stream: keep them until main is done
                 for t in (batch.nodes, batch.features, batch.labels, *batch.edge_indices):
                     t.record_stream(main)
-            self.rt.check()   # raises a finished kernel's error without waiting
+            for rt in self._runtimes:
+                rt.check()    # raises a finished kernel's error without waiting
             yield batch
-        self.rt.sync()        # every batch's errors, at the latest at the epoch's end
+        for rt in self._runtimes:
+            rt.sync()         # every batch's errors, at the latest at the epoch's end
 
 
 try:

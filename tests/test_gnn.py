@@ -85,3 +85,27 @@ def test_gpu_training_loss_falls(tmp_path):
     losses = [e["loss"] for e in result["epochs"]]
     assert losses[-1] < losses[0]
     assert result["accuracy"] > 2 / data.classes
+
+
+def test_every_path_trains_the_same(data):
+    pytest.importorskip("torch_geometric", reason="torch_geometric is not installed")
+    from workloads.gnn import train
+    graph = train.GraphSampler(data, (2, 2), seed=3, page_size=512)
+    seeds = np.random.default_rng(1).permutation(data.n_vertices)
+    kw = dict(train_seeds=seeds[:8], eval_seeds=seeds[8:12], batch_size=4, epochs=1, hidden=8,
+              lr=0.01, seed=3, log=lambda s: None)
+    results = []
+    try:
+        for name, run in (("memory", train.run_epochs), ("mmap", train.run_epochs),
+                          ("gids", train.run_loader_epochs)):
+            path = make_feature_path(name, data, cache_fraction=0.5, page_size=512,
+                                     max_rows=64)
+            try:
+                results.append(run(data, path, graph, **kw))
+            finally:
+                path.close()
+    finally:
+        graph.close()
+    losses = {r["epochs"][0]["loss"] for r in results}
+    assert len(losses) == 1, losses
+    assert len({r["accuracy"] for r in results}) == 1

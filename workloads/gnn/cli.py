@@ -99,6 +99,9 @@ def add_gnn_arguments(subparsers):
                    help="how gids, zero_copy and cpu_batch read the feature file (default "
                         "memory: RAM-backed; file: pread)")
     s.add_argument("--page-size", type=int, default=512 if SIM else 4096)
+    t.add_argument("--no-loader", dest="loader", action="store_false",
+                   help="leave out the gids rows trained through gids.torch.NodeLoader (the "
+                        "next batch sampled and gathered during each step; wall time only)")
     g = p.add_argument_group("gather-only benchmark")
     g.add_argument("--gather-only", action="store_true",
                    help="time the feature gather alone (no training)")
@@ -129,6 +132,9 @@ def _variants(args):
     for name in args.data_path:
         if name == "gids":
             rows += [(f"gids {f:.0%}", "gids", f) for f in args.cache_fractions]
+            if args.loader and not args.gather_only:
+                rows += [(f"gids {f:.0%} loader", "gids_loader", f)
+                         for f in args.cache_fractions]
         else:
             rows.append((name, name, None))
     return rows
@@ -190,7 +196,8 @@ def cmd_gnn(args):
                 max_rows = min(n, args.batch_size * reach)
             for label, name, fraction in _variants(args):
                 _say(f"{label}:")
-                path = make_feature_path(name, data, cache_fraction=fraction or 1.0,
+                path = make_feature_path("gids" if name == "gids_loader" else name, data,
+                                         cache_fraction=fraction or 1.0,
                                          storage=args.storage, page_size=args.page_size,
                                          max_rows=max_rows)
                 try:
@@ -198,11 +205,12 @@ def cmd_gnn(args):
                         row = train.gather_benchmark(data, path, node_lists)
                         _say(f"    {row['rows_per_s']:,.0f} rows/s ({row['gb_per_s']:.2f} GB/s)")
                     else:
-                        row = train.run_epochs(data, path, graph, train_seeds=train_seeds,
-                                               eval_seeds=eval_seeds,
-                                               batch_size=args.batch_size, epochs=args.epochs,
-                                               hidden=args.hidden, lr=args.lr, seed=args.seed,
-                                               log=_say)
+                        run = train.run_loader_epochs if name == "gids_loader" \
+                            else train.run_epochs
+                        row = run(data, path, graph, train_seeds=train_seeds,
+                                  eval_seeds=eval_seeds, batch_size=args.batch_size,
+                                  epochs=args.epochs, hidden=args.hidden, lr=args.lr,
+                                  seed=args.seed, log=_say)
                         _say(f"    accuracy {row['accuracy']:.4f}")
                     if hasattr(path, "stats"):
                         row["cache"] = path.stats()
@@ -241,9 +249,12 @@ def _print_table(args, results):
     for r in results:
         e = r["epochs"][-1]
         ratio = f"{mmap['epochs'][-1]['epoch_s'] / e['epoch_s']:.2f}" if mmap else "-"
-        print(f"| {r['label']} | {e['epoch_s']:.2f} | {e['sample_s']:.2f} | {e['gather_s']:.2f} "
-              f"| {e['train_s']:.2f} | {ratio} | {e['last_loss']:.4f} | {r['accuracy']:.4f} |")
-    same = len({(r["accuracy"], r["epochs"][-1]["loss"]) for r in results}) == 1
+        phases = " | ".join("-" if e[k] is None else f"{e[k]:.2f}"
+                            for k in ("sample_s", "gather_s", "train_s"))
+        print(f"| {r['label']} | {e['epoch_s']:.2f} | {phases} | {ratio} | {e['last_loss']:.4f} "
+              f"| {r['accuracy']:.4f} |")
+    same = len({(round(r["accuracy"], 6), round(r["epochs"][-1]["loss"], 4))
+                for r in results}) == 1
     print(f"\nsame loss and accuracy on every path: {'yes' if same else 'NO'}")
 
 

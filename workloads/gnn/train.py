@@ -76,9 +76,11 @@ def run_epochs(data, path, graph, *, train_seeds, eval_seeds, batch_size, epochs
     for epoch in range(epochs):
         times = {"sample": 0.0, "gather": 0.0, "train": 0.0}
         losses = []
-        for number, seeds in enumerate(batches(train_seeds, batch_size, epoch, seed)):
+        epoch_batches = batches(train_seeds, batch_size, epoch, seed)
+        for number, seeds in enumerate(epoch_batches):
             t0 = time.perf_counter()
-            b = graph.sampler.sample(seeds, batch=epoch * 1_000_003 + number)
+            # batch numbers as gids.torch.NodeLoader counts them: the same draws
+            b = graph.sampler.sample(seeds, batch=epoch * len(epoch_batches) + number)
             _sync()
             t1 = time.perf_counter()
             n = int(b.nodes.numel())
@@ -107,6 +109,41 @@ def run_epochs(data, path, graph, *, train_seeds, eval_seeds, batch_size, epochs
                    **{f"{k}_s": v for k, v in times.items()})
         log(f"    epoch {epoch}: {row['epoch_s']:.2f} s (sample {times['sample']:.2f}, gather "
             f"{times['gather']:.2f}, train {times['train']:.2f}), mean loss {row['loss']:.4f}")
+        per_epoch.append(row)
+    accuracy = evaluate(data, path, graph, model, eval_seeds, batch_size)
+    return {"epochs": per_epoch, "accuracy": accuracy}
+
+
+def run_loader_epochs(data, path, graph, *, train_seeds, eval_seeds, batch_size, epochs,
+                      hidden, lr, seed, log=print):
+    """The same training through :class:`gids.torch.NodeLoader` (``path`` a gids path): the
+    next batch sampled and gathered on a side stream during each step; wall time per epoch."""
+    from gids.torch import NodeLoader
+    layers = len(graph.sampler.fanouts)
+    model = make_model(data.dim, hidden, data.classes, layers, seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    loader = NodeLoader(graph.sampler, path.array, data.labels, train_seeds, batch_size,
+                        seed=seed)
+    per_epoch = []
+    for epoch in range(epochs):
+        _sync()
+        t0 = time.perf_counter()
+        losses = []
+        for nodes, edge_indices, x, y in loader:
+            model.train()
+            opt.zero_grad()
+            logits = model(x, torch.cat(edge_indices, dim=1))[:y.numel()]
+            loss = torch.nn.functional.cross_entropy(logits, y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())    # no .item(): the host runs ahead to the next batch
+        _sync()
+        seconds = time.perf_counter() - t0
+        losses = [float(v) for v in losses]
+        row = dict(epoch=epoch, loss=float(np.mean(losses)), first_loss=losses[0],
+                   last_loss=losses[-1], epoch_s=seconds, sample_s=None, gather_s=None,
+                   train_s=None)
+        log(f"    epoch {epoch}: {seconds:.2f} s (overlapped), mean loss {row['loss']:.4f}")
         per_epoch.append(row)
     accuracy = evaluate(data, path, graph, model, eval_seeds, batch_size)
     return {"epochs": per_epoch, "accuracy": accuracy}
