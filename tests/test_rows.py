@@ -17,7 +17,8 @@ except ImportError:   # the torch extra is not installed
     torch = None
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed (extra: torch)")
 
-PAGE = 512   # 128 float32 a page: rows of 24 cross pages, rows of 200 span two or three
+PAGE = 512   # 128 float32 a page: rows of 24 cross pages, of 200 span two or three, of 256 two
+#              (page-aligned: two rows a warp)
 
 
 def _runtime():
@@ -30,7 +31,7 @@ def _poisoned(shape, dtype):
     return out
 
 
-@pytest.mark.parametrize("width", [24, 200])
+@pytest.mark.parametrize("width", [24, 200, 256])
 def test_rows_equal_numpy(width):
     rng = np.random.default_rng()
     data = rng.standard_normal((40, width)).astype(np.float32)

@@ -32,7 +32,7 @@ PATHS = ("gids", "memory", "zero_copy", "mmap", "cpu_batch")
 
 def row_kernel_template(pager):
     """``kernels.rows``' row gather over a baseline path's pager (``workloads.baselines``)."""
-    return rows_template(pager.pin, pager.value, pager.unpin, pager.page_elems)
+    return rows_template(pager.pin, pager.value, pager.unpin_after, pager.page_elems)
 
 
 def _blocks(n_rows):
