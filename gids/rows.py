@@ -78,8 +78,7 @@ def _output(out, n, width, dtype):
 
 def gather_rows(rt, array, rows, out=None, stream=None):
     """See :meth:`gids.Runtime.gather_rows`."""
-    from numba import cuda
-    from kernels.rows import gather_rows_kernel
+    from kernels.rows import ROWS_PER_WARP, gather_rows_kernel
     rt._check_array(array, "gather_rows")
     if array.ndim != 2:
         raise ConfigError(f"gids: gather_rows needs a 2-D array, got shape {array.shape}")
@@ -93,16 +92,27 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     if d_rows.size == 0:
         return result
     warps = THREADS // 32
-    blocks = max(1, min(-(-d_rows.size // warps), MAX_BLOCKS))
+    blocks = max(1, min(-(-d_rows.size // (warps * ROWS_PER_WARP)), MAX_BLOCKS))
     s = numba_stream(handle)
     gather_rows_kernel()[blocks, THREADS, s](array.handle, d_rows, np.int64(width), target)
-    if not SIMULATOR:
-        ready = cuda.event(timing=False)
-        ready.record(s)
-        rt._launched_on_streams.append(ready)
-        if isinstance(result, DeviceArray):
-            result.ready = ready
+    # the row indices copied here live until the launch is known to be done
+    ready = note_launch(rt, s, keep=(d_rows,))
+    if isinstance(result, DeviceArray):
+        result.ready = ready
     return result
+
+
+def note_launch(rt, stream, keep=()):
+    """Record an event on ``stream`` (a Numba stream) after a launch, for :meth:`Runtime.sync`
+    and :meth:`Runtime.check` to wait for; ``keep``: arrays the launch reads that nothing else
+    holds, kept until then. Returns the event (None in the simulator)."""
+    from numba import cuda
+    if SIMULATOR:
+        return None
+    ready = cuda.event(timing=False)
+    ready.record(stream)
+    rt._launched_on_streams.append((ready, keep))
+    return ready
 
 
 def check(rt):
@@ -113,7 +123,8 @@ def check(rt):
     if not SIMULATOR:
         on_default = cuda.event(timing=False)
         on_default.record()
-        if not (_event_done(on_default) and all(_event_done(e) for e in rt._launched_on_streams)):
+        if not (_event_done(on_default)
+                and all(_event_done(e) for e, _ in rt._launched_on_streams)):
             return False
     rt.sync()
     return True
@@ -122,9 +133,9 @@ def check(rt):
 def wait_for_streams(rt):
     """Wait for the launches made on other streams (polling, so that Ctrl-C is seen)."""
     from gids.runtime import _event_done, poll_until
-    for event in rt._launched_on_streams:
+    for event, _ in rt._launched_on_streams:
         poll_until(lambda: _event_done(event))
     rt._launched_on_streams.clear()
 
 
-__all__ = ["gather_rows", "check", "wait_for_streams"]
+__all__ = ["gather_rows", "check", "note_launch", "wait_for_streams"]

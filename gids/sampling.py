@@ -21,6 +21,7 @@ import numpy as np
 
 from gids.errors import ConfigError
 from gids.interop import current_device_id, numba_stream
+from gids.rows import note_launch
 from kernels.platform import SIMULATOR
 
 
@@ -52,16 +53,6 @@ def torch_stream_handle():
     if SIMULATOR:
         return 0
     return _torch().cuda.current_stream().cuda_stream
-
-
-def note_launch(rt, handle):
-    """Record an event after a launch on stream ``handle`` that :meth:`Runtime.sync` waits for."""
-    if SIMULATOR:
-        return
-    from numba import cuda
-    ready = cuda.event(timing=False)
-    ready.record(numba_stream(handle))
-    rt._launched_on_streams.append(ready)
 
 
 class SampledBatch(NamedTuple):
@@ -167,7 +158,7 @@ class NeighbourSampler:
                                                 np.int64(k),
                                                 np.uint64(_mix(self.seed, batch, hop)),
                                                 numba_view(picked))
-                note_launch(self.rt, handle)
+                note_launch(self.rt, stream)
             nodes, edges = self._relabel(nodes, picked, first_local, k)
             edge_indices.append(edges)
             frontier = nodes[hop_nodes[-1]:]
