@@ -109,3 +109,8 @@ def test_every_path_trains_the_same(data):
     losses = {r["epochs"][0]["loss"] for r in results}
     assert len(losses) == 1, losses
     assert len({r["accuracy"] for r in results}) == 1
+
+
+def test_ssd_count_without_profile_exits_2(capsys):
+    assert main(["gnn", "--n-ssd", "2", "--data-path", "mmap"]) == 2
+    assert "--n-ssd needs --ssd" in capsys.readouterr().err

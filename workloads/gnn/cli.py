@@ -6,7 +6,8 @@ of ``2**scale`` vertices, a row of ``--dim`` float32 per vertex in a file, plant
 made once in ``--dir``. Then, per feature path (:mod:`workloads.gnn.paths`) and, for gids, per
 cache fraction: ``--epochs`` epochs of GraphSAGE (PyG ``SAGEConv``) over ``--train-seeds``
 seeds, the epoch split into sampling, feature gather and training, and the accuracy on
-held-out vertices. ``--gather-only``: no training; rows/s of the feature gather alone over
+held-out vertices; with ``--ssd PROFILE --n-ssd 1,4`` the gids rows again under real-time
+emulation of those drive arrays. ``--gather-only``: no training; rows/s of the feature gather alone over
 ``--batches`` batches of ``--batch-size`` random seeds' sampled node lists.
 Progress goes to stderr; stdout gets a table; ``--json OUT`` writes every row.
 
@@ -25,6 +26,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from workloads.ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_record,
+                                   emulations)
 
 SIM = gids.SIMULATOR
 PATHS = ("gids", "memory", "zero_copy", "mmap", "cpu_batch")
@@ -99,6 +103,7 @@ def add_gnn_arguments(subparsers):
                    help="how gids, zero_copy and cpu_batch read the feature file (default "
                         "memory: RAM-backed; file: pread)")
     s.add_argument("--page-size", type=int, default=512 if SIM else 4096)
+    add_ssd_arguments(s)
     t.add_argument("--no-loader", dest="loader", action="store_false",
                    help="leave out the gids rows trained through gids.torch.NodeLoader (the "
                         "next batch sampled and gathered during each step; wall time only)")
@@ -126,17 +131,19 @@ def _progress(stage, done, total, width=30):
     sys.stderr.flush()
 
 
-def _variants(args):
-    """(label, path name, cache fraction) per row to run."""
+def _variants(args, arrays):
+    """(label, path name, cache fraction, emulated SSD array or None) per row to run."""
     rows = []
     for name in args.data_path:
         if name == "gids":
-            rows += [(f"gids {f:.0%}", "gids", f) for f in args.cache_fractions]
+            rows += [(f"gids {f:.0%}", "gids", f, None) for f in args.cache_fractions]
             if args.loader and not args.gather_only:
-                rows += [(f"gids {f:.0%} loader", "gids_loader", f)
+                rows += [(f"gids {f:.0%} loader", "gids_loader", f, None)
                          for f in args.cache_fractions]
+            rows += [(f"gids {f:.0%} on {em.label}", "gids", f, em)
+                     for em in arrays for f in args.cache_fractions]
         else:
-            rows.append((name, name, None))
+            rows.append((name, name, None, None))
     return rows
 
 
@@ -153,6 +160,11 @@ def cmd_gnn(args):
             _say("gids gnn: training needs torch_geometric (pip install torch-geometric); "
                  "--gather-only runs without it")
             return 2
+    try:
+        arrays = emulations(args, "gids" in args.data_path)
+    except ValueError as exc:
+        _say(f"gids gnn: error: {exc}")
+        return 2
     from kernels.sampling import MAX_FANOUT
     if max(args.fanouts) > MAX_FANOUT:
         _say(f"gids gnn: error: fan-outs are at most {MAX_FANOUT}")
@@ -194,10 +206,11 @@ def cmd_gnn(args):
                     width *= k
                     reach += width
                 max_rows = min(n, args.batch_size * reach)
-            for label, name, fraction in _variants(args):
+            for label, name, fraction, em in _variants(args, arrays):
                 _say(f"{label}:")
                 path = make_feature_path("gids" if name == "gids_loader" else name, data,
                                          cache_fraction=fraction or 1.0,
+                                         runtime_options=em.runtime_options if em else None,
                                          storage=args.storage, page_size=args.page_size,
                                          max_rows=max_rows)
                 try:
@@ -216,10 +229,13 @@ def cmd_gnn(args):
                         row["cache"] = path.stats()
                 finally:
                     path.close()
-                results.append(dict(label=label, path=name, cache_fraction=fraction, **row))
+                results.append(dict(label=label, path=name, cache_fraction=fraction,
+                                    emulation=emulation_record(em), **row))
         finally:
             graph.close()
     _print_table(args, results)
+    if arrays:
+        print("\n" + EMULATION_NOTE)
     if args.json:
         report = {"command": " ".join(sys.argv), "mode": "gather" if args.gather_only
                   else "train", "simulator": SIM, "scale": args.scale, "dim": args.dim,
@@ -235,6 +251,7 @@ def cmd_gnn(args):
 def _print_table(args, results):
     if args.gather_only:
         base = {r["path"]: r["rows_per_s"] for r in results if r["path"] != "gids"}
+        print("feature rows gathered per second (the same node lists on every path)\n")
         print(f"| path | rows/s | GB/s | x mmap | x zero_copy | x memory |")
         print("|---|---:|---:|---:|---:|---:|")
         for r in results:

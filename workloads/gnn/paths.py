@@ -43,7 +43,8 @@ def _blocks(n_rows):
 class GidsRows:
     """``rt.gather_rows`` through a cache of ``cache_fraction`` of the features."""
 
-    def __init__(self, data, cache_fraction, storage="memory", page_size=4096, rt=None):
+    def __init__(self, data, cache_fraction, storage="memory", page_size=4096, rt=None,
+                 runtime_options=None):
         nbytes = data.feature_bytes
         self.owned = rt is None
         if rt is None:
@@ -51,7 +52,8 @@ class GidsRows:
             # pinned slots never push a row out.
             slack = (1 << 20) if cache_fraction >= 1 else 0
             cache = max(int(nbytes * cache_fraction) + slack, 64 * page_size)
-            rt = gids.Runtime(cache_bytes=cache, page_size=page_size)
+            rt = gids.Runtime(cache_bytes=cache, page_size=page_size,
+                              **(runtime_options or {}))
         self.rt = rt
         self.array = rt.open_array(str(data.features_path), np.float32,
                                    shape=(data.n_vertices, data.dim), storage=storage)
@@ -153,10 +155,12 @@ class MmapRows:
 
 
 def make_feature_path(name, data, *, cache_fraction=0.25, storage="memory", page_size=4096,
-                      max_rows=1 << 16):
-    """The feature path ``name`` (see :data:`PATHS`) over data set ``data``."""
+                      max_rows=1 << 16, runtime_options=None):
+    """The feature path ``name`` (see :data:`PATHS`) over data set ``data``;
+    ``runtime_options``: more ``gids.Runtime`` arguments for gids (an emulated SSD array)."""
     if name == "gids":
-        return GidsRows(data, cache_fraction, storage, page_size)
+        return GidsRows(data, cache_fraction, storage, page_size,
+                        runtime_options=runtime_options)
     if name == "memory":
         return MemoryRows(data)
     if name == "mmap":
