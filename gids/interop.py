@@ -119,9 +119,8 @@ def stream_handle(stream):
         return int(stream.cuda_stream), getattr(device, "index", device)
     if hasattr(stream, "ptr") and hasattr(stream, "device_id"):   # cupy.cuda.Stream
         return int(stream.ptr), int(stream.device_id)
-    if hasattr(stream, "handle") and not SIMULATOR:  # a numba stream
-        handle = stream.handle
-        return int(getattr(handle, "value", handle) or 0), None
+    if hasattr(stream, "handle") and not SIMULATOR:  # a numba stream: int() is its handle
+        return int(stream), None
     if SIMULATOR and type(stream).__module__.startswith("numba.cuda.simulator"):
         return 0, None
     raise ConfigError(f"gids: stream must be a torch or CuPy stream, a Numba stream or an "

@@ -153,6 +153,7 @@ def test_gpu_torch_out_on_a_torch_stream():
         a = rt.open_array(data)
         out = torch_.full((3000, 1024), float("nan"), device="cuda")
         s = torch_.cuda.Stream()
+        s.wait_stream(torch_.cuda.current_stream())   # out's fill first (torch's rule)
         rt.gather_rows(a, rows, out=out, stream=s)
         rt.sync()
         np.testing.assert_array_equal(out.cpu().numpy(), data[rows.cpu().numpy()])
@@ -172,6 +173,7 @@ def test_gpu_cupy_out_and_indices():
         a = rt.open_array(data)
         out = cp.full((2000, 300), cp.nan, dtype=cp.float32)
         s = cp.cuda.Stream(non_blocking=True)
+        cp.cuda.get_current_stream().synchronize()    # out's fill first
         rt.gather_rows(a, rows, out=out, stream=s)
         while not rt.check():
             pass
@@ -179,6 +181,11 @@ def test_gpu_cupy_out_and_indices():
         got = cp.from_dlpack(rt.gather_rows(a, rows))
         rt.sync()
         np.testing.assert_array_equal(cp.asnumpy(got), data[cp.asnumpy(rows)])
+        from numba import cuda
+        ns = cuda.stream()
+        again = rt.gather_rows(a, rows, stream=ns)
+        rt.sync()
+        np.testing.assert_array_equal(again.copy_to_host(), data[cp.asnumpy(rows)])
 
 
 ROWS_PTX = '''
