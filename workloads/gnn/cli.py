@@ -1,7 +1,6 @@
 """The ``gids gnn`` command: GraphSAGE training from storage, each feature path side by side.
 
-``gids/cli.py`` registers it with :func:`add_gnn_arguments`; ``python -m workloads.gnn.cli``
-runs it alone. A synthetic IGB-like data set (:mod:`workloads.gnn.dataset`: a Kronecker graph
+A synthetic IGB-like data set (:mod:`workloads.gnn.dataset`: a Kronecker graph
 of ``2**scale`` vertices, a row of ``--dim`` float32 per vertex in a file, planted labels) is
 made once in ``--dir``. Then, per feature path (:mod:`workloads.gnn.paths`) and, for gids, per
 cache fraction: ``--epochs`` epochs of GraphSAGE (PyG ``SAGEConv``) over ``--train-seeds``
@@ -10,6 +9,9 @@ held-out vertices; with ``--ssd PROFILE --n-ssd 1,4`` the gids rows again under 
 emulation of those drive arrays. ``--gather-only``: no training; rows/s of the feature gather alone over
 ``--batches`` batches of ``--batch-size`` random seeds' sampled node lists.
 Progress goes to stderr; stdout gets a table; ``--json OUT`` writes every row.
+
+``gids/cli.py`` registers it with :func:`add_gnn_arguments`; ``python -m workloads.gnn.cli``
+runs it alone.
 
 Examples::
 
@@ -63,6 +65,13 @@ def _paths(text):
     return names
 
 
+def _page_size(text):
+    value = _positive(text)
+    if value & (value - 1) or not 512 <= value <= 65536:
+        raise argparse.ArgumentTypeError(f"a power of two from 512 to 65536, got {text!r}")
+    return value
+
+
 def _positive(text):
     value = int(text)
     if value < 1:
@@ -102,7 +111,8 @@ def add_gnn_arguments(subparsers):
     s.add_argument("--storage", choices=["memory", "file", "mmap"], default="memory",
                    help="how gids, zero_copy and cpu_batch read the feature file (default "
                         "memory: RAM-backed; file: pread)")
-    s.add_argument("--page-size", type=int, default=512 if SIM else 4096)
+    s.add_argument("--page-size", type=_page_size, default=512 if SIM else 4096,
+                   help="gids page size and the cpu_batch path's read size (default 4096)")
     add_ssd_arguments(s)
     t.add_argument("--no-loader", dest="loader", action="store_false",
                    help="leave out the gids rows trained through gids.torch.NodeLoader (the "
