@@ -85,7 +85,7 @@ def test_gpu_training_loss_falls(tmp_path):
         graph.close()
     losses = [e["loss"] for e in result["epochs"]]
     assert losses[-1] < losses[0]
-    assert result["accuracy"] > 2 / data.classes
+    assert result["accuracy"] > 1.5 / data.classes   # chance is 1 / classes
 
 
 def test_every_path_trains_the_same(data):
