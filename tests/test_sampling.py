@@ -126,3 +126,28 @@ def test_pyg_feature_store(graph):
         assert len(store.get_all_tensor_attrs()) == 1
         with pytest.raises(ConfigError):
             store.put_tensor(torch.zeros(2, 2), group_name="paper", attr_name="y", index=None)
+
+
+@pytest.mark.gpu
+def test_gpu_loader_prefetching_on_a_side_stream(tmp_path):
+    import gids.torch as gt
+    path = tmp_path / "g.csr"
+    generate_kronecker_csr(path, 14, 8, seed=1, drop_self_loops=True, drop_duplicates=True)
+    g = open_csr(path)
+    rng = np.random.default_rng()
+    feats = rng.standard_normal((g.n_vertices, 256)).astype(np.float32)
+    labels = rng.integers(0, 7, size=g.n_vertices)
+    seeds = rng.choice(g.n_vertices, size=3000, replace=False)
+    with gids.Runtime(cache_bytes=4 << 20) as rt:
+        sampler = NeighbourSampler(rt, g.offsets, _open(rt, g), (10, 5), seed=4)
+        loader = gt.NodeLoader(sampler, rt.open_array(feats), labels, seeds, batch_size=512)
+        assert loader.prefetch
+        seen = []
+        for nodes, edge_indices, features, batch_labels in loader:
+            torch.cuda.current_stream().synchronize()
+            n_seeds = len(batch_labels)
+            host_nodes = nodes.cpu().numpy()
+            seen.extend(host_nodes[:n_seeds].tolist())
+            np.testing.assert_array_equal(features.cpu().numpy(), feats[host_nodes])
+            np.testing.assert_array_equal(batch_labels.cpu().numpy(), labels[host_nodes[:n_seeds]])
+        assert sorted(seen) == sorted(seeds.tolist())
