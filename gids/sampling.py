@@ -138,7 +138,9 @@ class NeighbourSampler:
         if isinstance(seeds, torch.Tensor):
             if seeds.device.type == "cpu":
                 self._check_seeds(seeds.numpy())
-            nodes = seeds.to(self.device, torch.int64)
+            nodes = seeds.to(self.device, torch.int64).reshape(-1)
+            if seeds.device.type != "cpu":   # checked on the device (the sampling waits anyway)
+                self._check_device_seeds(nodes)
         else:
             host = np.asarray(seeds)
             self._check_seeds(host)
@@ -164,6 +166,15 @@ class NeighbourSampler:
             frontier = nodes[hop_nodes[-1]:]
             hop_nodes.append(int(nodes.numel()))
         return SampledBatch(nodes, edge_indices, hop_nodes)
+
+    def _check_device_seeds(self, nodes):
+        torch = self._torch
+        if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= self.n_vertices):
+            bad = nodes[(nodes < 0) | (nodes >= self.n_vertices)][0]
+            raise ConfigError(f"gids: seed {int(bad)} is not a vertex "
+                              f"(0..{self.n_vertices - 1})")
+        if torch.unique(nodes).numel() != nodes.numel():
+            raise ConfigError("gids: the seeds of a batch must be distinct")
 
     def _check_seeds(self, host):
         if host.dtype.kind not in "iu" or host.ndim != 1:

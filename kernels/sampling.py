@@ -60,9 +60,15 @@ def sample_hop_template(read):
         chosen = cuda.local.array(MAX_FANOUT, np.int64)
         for f in range(cuda.grid(1), frontier.size, cuda.gridsize(1)):
             v = np.int64(frontier[f])
-            start = offsets[v]
-            d = offsets[v + 1] - start
-            n = min(d, k)
+            n = 0
+            d = 0
+            start = 0
+            # An id that is not a vertex (a corrupt neighbours section) samples nothing: it
+            # must not index offsets (the host's checks catch seeds; the gather, the rest).
+            if v >= 0 and v < offsets.size - 1:
+                start = offsets[v]
+                d = offsets[v + 1] - start
+                n = min(d, k)
             if d <= k:
                 for c in range(n):
                     chosen[c] = c
