@@ -205,6 +205,8 @@ def build_parser():
     add_bfs_arguments(sub)
     from workloads.vector.cli import add_search_arguments
     add_search_arguments(sub)
+    from workloads.gnn.cli import add_gnn_arguments
+    add_gnn_arguments(sub)
     return parser
 
 

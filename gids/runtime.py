@@ -253,7 +253,7 @@ class Runtime:
         # Where sync() reads it back, allocated once: a short launch's sync should not pay for
         # an allocation.
         self._err_host = cuda.pinned_array(L.ERR_WORDS, dtype=np.int64)
-        self._kernels = KernelWaiter()   # what sync() polls
+        self._kernels = KernelWaiter()   # what sync() polls (gids.rows adds its streams)
         self._stats = self._to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
         self._no_zero_copy = self._to_device(np.zeros(1, dtype=np.uint64))
         self._copy_locks = _copy_locks()
@@ -689,6 +689,22 @@ class Runtime:
             gather_kernel[blocks, threads](array.handle, d_idx, out)
             self.sync()
         return out
+
+    def gather_rows(self, array, rows, out=None, stream=None):
+        """Rows ``rows`` of a 2-D ``array`` into ``out`` (any CUDA array: torch, CuPy, Numba) or
+        a new :class:`gids.interop.DeviceArray` (CUDA Array Interface and DLPack), a warp per
+        row through the cache, on ``stream`` (torch/CuPy/Numba stream or raw handle; default
+        stream if None). Does not wait: errors are raised by the next :meth:`sync` or
+        :meth:`check`. Rows are host or device integer arrays of any integer dtype (host ones
+        checked before the launch). See :mod:`gids.rows`."""
+        from gids.rows import gather_rows
+        return gather_rows(self, array, rows, out, stream)
+
+    def check(self):
+        """Without waiting: False while kernels run; once all have ended, :meth:`sync` (raising
+        their first error) and True."""
+        from gids.rows import check
+        return check(self)
 
     def scatter(self, array, indices, values):
         """Write ``array.flat[indices] = values`` on the GPU through the cache (``gids.write``).

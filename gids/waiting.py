@@ -54,15 +54,29 @@ def event_done(event):
 class KernelWaiter:
     """Waits for the kernels queued so far, like ``cuda.synchronize()`` but polling an event,
     so that Ctrl-C is seen meanwhile. One event per owner, recorded again at each wait (a
-    record replaces the event's previous work), made at the first wait."""
+    record replaces the event's previous work), made at the first wait. Launches on other
+    streams (:mod:`gids.rows`) add an event of their own with :meth:`note`; a wait covers them
+    too."""
 
     def __init__(self):
         self._event = None
+        self._on_streams = []   # (event, arrays the launch reads, kept alive until it is done)
+
+    def note(self, event, keep=()):
+        """Wait for ``event`` too (recorded after a launch on another stream)."""
+        self._on_streams.append((event, keep))
+
+    def streams_done(self):
+        """Whether every noted launch has ended (a query, no wait)."""
+        return all(event_done(e) for e, _ in self._on_streams)
 
     def wait(self):
         if SIMULATOR:
             return   # the simulator runs a kernel to its end inside the launch
         from numba import cuda
+        for event, _ in self._on_streams:
+            poll_until(lambda: event_done(event))
+        self._on_streams.clear()
         if self._event is None:
             self._event = cuda.event(timing=False)   # no timestamps: lighter to record and query
         done = self._event

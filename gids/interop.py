@@ -1,0 +1,255 @@
+"""Handing arrays between gids and other GPU libraries (PyTorch, CuPy, Numba): DLPack and the
+CUDA Array Interface out, indices, output arrays and streams in.
+
+What gids returns (:class:`DeviceArray`) carries ``__cuda_array_interface__`` and DLPack
+(``__dlpack__``, ``__dlpack_device__``): ``torch.from_dlpack(a)``, ``cupy.from_dlpack(a)`` and
+``torch.as_tensor(a, device="cuda")`` take it without a copy. In the simulator the array lives
+in host memory and DLPack names the CPU, so ``np.from_dlpack`` and ``torch.from_dlpack`` work
+there too (the same code builds the capsule either way).
+
+What gids takes: indices and output arrays that expose ``__cuda_array_interface__`` (any GPU
+library) or, on the host, numpy arrays and anything ``np.from_dlpack`` reads (a CPU tensor);
+streams as a PyTorch stream (``.cuda_stream``), a CuPy stream (``.ptr``), a Numba stream or a
+raw ``cudaStream_t`` integer.
+"""
+import ctypes
+
+import numpy as np
+from numba import cuda
+
+from gids.errors import ConfigError
+from kernels.platform import SIMULATOR
+
+# ------------------------------------------------------------------ DLPack (v0.8 ABI)
+
+_KDL_CPU = 1
+_KDL_CUDA = 2
+_KDL_INT, _KDL_UINT, _KDL_FLOAT = 0, 1, 2
+_DLPACK_CODES = {"i": _KDL_INT, "u": _KDL_UINT, "f": _KDL_FLOAT}
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                             ("deleter", _DELETER)]
+
+#: What each exported tensor keeps alive (its struct, shape and strides, the owning array),
+#: by the struct's address, until the consumer calls the deleter (or the capsule dies unused).
+_EXPORTED = {}
+
+
+@_DELETER
+def _delete_managed(managed):
+    _EXPORTED.pop(ctypes.addressof(managed.contents), None)
+
+
+_CAPSULE_NAME = b"dltensor"
+_pyapi = ctypes.pythonapi
+_pyapi.PyCapsule_New.restype = ctypes.py_object
+_pyapi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_pyapi.PyCapsule_IsValid.restype = ctypes.c_int
+_pyapi.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_pyapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_pyapi.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _capsule_destructor(capsule):
+    # A consumer renames the capsule ("used_dltensor") and owns the tensor; one never consumed
+    # still holds its name, and its tensor is freed here.
+    if _pyapi.PyCapsule_IsValid(capsule, _CAPSULE_NAME):
+        address = _pyapi.PyCapsule_GetPointer(capsule, _CAPSULE_NAME)
+        _EXPORTED.pop(address, None)
+
+
+def dlpack_capsule(owner, data_ptr, shape, strides_bytes, dtype, device):
+    """A ``"dltensor"`` capsule over memory that ``owner`` keeps alive (strides in bytes)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in _DLPACK_CODES:
+        raise ConfigError(f"gids: no DLPack type for {dtype}")
+    ndim = len(shape)
+    shape_c = (ctypes.c_int64 * max(ndim, 1))(*shape)
+    strides_c = (ctypes.c_int64 * max(ndim, 1))(*(s // dtype.itemsize for s in strides_bytes))
+    managed = _DLManagedTensor()
+    t = managed.dl_tensor
+    t.data = data_ptr
+    t.device = _DLDevice(*device)
+    t.ndim = ndim
+    t.dtype = _DLDataType(_DLPACK_CODES[dtype.kind], dtype.itemsize * 8, 1)
+    t.shape = ctypes.cast(shape_c, ctypes.POINTER(ctypes.c_int64))
+    t.strides = ctypes.cast(strides_c, ctypes.POINTER(ctypes.c_int64))
+    t.byte_offset = 0
+    managed.manager_ctx = None
+    managed.deleter = _delete_managed
+    address = ctypes.addressof(managed)
+    _EXPORTED[address] = (managed, shape_c, strides_c, owner)
+    return _pyapi.PyCapsule_New(address, _CAPSULE_NAME,
+                                ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+
+
+# ------------------------------------------------------------------ streams
+
+def stream_handle(stream):
+    """``(handle, device)`` of a stream given as None (the default stream), a PyTorch, CuPy or
+    Numba stream, or a raw ``cudaStream_t`` integer; ``device`` is None where the object does
+    not say (a raw handle, a Numba stream)."""
+    if stream is None:
+        return 0, None
+    if isinstance(stream, (int, np.integer)) and not isinstance(stream, bool):
+        return int(stream), None
+    if hasattr(stream, "cuda_stream"):            # torch.cuda.Stream
+        device = getattr(stream, "device", None)
+        return int(stream.cuda_stream), getattr(device, "index", device)
+    if hasattr(stream, "ptr") and hasattr(stream, "device_id"):   # cupy.cuda.Stream
+        return int(stream.ptr), int(stream.device_id)
+    if hasattr(stream, "handle") and not SIMULATOR:  # a numba stream: int() is its handle
+        return int(stream), None
+    if SIMULATOR and type(stream).__module__.startswith("numba.cuda.simulator"):
+        return 0, None
+    raise ConfigError(f"gids: stream must be a torch or CuPy stream, a Numba stream or an "
+                      f"integer handle, got {type(stream).__name__}")
+
+
+def current_device_id():
+    """The id of the device this thread's CUDA context is on (0 in the simulator)."""
+    if SIMULATOR:
+        return 0
+    return cuda.get_current_device().id
+
+
+def numba_stream(handle):
+    """A Numba stream for ``handle`` (0: the default stream; the simulator ignores streams)."""
+    if SIMULATOR or handle == 0:
+        return cuda.default_stream()
+    return cuda.external_stream(handle)
+
+
+# ------------------------------------------------------------------ arrays in
+
+def device_of(obj):
+    """The CUDA device an array object says it is on (torch ``.device.index``, CuPy
+    ``.device.id``), or None."""
+    device = getattr(obj, "device", None)
+    if device is None:
+        return None
+    for name in ("index", "id"):
+        value = getattr(device, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def is_cuda_array(obj):
+    """True for an object on the GPU: it has ``__cuda_array_interface__`` (or, in the
+    simulator, is one of its device arrays)."""
+    if SIMULATOR and hasattr(obj, "copy_to_host"):
+        return True
+    try:
+        return hasattr(obj, "__cuda_array_interface__")
+    except Exception:   # noqa: BLE001  (torch raises for CPU tensors on some versions)
+        return False
+
+
+def as_numba(obj):
+    """A Numba device array over a CUDA array object's memory (no copy)."""
+    if isinstance(obj, DeviceArray):
+        return obj.device_array
+    if SIMULATOR:
+        return obj
+    # sync=False: the launch is ordered on the caller's stream, not on the producer's.
+    return cuda.as_cuda_array(obj, sync=False)
+
+
+def as_host(obj):
+    """A numpy view of a host array object (numpy, a CPU tensor through DLPack, a list)."""
+    if isinstance(obj, np.ndarray):
+        return obj
+    if hasattr(obj, "__dlpack__"):
+        try:
+            return np.from_dlpack(obj)
+        except (BufferError, TypeError, RuntimeError):
+            pass
+    return np.asarray(obj)
+
+
+# ------------------------------------------------------------------ arrays out
+
+class DeviceArray:
+    """A GPU array that gids made: CUDA Array Interface and DLPack over a Numba device array.
+
+    ``torch.from_dlpack(a)``, ``cupy.from_dlpack(a)``, ``cupy.asarray(a)`` and
+    ``torch.as_tensor(a, device="cuda")`` see the same memory, without a copy. ``ready`` is
+    the CUDA event (or None) after which the contents are final: a consumer that passes its
+    stream to ``__dlpack__`` has that stream wait for it.
+    """
+
+    def __init__(self, device_array, ready=None):
+        self.device_array = device_array
+        self.ready = ready
+
+    shape = property(lambda self: tuple(self.device_array.shape))
+    dtype = property(lambda self: np.dtype(self.device_array.dtype))
+    ndim = property(lambda self: len(self.device_array.shape))
+    size = property(lambda self: int(self.device_array.size))
+
+    def __len__(self):
+        return self.shape[0]
+
+    def copy_to_host(self):
+        """The contents as a numpy array (waits for them)."""
+        return self.device_array.copy_to_host()
+
+    def __array__(self, dtype=None, copy=None):
+        host = self.copy_to_host()
+        return host if dtype is None else host.astype(dtype)
+
+    @property
+    def __cuda_array_interface__(self):
+        if SIMULATOR:
+            raise AttributeError("the simulator's arrays are in host memory (use DLPack)")
+        return self.device_array.__cuda_array_interface__
+
+    def __dlpack_device__(self):
+        if SIMULATOR:
+            return (_KDL_CPU, 0)
+        return (_KDL_CUDA, current_device_id())
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        if copy:
+            raise BufferError("gids: DeviceArray exports its own memory only (copy=True)")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"gids: the array is on {self.__dlpack_device__()}, "
+                              f"not {tuple(dl_device)}")
+        if SIMULATOR:
+            host = self.device_array._ary if hasattr(self.device_array, "_ary") \
+                else np.asarray(self.device_array)
+            return dlpack_capsule(host, host.ctypes.data, host.shape, host.strides,
+                                  host.dtype, (_KDL_CPU, 0))
+        if self.ready is not None and stream != -1:
+            # DLPack's stream: None or 1 is the legacy default stream, 2 the per-thread one.
+            handle = 0 if stream in (None, 1) else int(stream)
+            self.ready.wait(numba_stream(handle))
+        cai = self.device_array.__cuda_array_interface__
+        d = self.device_array
+        return dlpack_capsule(d, cai["data"][0], d.shape, d.strides, d.dtype,
+                              (_KDL_CUDA, current_device_id()))
+
+    def __repr__(self):
+        return f"gids.DeviceArray(shape={self.shape}, dtype={self.dtype})"

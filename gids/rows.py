@@ -1,0 +1,132 @@
+"""``Runtime.gather_rows``: whole rows of a 2-D array, through the cache, into any CUDA array,
+asynchronously on the caller's stream.
+
+The kernel (:mod:`kernels.rows`) copies a row per warp, a page at a time through
+``pin_page`` / ``pinned`` / ``unpin_page``. Everything a caller can get wrong is checked here,
+before any kernel: the array (2-D, this Runtime's), host row indices (range), ``out`` (shape,
+dtype, on the GPU, on this device), the stream (its device). Device row indices are checked by
+the kernel (an out-of-range row is recorded and raised by the next :meth:`Runtime.sync`).
+
+The launch does not wait. Its kernel's errors are raised by the next :meth:`Runtime.sync`
+(which waits for launches on every stream) or :meth:`Runtime.check` (which does not wait).
+"""
+import numpy as np
+
+from gids.errors import ConfigError, IndexOutOfRangeError
+from gids.interop import (DeviceArray, as_host, as_numba, current_device_id, device_of,
+                          is_cuda_array, numba_stream, stream_handle)
+from kernels.platform import SIMULATOR
+
+#: Threads per block of the launch; blocks: enough warps for the rows, at most this many.
+THREADS = 32 if SIMULATOR else 256
+MAX_BLOCKS = 2 if SIMULATOR else 132 * 16
+
+
+def _row_indices(rt, rows, n_rows):
+    """``rows`` as a 1-D integer device array; host indices range-checked here."""
+    if is_cuda_array(rows):
+        d = as_numba(rows)
+        if d.ndim != 1 or np.dtype(d.dtype).kind not in "iu":
+            raise ConfigError(f"gids: gather_rows takes a 1-D array of integer row indices, "
+                              f"got a {d.ndim}-D array of {d.dtype}")
+        device = device_of(rows)
+        if device is not None and device != current_device_id():
+            raise ConfigError(f"gids: the row indices are on device {device}, the Runtime on "
+                              f"device {current_device_id()}")
+        return d
+    host = as_host(rows)
+    if host.dtype.kind not in "iu" or host.ndim > 1:
+        raise ConfigError(f"gids: gather_rows takes a 1-D array of integer row indices, got a "
+                          f"{host.ndim}-D array of {host.dtype}")
+    host = host.reshape(-1)
+    if host.dtype.kind == "u" and host.dtype.itemsize == 8:
+        bad = host >= n_rows
+    else:
+        bad = (host < 0) | (host >= n_rows)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise IndexOutOfRangeError(f"gids: row {int(host[first])} (position {first}) is out of "
+                                   f"range for an array of {n_rows} rows")
+    return rt._to_device(np.ascontiguousarray(host))
+
+
+def _output(out, n, width, dtype):
+    """``(numba array to write, what to return)`` for ``out``; a new array if None."""
+    from numba import cuda
+    if out is None:
+        d = cuda.device_array((n, width), dtype=dtype)
+        return d, DeviceArray(d)
+    if not is_cuda_array(out):
+        if SIMULATOR:   # host memory stands for GPU memory there: numpy, a CPU tensor
+            d = as_host(out)
+            if not d.flags.writeable:
+                raise ConfigError("gids: out is read-only")
+        else:
+            raise ConfigError(f"gids: out must be a CUDA array (with __cuda_array_interface__: "
+                              f"torch, CuPy, Numba), got {type(out).__name__}")
+    else:
+        d = as_numba(out)
+        device = device_of(out)
+        if device is not None and device != current_device_id():
+            raise ConfigError(f"gids: out is on device {device}, the Runtime on device "
+                              f"{current_device_id()}")
+    if tuple(d.shape) != (n, width) or np.dtype(d.dtype) != dtype:
+        raise ConfigError(f"gids: out must be ({n}, {width}) of {dtype}, got "
+                          f"{tuple(d.shape)} of {np.dtype(d.dtype)}")
+    return d, out
+
+
+def gather_rows(rt, array, rows, out=None, stream=None):
+    """See :meth:`gids.Runtime.gather_rows`."""
+    from kernels.rows import ROWS_PER_WARP, gather_rows_kernel
+    rt._check_array(array, "gather_rows")
+    if array.ndim != 2:
+        raise ConfigError(f"gids: gather_rows needs a 2-D array, got shape {array.shape}")
+    n_rows, width = array.shape
+    handle, stream_device = stream_handle(stream)
+    if stream_device is not None and stream_device != current_device_id():
+        raise ConfigError(f"gids: the stream is on device {stream_device}, the Runtime on "
+                          f"device {current_device_id()}")
+    d_rows = _row_indices(rt, rows, n_rows)
+    target, result = _output(out, d_rows.size, width, array.dtype)
+    if d_rows.size == 0:
+        return result
+    warps = THREADS // 32
+    blocks = max(1, min(-(-d_rows.size // (warps * ROWS_PER_WARP)), MAX_BLOCKS))
+    s = numba_stream(handle)
+    gather_rows_kernel()[blocks, THREADS, s](array.handle, d_rows, np.int64(width), target)
+    # the row indices copied here live until the launch is known to be done
+    ready = note_launch(rt, s, keep=(d_rows,))
+    if isinstance(result, DeviceArray):
+        result.ready = ready
+    return result
+
+
+def note_launch(rt, stream, keep=()):
+    """Record an event on ``stream`` (a Numba stream) after a launch, for :meth:`Runtime.sync`
+    and :meth:`Runtime.check` to wait for; ``keep``: arrays the launch reads that nothing else
+    holds, kept until then. Returns the event (None in the simulator)."""
+    from numba import cuda
+    if SIMULATOR:
+        return None
+    ready = cuda.event(timing=False)
+    ready.record(stream)
+    rt._kernels.note(ready, keep)
+    return ready
+
+
+def check(rt):
+    """See :meth:`gids.Runtime.check`."""
+    from numba import cuda
+    from gids.waiting import event_done
+    rt._check_open()
+    if not SIMULATOR:
+        on_default = cuda.event(timing=False)
+        on_default.record()
+        if not (event_done(on_default) and rt._kernels.streams_done()):
+            return False
+    rt.sync()
+    return True
+
+
+__all__ = ["gather_rows", "check", "note_launch"]

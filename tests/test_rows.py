@@ -1,0 +1,216 @@
+"""``Runtime.gather_rows``: rows equal numpy's (rows within a page, across pages, wider than a
+page), any integer index type, outputs of numpy/torch/Numba, DLPack out, and the named errors
+before any kernel."""
+import types
+
+import numpy as np
+import pytest
+
+import gids
+from gids.errors import ConfigError, IndexOutOfRangeError
+from gids.interop import DeviceArray
+from kernels.platform import SIMULATOR
+
+try:
+    import torch
+except ImportError:   # the torch extra is not installed
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed (extra: torch)")
+
+PAGE = 512   # 128 float32 a page: rows of 24 cross pages, of 200 span two or three, of 256 two
+#              (page-aligned: two rows a warp)
+
+
+def _runtime():
+    return gids.Runtime(page_size=PAGE, cache_pages=8, daemon_threads=1, queues=2)
+
+
+def _poisoned(shape, dtype):
+    out = np.empty(shape, dtype=dtype)
+    out.view(np.uint8)[:] = 0xA5
+    return out
+
+
+@pytest.mark.parametrize("width", [24, 200, 256])
+def test_rows_equal_numpy(width):
+    rng = np.random.default_rng()
+    data = rng.standard_normal((40, width)).astype(np.float32)
+    rows = rng.integers(0, 40, size=9).astype(np.int32)
+    with _runtime() as rt:
+        a = rt.open_array(data)
+        got = rt.gather_rows(a, rows)
+        assert isinstance(got, DeviceArray) and got.shape == (9, width)
+        rt.sync()
+        np.testing.assert_array_equal(got.copy_to_host(), data[rows])
+        # DLPack and numpy's protocol see the same rows
+        np.testing.assert_array_equal(np.from_dlpack(got), data[rows])
+        np.testing.assert_array_equal(np.asarray(got), data[rows])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint32, np.int64, np.uint64])
+def test_any_integer_index_type_into_given_out(dtype):
+    rng = np.random.default_rng()
+    data = rng.integers(-1000, 1000, size=(30, 16)).astype(np.int64)
+    rows = rng.integers(0, 30, size=5).astype(dtype)
+    out = _poisoned((5, 16), np.int64)
+    with _runtime() as rt:
+        a = rt.open_array(data)
+        assert rt.gather_rows(a, rows, out=out) is out
+        assert rt.check() is True
+    np.testing.assert_array_equal(out, data[rows.astype(np.int64)])
+
+
+def test_device_indices_and_device_out():
+    from numba import cuda
+    rng = np.random.default_rng()
+    data = rng.standard_normal((25, 40)).astype(np.float64)
+    rows = rng.integers(0, 25, size=6)
+    with _runtime() as rt:
+        a = rt.open_array(data)
+        out = cuda.to_device(_poisoned((6, 40), np.float64))
+        rt.gather_rows(a, cuda.to_device(rows.astype(np.int32)), out=out)
+        rt.sync()
+        np.testing.assert_array_equal(out.copy_to_host(), data[rows])
+
+
+def test_device_row_out_of_range_raised_at_sync():
+    from numba import cuda
+    data = np.arange(10 * 8, dtype=np.float32).reshape(10, 8)
+    with _runtime() as rt:
+        a = rt.open_array(data)
+        rt.gather_rows(a, cuda.to_device(np.array([1, 10], dtype=np.int64)))
+        with pytest.raises(IndexOutOfRangeError):
+            rt.sync()
+        # the Runtime is usable again
+        got = rt.gather_rows(a, [3])
+        rt.sync()
+        np.testing.assert_array_equal(got.copy_to_host(), data[[3]])
+
+
+@needs_torch
+def test_torch_indices_and_out():
+    rng = np.random.default_rng()
+    data = rng.standard_normal((33, 20)).astype(np.float32)
+    rows = torch.from_numpy(rng.integers(0, 33, size=7)).to(torch.int16)
+    out = torch.full((7, 20), float("nan"))
+    with _runtime() as rt:
+        a = rt.open_array(data)
+        rt.gather_rows(a, rows, out=out)
+        rt.sync()
+        got = rt.gather_rows(a, rows)
+        rt.sync()
+        from_dl = torch.from_dlpack(got)
+    np.testing.assert_array_equal(out.numpy(), data[rows.numpy()])
+    np.testing.assert_array_equal(from_dl.numpy(), data[rows.numpy()])
+
+
+def test_named_errors_before_any_kernel():
+    data = np.zeros((10, 8), dtype=np.float32)
+    with _runtime() as rt:
+        a = rt.open_array(data)
+        flat = rt.open_array(np.zeros(80, dtype=np.float32))
+        with pytest.raises(IndexOutOfRangeError, match="row 10"):
+            rt.gather_rows(a, [0, 10])
+        with pytest.raises(IndexOutOfRangeError, match="row -1"):
+            rt.gather_rows(a, np.array([-1], dtype=np.int8))
+        with pytest.raises(ConfigError, match="2-D"):
+            rt.gather_rows(flat, [0])
+        with pytest.raises(ConfigError, match=r"\(2, 8\) of float32"):
+            rt.gather_rows(a, [0, 1], out=np.zeros((2, 7), dtype=np.float32))
+        with pytest.raises(ConfigError, match=r"\(2, 8\) of float32"):
+            rt.gather_rows(a, [0, 1], out=np.zeros((2, 8), dtype=np.float64))
+        with pytest.raises(ConfigError, match="integer row indices"):
+            rt.gather_rows(a, [0.5])
+        other_device = types.SimpleNamespace(ptr=1234, device_id=1)   # a CuPy stream's shape
+        with pytest.raises(ConfigError, match="stream is on device 1"):
+            rt.gather_rows(a, [0], stream=other_device)
+        with pytest.raises(ConfigError, match="stream must be"):
+            rt.gather_rows(a, [0], stream="fast")
+        assert a.resident_pages() == 0   # nothing ran
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="simulator: streams are accepted and ignored")
+def test_streams_accepted_in_simulator():
+    data = np.arange(6 * 8, dtype=np.int32).reshape(6, 8)
+    with _runtime() as rt:
+        a = rt.open_array(data)
+        got = rt.gather_rows(a, [5, 0], stream=types.SimpleNamespace(ptr=7, device_id=0))
+        got2 = rt.gather_rows(a, [1], stream=0)
+        rt.sync()
+    np.testing.assert_array_equal(got.copy_to_host(), data[[5, 0]])
+    np.testing.assert_array_equal(got2.copy_to_host(), data[[1]])
+
+
+# ------------------------------------------------------------------ on the GPU
+
+@pytest.mark.gpu
+def test_gpu_torch_out_on_a_torch_stream():
+    torch_ = pytest.importorskip("torch")
+    rng = np.random.default_rng()
+    data = rng.standard_normal((5000, 1024)).astype(np.float32)
+    rows = torch_.from_numpy(rng.integers(0, 5000, size=3000)).cuda()
+    with gids.Runtime(cache_bytes=4 << 20) as rt:
+        a = rt.open_array(data)
+        out = torch_.full((3000, 1024), float("nan"), device="cuda")
+        s = torch_.cuda.Stream()
+        s.wait_stream(torch_.cuda.current_stream())   # out's fill first (torch's rule)
+        rt.gather_rows(a, rows, out=out, stream=s)
+        rt.sync()
+        np.testing.assert_array_equal(out.cpu().numpy(), data[rows.cpu().numpy()])
+        got = torch_.from_dlpack(rt.gather_rows(a, rows.to(torch_.int32)))
+        torch_.cuda.synchronize()
+        rt.sync()
+        np.testing.assert_array_equal(got.cpu().numpy(), data[rows.cpu().numpy()])
+
+
+@pytest.mark.gpu
+def test_gpu_cupy_out_and_indices():
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng()
+    data = rng.standard_normal((3000, 300)).astype(np.float32)   # rows span pages
+    rows = cp.asarray(rng.integers(0, 3000, size=2000).astype(np.uint32))
+    with gids.Runtime(cache_bytes=1 << 20) as rt:
+        a = rt.open_array(data)
+        out = cp.full((2000, 300), cp.nan, dtype=cp.float32)
+        s = cp.cuda.Stream(non_blocking=True)
+        cp.cuda.get_current_stream().synchronize()    # out's fill first
+        rt.gather_rows(a, rows, out=out, stream=s)
+        while not rt.check():
+            pass
+        np.testing.assert_array_equal(cp.asnumpy(out), data[cp.asnumpy(rows)])
+        got = cp.from_dlpack(rt.gather_rows(a, rows))
+        rt.sync()
+        np.testing.assert_array_equal(cp.asnumpy(got), data[cp.asnumpy(rows)])
+        from numba import cuda
+        ns = cuda.stream()
+        again = rt.gather_rows(a, rows, stream=ns)
+        rt.sync()
+        np.testing.assert_array_equal(again.copy_to_host(), data[cp.asnumpy(rows)])
+
+
+ROWS_PTX = '''
+import os
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+import numpy as np
+import numba.cuda.dispatcher as dispatcher
+from numba import cuda, typeof, types
+
+class _Hopper:
+    compute_capability = (9, 0)
+dispatcher.get_current_device = lambda: _Hopper()
+from tests.helpers import fake_handle
+from kernels.rows import gather_rows_kernel
+h = fake_handle(np.float32)
+ptx, _ = cuda.compile_ptx(gather_rows_kernel().py_func,
+                          (typeof(h), types.int32[::1], types.int64, types.float32[:, :]),
+                          cc=(9, 0))
+# a lookup per page, not per element: the pin's and the unpin's match.any, the miss path's call
+print("MATCH", ptx.count("match.any.sync"), "CALLS", ptx.count("call.uni"))
+'''
+
+
+def test_row_kernel_compiles_for_the_gpu_with_one_lookup_per_page():
+    from tests.helpers import run_compile_script
+    proc = run_compile_script(ROWS_PTX)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "MATCH 2 CALLS 1" in proc.stdout, proc.stdout

@@ -1,0 +1,297 @@
+"""The ``gids gnn`` command: GraphSAGE training from storage, each feature path side by side.
+
+A synthetic IGB-like data set (:mod:`workloads.gnn.dataset`: a Kronecker graph
+of ``2**scale`` vertices, a row of ``--dim`` float32 per vertex in a file, planted labels) is
+made once in ``--dir``. Then, per feature path (:mod:`workloads.gnn.paths`) and, for gids, per
+cache fraction: ``--epochs`` epochs of GraphSAGE (PyG ``SAGEConv``) over ``--train-seeds``
+seeds, the epoch split into sampling, feature gather and training, and the accuracy on
+held-out vertices; with ``--ssd PROFILE --n-ssd 1,4`` the gids rows again under real-time
+emulation of those drive arrays. ``--gather-only``: no training; rows/s of the feature gather alone over
+``--batches`` batches of ``--batch-size`` random seeds' sampled node lists.
+Progress goes to stderr; stdout gets a table; ``--json OUT`` writes every row.
+
+``gids/cli.py`` registers it with :func:`add_gnn_arguments`; ``python -m workloads.gnn.cli``
+runs it alone.
+
+Examples::
+
+    gids gnn --scale 20 --epochs 2 --data-path gids,memory,zero_copy,mmap,cpu_batch
+    gids gnn --gather-only --scale 20 --fanouts 10,5,5 --cache-fractions 0.25,1
+"""
+import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda loads)
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from workloads.ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_record,
+                                   emulations)
+
+SIM = gids.SIMULATOR
+PATHS = ("gids", "memory", "zero_copy", "mmap", "cpu_batch")
+
+
+def _ints(text):
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _fractions(text):
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated fractions, got {text!r}")
+    if not values or min(values) <= 0 or max(values) > 1:
+        raise argparse.ArgumentTypeError(f"fractions must be in (0, 1], got {text!r}")
+    return values
+
+
+def _paths(text):
+    names = tuple(v.strip() for v in text.split(",") if v.strip())
+    bad = [n for n in names if n not in PATHS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown data path(s) {bad}; choose from "
+                                         f"{','.join(PATHS)}")
+    return names
+
+
+def _page_size(text):
+    value = _positive(text)
+    if value & (value - 1) or not 512 <= value <= 65536:
+        raise argparse.ArgumentTypeError(f"a power of two from 512 to 65536, got {text!r}")
+    return value
+
+
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def add_gnn_arguments(subparsers):
+    p = subparsers.add_parser(
+        "gnn", help="GraphSAGE training from storage: gids vs. GPU memory, zero-copy, the mmap "
+                    "loader and CPU batches (or --gather-only: feature rows/s)",
+        description=__doc__.split("\n\n")[1])
+    d = p.add_argument_group("data set")
+    d.add_argument("--scale", type=_positive, default=7 if SIM else 20,
+                   help="2**scale vertices (default 20; 7 in the simulator)")
+    d.add_argument("--edgefactor", type=_positive, default=8, help="edges per vertex (default 8)")
+    d.add_argument("--dim", type=_positive, default=16 if SIM else 1024,
+                   help="float32 features per vertex (default 1024; 16 in the simulator)")
+    d.add_argument("--classes", type=_positive, default=16)
+    d.add_argument("--dir", default=None, help="where the data set is made or found "
+                                               "(default: a temporary directory)")
+    t = p.add_argument_group("training")
+    t.add_argument("--fanouts", type=_ints, default=(15, 10, 5),
+                   help="neighbours per hop (default 15,10,5; the layer count)")
+    t.add_argument("--batch-size", type=_positive, default=8 if SIM else 1024)
+    t.add_argument("--epochs", type=_positive, default=1)
+    t.add_argument("--train-seeds", type=_positive, default=16 if SIM else 1 << 16,
+                   help="training vertices (default 65,536; 16 in the simulator)")
+    t.add_argument("--eval-seeds", type=_positive, default=16 if SIM else 8192)
+    t.add_argument("--hidden", type=_positive, default=16 if SIM else 256)
+    t.add_argument("--lr", type=float, default=0.003)
+    s = p.add_argument_group("data paths")
+    s.add_argument("--data-path", type=_paths, default=PATHS,
+                   help=f"comma-separated, from {','.join(PATHS)} (default all)")
+    s.add_argument("--cache-fractions", type=_fractions, default=(0.25, 1.0),
+                   help="gids cache sizes as fractions of the features (default 0.25,1)")
+    s.add_argument("--storage", choices=["memory", "file", "mmap"], default="memory",
+                   help="how gids, zero_copy and cpu_batch read the feature file (default "
+                        "memory: RAM-backed; file: pread)")
+    s.add_argument("--page-size", type=_page_size, default=512 if SIM else 4096,
+                   help="gids page size and the cpu_batch path's read size (default 4096)")
+    add_ssd_arguments(s)
+    t.add_argument("--no-loader", dest="loader", action="store_false",
+                   help="leave out the gids rows trained through gids.torch.NodeLoader (the "
+                        "next batch sampled and gathered during each step; wall time only)")
+    g = p.add_argument_group("gather-only benchmark")
+    g.add_argument("--gather-only", action="store_true",
+                   help="time the feature gather alone (no training)")
+    g.add_argument("--batches", type=_positive, default=2 if SIM else 16,
+                   help="batches of random seeds whose node lists are gathered (default 16)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    p.set_defaults(func=cmd_gnn)
+    return p
+
+
+def _say(text):
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _progress(stage, done, total, width=30):
+    frac = done / total if total else 1.0
+    sys.stderr.write(f"\r  {stage} [{'#' * int(width * frac):<{width}}] {frac:6.1%}")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def _variants(args, arrays):
+    """(label, path name, cache fraction, emulated SSD array or None) per row to run."""
+    rows = []
+    for name in args.data_path:
+        if name == "gids":
+            rows += [(f"gids {f:.0%}", "gids", f, None) for f in args.cache_fractions]
+            if args.loader and not args.gather_only:
+                rows += [(f"gids {f:.0%} loader", "gids_loader", f, None)
+                         for f in args.cache_fractions]
+            rows += [(f"gids {f:.0%} on {em.label}", "gids", f, em)
+                     for em in arrays for f in args.cache_fractions]
+        else:
+            rows.append((name, name, None, None))
+    return rows
+
+
+def cmd_gnn(args):
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        _say("gids gnn: needs PyTorch and torch_geometric (pip install 'gids[torch]')")
+        return 2
+    if not args.gather_only:
+        try:
+            import torch_geometric  # noqa: F401
+        except ImportError:
+            _say("gids gnn: training needs torch_geometric (pip install torch-geometric); "
+                 "--gather-only runs without it")
+            return 2
+    try:
+        arrays = emulations(args, "gids" in args.data_path)
+    except ValueError as exc:
+        _say(f"gids gnn: error: {exc}")
+        return 2
+    from kernels.sampling import MAX_FANOUT
+    if max(args.fanouts) > MAX_FANOUT:
+        _say(f"gids gnn: error: fan-outs are at most {MAX_FANOUT}")
+        return 2
+    from workloads.gnn.dataset import make_dataset
+    from workloads.gnn.paths import make_feature_path
+    from workloads.gnn import train
+
+    with tempfile.TemporaryDirectory(prefix="gids-gnn-") as tmp:
+        directory = Path(args.dir) if args.dir else Path(tmp)
+        t0 = time.perf_counter()
+        data = make_dataset(directory, args.scale, args.dim, edgefactor=args.edgefactor,
+                            classes=args.classes, seed=args.seed, progress=_progress)
+        _say(f"data set: {data.n_vertices:,} vertices, {data.graph.n_edges:,} adjacency "
+             f"entries, features {data.feature_bytes / 2**30:.2f} GiB "
+             f"({time.perf_counter() - t0:.1f} s)")
+        rng = np.random.default_rng([args.seed, 3])
+        n = data.n_vertices
+        n_train = min(args.train_seeds, n)
+        order = rng.permutation(n)
+        train_seeds = order[:n_train]
+        eval_seeds = order[n_train:n_train + min(args.eval_seeds, n - n_train)]
+        graph = train.GraphSampler(data, args.fanouts, args.seed, page_size=args.page_size)
+        results = []
+        try:
+            node_lists = None
+            if args.gather_only:
+                node_lists = []
+                for b in range(args.batches):
+                    seeds = rng.choice(n, size=min(args.batch_size, n), replace=False)
+                    node_lists.append(graph.sampler.sample(seeds, batch=b).nodes)
+                graph.rt.sync()
+            # The most rows one batch can have (buffers of the mmap and cpu_batch paths).
+            if node_lists:
+                max_rows = max(int(x.numel()) for x in node_lists)
+            else:
+                reach, width = 1, 1
+                for k in args.fanouts:
+                    width *= k
+                    reach += width
+                max_rows = min(n, args.batch_size * reach)
+            for label, name, fraction, em in _variants(args, arrays):
+                _say(f"{label}:")
+                path = make_feature_path("gids" if name == "gids_loader" else name, data,
+                                         cache_fraction=fraction or 1.0,
+                                         runtime_options=em.runtime_options if em else None,
+                                         storage=args.storage, page_size=args.page_size,
+                                         max_rows=max_rows)
+                try:
+                    if args.gather_only:
+                        row = train.gather_benchmark(data, path, node_lists)
+                        _say(f"    {row['rows_per_s']:,.0f} rows/s ({row['gb_per_s']:.2f} GB/s)")
+                    else:
+                        run = train.run_loader_epochs if name == "gids_loader" \
+                            else train.run_epochs
+                        row = run(data, path, graph, train_seeds=train_seeds,
+                                  eval_seeds=eval_seeds, batch_size=args.batch_size,
+                                  epochs=args.epochs, hidden=args.hidden, lr=args.lr,
+                                  seed=args.seed, log=_say)
+                        _say(f"    accuracy {row['accuracy']:.4f}")
+                    if hasattr(path, "stats"):
+                        row["cache"] = path.stats()
+                finally:
+                    path.close()
+                results.append(dict(label=label, path=name, cache_fraction=fraction,
+                                    emulation=emulation_record(em), **row))
+        finally:
+            graph.close()
+    _print_table(args, results)
+    if arrays:
+        print("\n" + EMULATION_NOTE)
+    if args.json:
+        report = {"command": " ".join(sys.argv), "mode": "gather" if args.gather_only
+                  else "train", "simulator": SIM, "scale": args.scale, "dim": args.dim,
+                  "edgefactor": args.edgefactor, "fanouts": list(args.fanouts),
+                  "batch_size": args.batch_size, "storage": args.storage,
+                  "n_vertices": data.n_vertices, "feature_bytes": data.feature_bytes,
+                  "rows": results}
+        Path(args.json).write_text(json.dumps(report, indent=2, default=float) + "\n")
+        _say(f"wrote {args.json}")
+    return 0
+
+
+def _print_table(args, results):
+    if args.gather_only:
+        base = {r["path"]: r["rows_per_s"] for r in results if r["path"] != "gids"}
+        print("feature rows gathered per second (the same node lists on every path)\n")
+        print(f"| path | rows/s | GB/s | x mmap | x zero_copy | x memory |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in results:
+            ratios = [f"{r['rows_per_s'] / base[k]:.2f}" if k in base else "-"
+                      for k in ("mmap", "zero_copy", "memory")]
+            print(f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['gb_per_s']:.2f} | "
+                  + " | ".join(ratios) + " |")
+        return
+    mmap = next((r for r in results if r["path"] == "mmap"), None)
+    print("| path | epoch s | sample s | gather s | train s | x mmap | last loss | accuracy |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        e = r["epochs"][-1]
+        ratio = f"{mmap['epochs'][-1]['epoch_s'] / e['epoch_s']:.2f}" if mmap else "-"
+        phases = " | ".join("-" if e[k] is None else f"{e[k]:.2f}"
+                            for k in ("sample_s", "gather_s", "train_s"))
+        print(f"| {r['label']} | {e['epoch_s']:.2f} | {phases} | {ratio} | {e['last_loss']:.4f} "
+              f"| {r['accuracy']:.4f} |")
+    same = len({(round(r["accuracy"], 6), round(r["epochs"][-1]["loss"], 4))
+                for r in results}) == 1
+    print(f"\nsame loss and accuracy on every path: {'yes' if same else 'NO'}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m workloads.gnn.cli")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    add_gnn_arguments(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
