@@ -12,7 +12,7 @@ from gids.array import SUPPORTED_DTYPES, StorageArray
 from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError,
                          GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError, StorageIOError)
 from gids.stats import Stats
-from host_daemon.daemon import HostDaemon
+from host_daemon.daemon import ENGINES, HostDaemon
 from host_daemon.nvme_controller import NvmeController
 from host_daemon.ssd_model import SsdModel
 from host_daemon.trace import TraceWriter
@@ -217,7 +217,7 @@ class Runtime:
 
     def __init__(self, backend="host", *, cache_bytes=None, cache_pages=None, page_size=None,
                  daemon_threads=None, queues=None, queue_depth=None, timeout=None, ssd=None,
-                 n_ssd=1, trace=None):
+                 n_ssd=1, trace=None, engine=None, engine_depth=None):
         if backend not in BACKENDS:
             raise ConfigError(f"gids: unknown backend {backend!r}; choose one of {BACKENDS}")
         page_size = defaults.get("page_size") if page_size is None else int(page_size)
@@ -254,6 +254,14 @@ class Runtime:
                           else int(daemon_threads))
         if daemon_threads < 1:
             raise ConfigError(f"gids: daemon_threads must be >= 1, got {daemon_threads}")
+        engine = defaults.get("engine") if engine is None else engine
+        if engine not in ENGINES:
+            raise ConfigError(f"gids: engine must be one of {', '.join(map(repr, ENGINES))}, "
+                              f"got {engine!r}")
+        engine_depth = (defaults.get("engine_depth") if engine_depth is None
+                        else int(engine_depth))
+        if not 1 <= engine_depth <= 32768:
+            raise ConfigError(f"gids: engine_depth must be 1..32768, got {engine_depth}")
         timeout = defaults.get("timeout") if timeout is None else float(timeout)
         if not timeout > 0:
             raise ConfigError(f"gids: timeout must be > 0 seconds, got {timeout}")
@@ -276,6 +284,8 @@ class Runtime:
         self.queues = queues
         self.queue_depth = queue_depth
         self.daemon_threads = daemon_threads
+        self.engine_requested = engine
+        self.engine_depth = engine_depth
         self.timeout = timeout
         self.simulator = SIMULATOR
         self._closed = False
@@ -368,13 +378,16 @@ class Runtime:
                 host_view(self._nv_sq), host_view(self._nv_cq), host_view(self._nv_db),
                 host_view(self._staging), self._table, self.queues, self.queue_depth,
                 self.page_size, self.daemon_threads, model=self._model,
-                trace_writer=self._trace_writer, jitter_us=self._nvme_jitter_us)
+                trace_writer=self._trace_writer, jitter_us=self._nvme_jitter_us,
+                engine=self.engine_requested, engine_depth=self.engine_depth)
             self._daemon.start()
             return
         self._daemon = HostDaemon(host_view(self._sq), host_view(self._cq),
                                   host_view(self._staging), self._table, self.queues,
                                   self.queue_depth, self.page_size, self.daemon_threads,
-                                  model=self._model, trace_writer=self._trace_writer)
+                                  model=self._model, trace_writer=self._trace_writer,
+                                  engine=self.engine_requested,
+                                  engine_depth=self.engine_depth)
         self._daemon.start()
 
     def _stop_daemon(self):
@@ -817,7 +830,7 @@ class Runtime:
             mapped = host_view(self._zero_copy[id(store)][0]).view(np.uint8)
             store.data[:] = mapped[:store.nbytes]
         try:
-            store.sync()
+            self._daemon.sync_store(store)
         except OSError as exc:
             raise StorageIOError(f"gids: cannot make {store.name} durable: "
                                  f"{exc.strerror or exc}", path=getattr(store, "path", None)
@@ -870,7 +883,7 @@ class Runtime:
         entry = self._zero_copy.get(id(array.store))
         if entry is not None:   # the GPU reads misses from the pinned copy: keep it current
             host_view(entry[0]).view(np.uint8)[offset:offset + data.size] = data
-        array.store.write_bytes(offset, data)
+        self._daemon.write_store(array.store, offset, data)
 
     def _write_error(self, array, page, reason):
         start = array.offset + page * self.page_size
@@ -1055,7 +1068,8 @@ class Runtime:
                      submit_ns=int(counts[L.STAT_SUBMIT_NS]),
                      copy_ns=int(counts[L.STAT_COPY_NS]),
                      claim_ns=int(counts[L.STAT_CLAIM_NS]),
-                     early_copies=int(counts[L.STAT_EARLY_COPIES]))
+                     early_copies=int(counts[L.STAT_EARLY_COPIES]),
+                     engine=self._daemon.engine, engine_note=self._daemon.engine_note)
 
     def reset_stats(self):
         self._check_open()

@@ -54,6 +54,10 @@ class Stats:
     copy_ns: int = 0
     claim_ns: int = 0
     early_copies: int = 0
+    #: The host daemon's storage engine in use ("io_uring" or "threads"), and why it is not the
+    #: one asked for ("" when it is).
+    engine: str = ""
+    engine_note: str = ""
 
     @property
     def lookups(self):
@@ -89,7 +93,9 @@ class Stats:
         return _mean_us(self.claim_ns, self.ios)
 
     def __sub__(self, other):
-        return Stats(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
+        return Stats(**{f.name: (getattr(self, f.name) - getattr(other, f.name)
+                                 if f.type is int or f.type == "int" else getattr(self, f.name))
+                        for f in fields(self)})
 
     def __str__(self):
         return (f"lookups {self.lookups:,} (hits {self.hits:,}, misses {self.misses:,}, "
@@ -98,4 +104,6 @@ class Stats:
                 f"(write-backs {self.writebacks:,}), flushed {self.flushed:,}, "
                 f"bytes written {self.bytes_written:,}, mean I/O {self.io_latency_us:.1f} us, "
                 f"mean miss {self.miss_latency_us:.1f} us, slot retries {self.slot_retries:,}, "
-                f"bulk copies {self.bulk_copies:,} (early {self.early_copies:,})")
+                f"bulk copies {self.bulk_copies:,} (early {self.early_copies:,}), "
+                f"engine {self.engine or '-'}"
+                + (f" ({self.engine_note})" if self.engine_note else ""))

@@ -386,11 +386,13 @@ class NvmeController(HostDaemon):
     """
 
     def __init__(self, sq, cq, doorbells, staging, table, n_queues, depth, page_size, n_threads,
-                 model=None, trace_writer=None, jitter_us=0.0):
+                 model=None, trace_writer=None, jitter_us=0.0, engine="io_uring",
+                 engine_depth=256):
         if not 1 <= depth <= L.NVME_MAX_DEPTH:
             raise ValueError(f"gids: NVMe queue depth must be 1..{L.NVME_MAX_DEPTH}, got {depth}")
         super().__init__(sq, cq, staging, table, n_queues, depth, page_size, n_threads,
-                         model=model, trace_writer=trace_writer)
+                         model=model, trace_writer=trace_writer, engine=engine,
+                         engine_depth=engine_depth)
         # Held completions (model, jitter, or a full CQ) wait in the heap whether or not a model
         # is on, so every thread gets full-size heap arrays; ``on`` still says "model".
         stand_in = model if model is not None else SsdModel("ideal")
