@@ -337,7 +337,8 @@ P_ADDR = 7      # where the rest of the transfer goes (or comes from)
 P_FILE_OFFSET = 8   # and where in the file
 P_LEFT = 9      # bytes still to transfer
 P_DUE = 10      # the model's completion time (emulation)
-P_COLUMNS = 11
+P_ORDER = 11    # the NVMe controller's fetch order of the command
+P_COLUMNS = 12
 
 #: _time_batch's status for a request that is in the io_uring engine's hands.
 _QUEUED = -2000
@@ -393,6 +394,33 @@ def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, t
 
 
 @njit(nogil=True, cache=True)
+def cqe_status(uring, pend, row, res):
+    """What a CQE (result ``res``) means for the request in ``pend``'s row ``row``: its STATUS_*
+    once it has ended, or ``_QUEUED`` when a new SQE carries it on (the rest of a partial
+    transfer; an O_DIRECT read the file system refused with EINVAL, once more on the buffered
+    descriptor). The caller has room for that SQE: the CQE just reaped freed it."""
+    p = pend[row]
+    op = p[P_OP]
+    opcode = IORING_OP_WRITE if op == L.OP_WRITE else IORING_OP_READ
+    if res < 0:
+        if res == -22 and p[P_ALT_FD] >= 0:
+            p[P_FD] = p[P_ALT_FD]
+            p[P_ALT_FD] = -1
+            ring_prep(uring, opcode, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
+            return _QUEUED
+        return L.STATUS_IO_ERROR
+    if res < p[P_LEFT]:
+        if res == 0:
+            return L.STATUS_SHORT_WRITE if op == L.OP_WRITE else L.STATUS_SHORT_READ
+        p[P_ADDR] += res
+        p[P_FILE_OFFSET] += res
+        p[P_LEFT] -= res
+        ring_prep(uring, opcode, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
+        return _QUEUED
+    return L.STATUS_OK
+
+
+@njit(nogil=True, cache=True)
 def _reap(uring, pend, cq, emu, ring, clock, depth, page_size):
     """Turn the CQEs that have arrived into GPU completions (any order); returns how many
     requests ended. A partial transfer continues where it stopped (a new SQE), an O_DIRECT read
@@ -408,25 +436,9 @@ def _reap(uring, pend, cq, emu, ring, clock, depth, page_size):
         ring_consume(uring, 1)
         p = pend[row]
         op = p[P_OP]
-        status = L.STATUS_OK
-        if res < 0:
-            if res == -22 and p[P_ALT_FD] >= 0:   # EINVAL: O_DIRECT refused; once more, buffered
-                p[P_FD] = p[P_ALT_FD]
-                p[P_ALT_FD] = -1
-                ring_prep(uring, IORING_OP_READ, p[P_FD], p[P_ADDR], p[P_LEFT],
-                          p[P_FILE_OFFSET], 0, row)
-                continue
-            status = L.STATUS_IO_ERROR
-        elif res < p[P_LEFT]:
-            if res == 0:
-                status = L.STATUS_SHORT_WRITE if op == L.OP_WRITE else L.STATUS_SHORT_READ
-            else:   # the rest of it
-                p[P_ADDR] += res
-                p[P_FILE_OFFSET] += res
-                p[P_LEFT] -= res
-                ring_prep(uring, IORING_OP_WRITE if op == L.OP_WRITE else IORING_OP_READ,
-                          p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
-                continue
+        status = cqe_status(uring, pend, row, res)
+        if status == _QUEUED:
+            continue
         ended += 1
         entry = p[P_ENTRY]
         due = p[P_DUE]
