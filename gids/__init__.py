@@ -36,9 +36,9 @@ from gids.array import StorageArray
 from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError, GidsError,
                          GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError, StorageIOError)
 from gids.runtime import Runtime
-from gids.stats import Stats
+from gids.stats import FileStats, Stats
 from host_daemon.ssd_model import PROFILES as _SSD_PROFILES
-from host_daemon.stores import FaultyStore, FileStore, MemoryStore, MmapStore
+from host_daemon.stores import FaultyStore, FileStore, MemoryStore, MmapStore, StripedStore
 from host_daemon.trace import read_trace, replay
 from kernels.platform import MAX_REGISTERS, SIMULATOR, jit
 
@@ -72,12 +72,14 @@ def __getattr__(name):
     raise AttributeError(f"module 'gids' has no attribute {name!r}")
 
 __all__ = [
-    "Runtime", "StorageArray", "Stats", "read", "write", "pin_page", "pin_page_if_resident",
+    "Runtime", "StorageArray", "Stats", "FileStats", "read", "write", "pin_page",
+    "pin_page_if_resident",
     "pinned", "unpin_page",
     "unpin_page_after",
     "page_room", "jit", "MAX_REGISTERS", "defaults",
     "layout", "SIMULATOR",
-    "FileStore", "MemoryStore", "MmapStore", "FaultyStore", "ssd_profiles", "read_trace", "replay",
+    "FileStore", "MemoryStore", "MmapStore", "FaultyStore", "StripedStore", "ssd_profiles",
+    "read_trace", "replay",
     "GidsError", "ConfigError", "StorageIOError", "IndexOutOfRangeError", "GidsTimeoutError",
     "CacheExhaustedError", "DaemonError", "AbortedError", "ReadOnlyError",
 ]

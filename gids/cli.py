@@ -1,5 +1,6 @@
-"""The ``gids`` command: ``gids demo``, ``gids info``, ``gids simulate``."""
+"""The ``gids`` command: ``gids demo``, ``gids info``, ``gids simulate``, ``gids stripe``."""
 import argparse
+import hashlib
 import os
 import sys
 import tempfile
@@ -97,6 +98,78 @@ def cmd_simulate(args):
     return 0
 
 
+def _stripe_error(message):
+    """A ``gids stripe`` usage error: one line on stderr, exit status 2 (argparse's)."""
+    sys.stderr.write(f"gids stripe: error: {message}\n")
+    return 2
+
+
+def _sha256_chunks(chunks):
+    h = hashlib.sha256()
+    for chunk in chunks:
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def cmd_stripe(args):
+    """Split SRC into N stripe files DST_PREFIX.0 .. DST_PREFIX.{N-1}, then read them back as a
+    striped store and compare a checksum of that with one of SRC."""
+    from gids.runtime import MIN_PAGE_SIZE
+    from host_daemon.stores import StripedStore, write_stripes
+    src = args.src
+    if not os.path.isfile(src):
+        return _stripe_error(f"no such file: {src!r}")
+    total = os.path.getsize(src)
+    if total == 0:
+        return _stripe_error(f"{src!r} is empty")
+    if args.n < 1:
+        return _stripe_error(f"--n must be >= 1, got {args.n}")
+    unit = args.unit
+    if unit is None:
+        from gids import defaults
+        unit = defaults.get("page_size")
+    if unit < MIN_PAGE_SIZE or unit % MIN_PAGE_SIZE:
+        return _stripe_error(f"--unit must be a positive multiple of {MIN_PAGE_SIZE} bytes (the "
+                             f"smallest page size; arrays need a page size dividing it), got "
+                             f"{unit}")
+    paths = [f"{args.dst_prefix}.{i}" for i in range(args.n)]
+    folder = os.path.dirname(os.path.abspath(paths[0]))
+    if not os.path.isdir(folder):
+        return _stripe_error(f"no such directory: {folder!r}")
+    src_stat = os.stat(src)
+    for path in paths:
+        if os.path.exists(path):
+            st = os.stat(path)
+            if (st.st_dev, st.st_ino) == (src_stat.st_dev, src_stat.st_ino):
+                return _stripe_error(f"{path!r} is the source file itself")
+            if not args.force:
+                return _stripe_error(f"{path!r} exists (--force overwrites it)")
+    try:
+        write_stripes(src, paths, unit, progress=lambda d, t: _progress("striping", d, t))
+        chunk = max(1, (64 << 20) // unit) * unit
+        with open(src, "rb") as f:
+            want = _sha256_chunks(iter(lambda: f.read(chunk), b""))
+        with StripedStore(paths, unit) as store:
+            def read_back():
+                for at in range(0, total, chunk):
+                    yield store.read_bytes(at, min(chunk, total - at))
+                    _progress("checking", min(at + chunk, total), total)
+            got = _sha256_chunks(read_back())
+    except OSError as exc:
+        return _stripe_error(f"{exc.strerror or exc}"
+                             f"{' (' + exc.filename + ')' if getattr(exc, 'filename', None) else ''}")
+    if got != want:
+        print(f"FAILED: the striped files read back differ from {src} (sha256 {got} != {want})",
+              file=sys.stderr)
+        return 1
+    for path in paths:
+        print(f"{path}  {os.path.getsize(path):,} bytes")
+    print(f"OK: {total:,} bytes in {args.n} files, stripe unit {unit} B; read back as one store "
+          f"they equal {src} (sha256 {want})")
+    print(f"open with: rt.open_array({paths!r}, dtype, stripe={unit})")
+    return 0
+
+
 def build_parser():
     """The ``gids`` command's parser (every subcommand; parsing runs nothing)."""
     parser = argparse.ArgumentParser(prog="gids", description="GPU-initiated storage for Python")
@@ -119,6 +192,16 @@ def build_parser():
     from host_daemon.trace import add_simulate_arguments
     add_simulate_arguments(p)
     p.set_defaults(func=cmd_simulate)
+    p = sub.add_parser("stripe", help="split a file into N stripe files (one per drive, RAID 0 "
+                                      "layout) for rt.open_array([...], stripe=UNIT)")
+    p.add_argument("src", help="the file to split")
+    p.add_argument("dst_prefix", help="the stripe files are DST_PREFIX.0 .. DST_PREFIX.{N-1}")
+    p.add_argument("--n", type=int, required=True, help="number of stripe files")
+    p.add_argument("--unit", type=int, default=None,
+                   help="bytes per stripe unit, a multiple of the page size the arrays will "
+                        "use (default: the default page size)")
+    p.add_argument("--force", action="store_true", help="overwrite existing stripe files")
+    p.set_defaults(func=cmd_stripe)
     from workloads.bench import add_bench_arguments
     add_bench_arguments(sub)
     from workloads.graph.cli import add_bfs_arguments

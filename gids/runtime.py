@@ -11,13 +11,14 @@ from gids._platform import host_view
 from gids.array import SUPPORTED_DTYPES, StorageArray
 from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError,
                          GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError, StorageIOError)
-from gids.stats import Stats
+from gids.stats import FileStats, Stats
 from host_daemon.daemon import ENGINES, HostDaemon
 from host_daemon.nvme_controller import NvmeController
 from host_daemon.ssd_model import SsdModel
 from host_daemon.trace import TraceWriter
-from host_daemon.stores import (T_COLUMNS, FaultyStore, MemoryStore, Store,
-                                 open_file_store)
+from host_daemon.stores import (F_COLUMNS, F_WRITE_BYTES, F_WRITE_NS, F_WRITES, MAX_FILES,
+                                 T_COLUMNS, T_FILE_SLOT, FaultyStore, MemoryStore, Store,
+                                 StripedStore, open_file_store)
 from kernels.platform import EARLY_COPY, SIMULATOR, WARP_SIZE
 
 MIN_PAGE_SIZE = 512
@@ -297,6 +298,9 @@ class Runtime:
         self._n_pages = 0
         self._flushed_pages = 0    # pages written back on the host (flush, invalidate, recovery)
         self._lost = []            # (array, page): dirty pages the last host write-back dropped
+        self._file_slots = {}      # id(store) -> (its first row in the per-file counters, store)
+        # Per-file I/O counts not in the running daemon's: host-side writes, stopped daemons'.
+        self._file_io = np.zeros((MAX_FILES, F_COLUMNS), dtype=np.int64)
 
         # The cache (device memory).
         self._cache = cuda.device_array(cache_pages * page_size, dtype=np.uint8)
@@ -373,6 +377,8 @@ class Runtime:
     _nvme_jitter_us = 0.0
 
     def _start_daemon(self):
+        if self._daemon is not None:   # a restart: keep the stopped daemon's per-file counts
+            self._file_io += self._daemon.file_io()
         if self.backend == "nvme":
             self._daemon = NvmeController(
                 host_view(self._nv_sq), host_view(self._nv_cq), host_view(self._nv_db),
@@ -508,14 +514,15 @@ class Runtime:
 
     # ----------------------------------------------------------------- arrays
     def open_array(self, source, dtype=None, shape=None, offset=0, *, mode="r", storage="file",
-                   direct=True):
+                   direct=True, stripe=None):
         """Open an array of ``dtype`` at byte ``offset`` of a file or store.
 
         Parameters
         ----------
-        source : str, os.PathLike, numpy.ndarray or Store
+        source : str, os.PathLike, numpy.ndarray, Store, or a list of paths
             A file path; a numpy array (kept in RAM, a :class:`~host_daemon.stores.MemoryStore`);
-            or a store object.
+            a store object; or a list of paths, the files one byte range is striped over
+            (a :class:`~host_daemon.stores.StripedStore`: one file per drive, as RAID 0).
         dtype : numpy dtype
             Element type (``source.dtype`` for a numpy array). Its size must divide the page size.
         shape : int or tuple, optional
@@ -532,6 +539,9 @@ class Runtime:
             file).
         direct : bool
             For ``storage="file"``: use ``O_DIRECT`` for aligned pages where possible.
+        stripe : int, optional
+            For a list of paths: bytes per stripe unit, a multiple of the page size (default:
+            one page). Striped arrays start at a multiple of the page size (``offset``).
 
         Returns
         -------
@@ -541,7 +551,10 @@ class Runtime:
         ------
         FileNotFoundError, ConfigError
             Missing file, file shorter than ``offset + shape``, unsupported dtype, a dtype whose
-            size does not divide the page size, too many arrays, an unknown mode.
+            size does not divide the page size, too many arrays, an unknown mode; for a list of
+            paths: an empty list, the same file twice, a stripe unit that is not a multiple of
+            the page size, stripe files of the wrong sizes, an offset not a multiple of the
+            page size.
         ReadOnlyError
             ``mode="r+"`` on a store that cannot be written (a read-only numpy array, a store
             object made without ``writable=True``, ``storage="memory"``).
@@ -553,7 +566,7 @@ class Runtime:
         if writable and storage == "memory" and isinstance(source, (str, os.PathLike)):
             raise ReadOnlyError("gids: storage='memory' loads a copy of the file, which writes "
                                 "would never reach; use storage='file' or 'mmap' with mode='r+'")
-        store, owned = self._make_store(source, storage, direct, writable)
+        store, owned = self._make_store(source, storage, direct, writable, stripe)
         try:
             if dtype is None:
                 if not isinstance(source, np.ndarray):
@@ -602,7 +615,16 @@ class Runtime:
                 store.close()
             raise
 
-    def _make_store(self, source, storage, direct, writable):
+    def _make_store(self, source, storage, direct, writable, stripe):
+        if isinstance(source, (list, tuple)):
+            if storage != "file":
+                raise ConfigError(f"gids: a list of paths is striped and read as files; "
+                                  f"storage={storage!r} is not possible there")
+            unit = self.page_size if stripe is None else int(stripe)
+            self._check_stripe_unit(unit)   # before the files' sizes, which depend on it
+            return StripedStore(source, unit, direct=direct, writable=writable), True
+        if stripe is not None:
+            raise ConfigError("gids: stripe= is for a list of paths (a striped store)")
         if isinstance(source, Store):
             return source, False
         if isinstance(source, np.ndarray):
@@ -638,10 +660,17 @@ class Runtime:
         if isinstance(store, FaultyStore) and store.page_size != self.page_size:
             raise ConfigError(f"gids: the FaultyStore counts pages of {store.page_size} bytes, "
                               f"the Runtime {self.page_size}")
+        if isinstance(store, StripedStore):
+            self._check_stripe_unit(store.unit)
+            if offset % self.page_size:
+                raise ConfigError(f"gids: a striped array starts at a multiple of the page size "
+                                  f"({self.page_size}), got offset {offset}")
+        slot = self._file_slot(store)
         try:
             self._table[array_id] = store.table_row(offset, nbytes, address)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        self._table[array_id, T_FILE_SLOT] = slot
         array = StorageArray(self, store, dtype, shape, offset, array_id, page_base, n_pages,
                              zero_copy, writable, early_base)
         self._page_bases_host[array_id] = page_base
@@ -658,6 +687,23 @@ class Runtime:
         if owned:
             self._stores.append(store)
         return array
+
+    def _check_stripe_unit(self, unit):
+        if unit < 1 or unit % self.page_size:
+            raise ConfigError(f"gids: the stripe unit ({unit} bytes) must be a positive "
+                              f"multiple of the page size ({self.page_size})")
+
+    def _file_slot(self, store):
+        """The store's first row in the per-file I/O counters (-1: not a file, or no rows
+        left: its I/Os are then not counted per file)."""
+        if store.n_files == 0:
+            return -1
+        if id(store) not in self._file_slots:
+            used = sum(s.n_files for _, s in self._file_slots.values())
+            if used + store.n_files > MAX_FILES:
+                return -1
+            self._file_slots[id(store)] = (used, store)
+        return self._file_slots[id(store)][0]
 
     def _zero_copy_buffer(self, store):
         """The store's bytes in pinned, device-mapped memory (made once per store)."""
@@ -883,14 +929,21 @@ class Runtime:
         entry = self._zero_copy.get(id(array.store))
         if entry is not None:   # the GPU reads misses from the pinned copy: keep it current
             host_view(entry[0]).view(np.uint8)[offset:offset + data.size] = data
+        start = time.perf_counter_ns()
         self._daemon.write_store(array.store, offset, data)
+        slot = self._file_slots.get(id(array.store), (-1,))[0]
+        if slot >= 0:   # counted per file as the daemon counts its writes
+            row = self._file_io[slot + array.store.file_of(offset)[0]]
+            row[F_WRITES] += 1
+            row[F_WRITE_BYTES] += data.size
+            row[F_WRITE_NS] += time.perf_counter_ns() - start
 
     def _write_error(self, array, page, reason):
         start = array.offset + page * self.page_size
         n = min(self.page_size, array.nbytes - page * self.page_size)
+        _, name, path = array.store.file_of(start)   # a striped store: the one file
         return StorageIOError(f"gids: cannot write page {page} (bytes {start}-{start + n - 1}) "
-                              f"of {array.store.name}: {reason}",
-                              path=getattr(array.store, "path", None), page=page)
+                              f"of {name}: {reason}", path=path, page=page)
 
     def sync(self):
         """Wait for the kernels launched so far; raise the first error one of their threads met.
@@ -1001,9 +1054,9 @@ class Runtime:
                 reason = f"short read ({got} of {n} bytes: the file shrank?)"
         except OSError as exc:
             reason = f"{reason}: {exc.strerror or exc}"
-        path = getattr(array.store, "path", None)
+        _, name, path = array.store.file_of(start)   # a striped store: the one file
         return StorageIOError(f"gids: cannot read page {page} (bytes {start}-{start + n - 1}) of "
-                              f"{array.store.name}: {reason}", path=path, page=page)
+                              f"{name}: {reason}", path=path, page=page)
 
     def _recover(self, exc=None):
         """After a failed kernel: dirty pages written back where possible, fresh queues, an
@@ -1069,12 +1122,22 @@ class Runtime:
                      copy_ns=int(counts[L.STAT_COPY_NS]),
                      claim_ns=int(counts[L.STAT_CLAIM_NS]),
                      early_copies=int(counts[L.STAT_EARLY_COPIES]),
-                     engine=self._daemon.engine, engine_note=self._daemon.engine_note)
+                     files=self._file_stats(), engine=self._daemon.engine,
+                     engine_note=self._daemon.engine_note)
+
+    def _file_stats(self):
+        """A FileStats per file of the stores opened, in the order they were opened."""
+        counts = self._file_io + self._daemon.file_io()
+        return tuple(FileStats.from_counts(name, counts[slot + f])
+                     for slot, store in self._file_slots.values()
+                     for f, name in enumerate(store.file_names()))
 
     def reset_stats(self):
         self._check_open()
         self._stats.copy_to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
         self._flushed_pages = 0
+        self._file_io[:] = 0
+        self._daemon.reset_file_io()
 
     @property
     def daemon(self):

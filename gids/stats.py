@@ -1,10 +1,63 @@
 """Counters of a Runtime's page cache, read after kernels finish."""
 from dataclasses import dataclass, fields
 
+from host_daemon.stores import (F_READ_BYTES, F_READ_NS, F_READS, F_WRITE_BYTES, F_WRITE_NS,
+                                 F_WRITES)
+
 
 def _mean_us(total_ns, count):
     """``total_ns / count`` in microseconds (0 for no count)."""
     return total_ns / count / 1e3 if count else 0.0
+
+
+@dataclass(frozen=True)
+class FileStats:
+    """I/O on one store file (each file of a striped store has its own): completed reads and
+    writes, their bytes, and the time their store calls took (``pread``/``pwrite`` as the daemon
+    or the NVMe controller timed them, or the host's write-back in ``flush``). Bytes are those
+    transferred: the last page of an array that ends inside it counts only its own bytes."""
+
+    path: str
+    reads: int = 0
+    bytes_read: int = 0
+    read_ns: int = 0
+    writes: int = 0
+    bytes_written: int = 0
+    write_ns: int = 0
+
+    @classmethod
+    def from_counts(cls, path, row):
+        """From a row of the per-file counters (``host_daemon.stores.F_*`` columns)."""
+        return cls(path, int(row[F_READS]), int(row[F_READ_BYTES]), int(row[F_READ_NS]),
+                   int(row[F_WRITES]), int(row[F_WRITE_BYTES]), int(row[F_WRITE_NS]))
+
+    @property
+    def ios(self):
+        return self.reads + self.writes
+
+    @property
+    def read_latency_us(self):
+        """Mean microseconds per read."""
+        return _mean_us(self.read_ns, self.reads)
+
+    @property
+    def write_latency_us(self):
+        """Mean microseconds per write."""
+        return _mean_us(self.write_ns, self.writes)
+
+    @property
+    def latency_us(self):
+        """Mean microseconds per I/O, reads and writes together."""
+        return _mean_us(self.read_ns + self.write_ns, self.ios)
+
+    def __sub__(self, other):
+        return FileStats(self.path, *(getattr(self, f.name) - getattr(other, f.name)
+                                      for f in fields(self)[1:]))
+
+    def __str__(self):
+        return (f"{self.path}: {self.reads:,} reads ({self.bytes_read:,} B, "
+                f"{self.read_latency_us:.1f} us), {self.writes:,} writes "
+                f"({self.bytes_written:,} B, {self.write_latency_us:.1f} us)")
 
 
 @dataclass(frozen=True)
@@ -31,6 +84,9 @@ class Stats:
     the request was out (a read-only array of a zero-copy ``MemoryStore``: the copy runs during
     the I/O's round trip).
 
+    ``files``: a :class:`FileStats` per file of the Runtime's file stores (one per stripe file
+    of a striped store), in the order they were opened; stores in RAM have none.
+
     Two parts of ``io_ns`` and after it, summed over I/Os: ``submit_ns`` from a loader's ticket
     to its request published (the wait for its queue entry, the record's stores to host memory),
     ``copy_ns`` from the completion seen to the page in its slot, visible GPU-wide. Before the
@@ -54,6 +110,7 @@ class Stats:
     copy_ns: int = 0
     claim_ns: int = 0
     early_copies: int = 0
+    files: tuple = ()
     #: The host daemon's storage engine in use ("io_uring" or "threads"), and why it is not the
     #: one asked for ("" when it is).
     engine: str = ""
@@ -93,9 +150,11 @@ class Stats:
         return _mean_us(self.claim_ns, self.ios)
 
     def __sub__(self, other):
+        before = {f.path: f for f in other.files}
+        files = tuple(f - before[f.path] if f.path in before else f for f in self.files)
         return Stats(**{f.name: (getattr(self, f.name) - getattr(other, f.name)
                                  if f.type is int or f.type == "int" else getattr(self, f.name))
-                        for f in fields(self)})
+                        for f in fields(self) if f.name != "files"}, files=files)
 
     def __str__(self):
         return (f"lookups {self.lookups:,} (hits {self.hits:,}, misses {self.misses:,}, "

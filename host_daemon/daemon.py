@@ -39,9 +39,11 @@ from numba import njit, types
 from gids import layout as L
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
-from host_daemon.stores import (DIRECT_ALIGN, FAULT_CRASH, FAULT_EIO, FAULT_SHORT, FAULT_SLOW,
-                                 FAULT_WRITE_CRASH, FAULT_WRITE_EIO, FAULT_WRITE_SLOW, T_ADDRESS,
-                                 T_FAULTS, T_FD, T_FD_DIRECT, T_KIND, T_NBYTES, T_OFFSET)
+from host_daemon.stores import (DIRECT_ALIGN, F_COLUMNS, FAULT_CRASH, FAULT_EIO, FAULT_SHORT,
+                                 FAULT_SLOW, FAULT_WRITE_CRASH, FAULT_WRITE_EIO, FAULT_WRITE_SLOW,
+                                 MAX_FILES, T_ADDRESS, T_FAULTS, T_KIND, T_N_FILES, T_NBYTES,
+                                 T_OFFSET, FileStore, StripedStore, count_file_io,
+                                 page_location)
 from host_daemon.sync import load_acquire, load_word, private_array, store_release
 from host_daemon.trace import TRACE_DTYPE
 from host_daemon import uring as U
@@ -151,7 +153,8 @@ def write_page(table, array_id, page, page_size, src):
     kind = table[array_id, T_KIND]
     if kind == L.STORE_KIND_FILE:
         # The buffered descriptor: no O_DIRECT alignment rules (see FileStore's notes).
-        return _io_full(table[array_id, T_FD], src, n, offset, True)
+        _, fd, _, file_offset = page_location(table, array_id, page, page_size)
+        return _io_full(fd, src, n, file_offset, True)
     if kind == L.STORE_KIND_FAULTY:
         code, argument = _fault_of(table, array_id, page)
         if code == FAULT_WRITE_EIO:
@@ -186,13 +189,13 @@ def serve_page(table, array_id, page, page_size, dst):
         return L.STATUS_OK, offset // 8
     status = L.STATUS_OK
     if kind == L.STORE_KIND_FILE:
-        fd_direct = table[array_id, T_FD_DIRECT]
-        if fd_direct >= 0 and offset % DIRECT_ALIGN == 0 and n % DIRECT_ALIGN == 0:
-            status = _io_full(fd_direct, dst, n, offset, False)
+        _, fd, fd_direct, file_offset = page_location(table, array_id, page, page_size)
+        if fd_direct >= 0 and file_offset % DIRECT_ALIGN == 0 and n % DIRECT_ALIGN == 0:
+            status = _io_full(fd_direct, dst, n, file_offset, False)
             if status == L.STATUS_IO_ERROR:   # O_DIRECT refused this one: go through the cache
-                status = _io_full(table[array_id, T_FD], dst, n, offset, False)
+                status = _io_full(fd, dst, n, file_offset, False)
         else:
-            status = _io_full(table[array_id, T_FD], dst, n, offset, False)
+            status = _io_full(fd, dst, n, file_offset, False)
     elif kind == L.STORE_KIND_FAULTY:
         code, argument = _fault_of(table, array_id, page)
         if code == FAULT_EIO:
@@ -216,6 +219,34 @@ def serve_page(table, array_id, page, page_size, dst):
 def _now_ns(ts):
     _clock_gettime(_CLOCK_MONOTONIC, ts.ctypes.data)
     return ts[0] * 1_000_000_000 + ts[1]
+
+
+@njit(nogil=True, cache=True)
+def page_io(table, array_id, page, page_size, buf, op, file_io, clock):
+    """Serve one request: OP_READ (:func:`serve_page`) or OP_WRITE (:func:`write_page`) of
+    page ``page`` of array ``array_id`` with host buffer ``buf``. Returns (status, source).
+
+    An I/O on a file that completes is counted against its store file in ``file_io`` (the
+    thread's per-file counters: :func:`host_daemon.stores.count_file_io`), with the time the
+    store call took; stores in RAM are not timed (two clock reads would cost as much as their
+    copy).
+    """
+    on_file = (0 <= array_id < table.shape[0] and table[array_id, T_N_FILES] > 0
+               and table[array_id, T_KIND] == L.STORE_KIND_FILE)
+    start = _now_ns(clock) if on_file else 0
+    if op == L.OP_WRITE:
+        status = write_page(table, array_id, page, page_size, buf)
+        source = L.SOURCE_STAGING
+    elif op == L.OP_READ:
+        status, source = serve_page(table, array_id, page, page_size, buf)
+    else:
+        return L.STATUS_BAD_REQUEST, L.SOURCE_STAGING
+    if on_file and status == L.STATUS_OK:
+        file = page_location(table, array_id, page, page_size)[0]
+        n = min(page_size, table[array_id, T_NBYTES] - page * page_size)
+        count_file_io(file_io, table, array_id, file, op == L.OP_WRITE, n,
+                      _now_ns(clock) - start)
+    return status, source
 
 
 @njit(nogil=True, cache=True)
@@ -338,7 +369,10 @@ P_FILE_OFFSET = 8   # and where in the file
 P_LEFT = 9      # bytes still to transfer
 P_DUE = 10      # the model's completion time (emulation)
 P_ORDER = 11    # the NVMe controller's fetch order of the command
-P_COLUMNS = 12
+P_ARRAY = 12    # the array, its store file (index) and the bytes moved: the per-file counts
+P_FILE = 13
+P_BYTES = 14
+P_COLUMNS = 15
 
 #: _time_batch's status for a request that is in the io_uring engine's hands.
 _QUEUED = -2000
@@ -361,18 +395,16 @@ def _on_ring(table, array_id, page, page_size, op):
 
 @njit(nogil=True, cache=True)
 def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, ticket, seen, op):
-    """Fill an SQE that reads (writes) the page between the store and ``buf``: O_DIRECT where
+    """Fill an SQE that reads (writes) the page between its store file and ``buf``: the file
+    and offset from :func:`~host_daemon.stores.page_location` (striped or not), O_DIRECT where
     the page allows it, as :func:`serve_page` does; only the array's own bytes are written, and
     a short last page's tail is zeroed now (the read does not reach it)."""
     nbytes = table[array_id, T_NBYTES]
-    start = page * page_size
-    n = min(page_size, nbytes - start)
-    offset = table[array_id, T_OFFSET] + start
-    fd = table[array_id, T_FD]
+    n = min(page_size, nbytes - page * page_size)
+    file, fd, fd_direct, file_offset = page_location(table, array_id, page, page_size)
     alt = -1
     if op == L.OP_READ:
-        fd_direct = table[array_id, T_FD_DIRECT]
-        if fd_direct >= 0 and offset % DIRECT_ALIGN == 0 and n % DIRECT_ALIGN == 0:
+        if fd_direct >= 0 and file_offset % DIRECT_ALIGN == 0 and n % DIRECT_ALIGN == 0:
             alt = fd
             fd = fd_direct
         if n < page_size:
@@ -381,16 +413,28 @@ def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, t
     p[P_ENTRY] = entry
     p[P_TICKET] = ticket
     p[P_SEEN] = seen
-    p[P_OFFSET] = offset
+    p[P_OFFSET] = table[array_id, T_OFFSET] + page * page_size
     p[P_OP] = op
     p[P_FD] = fd
     p[P_ALT_FD] = alt
     p[P_ADDR] = buf
-    p[P_FILE_OFFSET] = offset
+    p[P_FILE_OFFSET] = file_offset
     p[P_LEFT] = n
     p[P_DUE] = 0
+    p[P_ARRAY] = array_id
+    p[P_FILE] = file
+    p[P_BYTES] = n
     ring_prep(uring, IORING_OP_WRITE if op == L.OP_WRITE else IORING_OP_READ, fd, buf, n,
-              offset, 0, row)
+              file_offset, 0, row)
+
+
+@njit(nogil=True, cache=True)
+def count_ring_io(file_io, table, pend, row, now):
+    """Count a request the engine completed (OK) against its store file, with the time from
+    the daemon taking it to its CQE."""
+    p = pend[row]
+    count_file_io(file_io, table, p[P_ARRAY], p[P_FILE], p[P_OP] == L.OP_WRITE, p[P_BYTES],
+                  now - p[P_SEEN])
 
 
 @njit(nogil=True, cache=True)
@@ -421,7 +465,7 @@ def cqe_status(uring, pend, row, res):
 
 
 @njit(nogil=True, cache=True)
-def _reap(uring, pend, cq, emu, ring, clock, depth, page_size):
+def _reap(uring, pend, cq, emu, ring, clock, depth, page_size, table, file_io):
     """Turn the CQEs that have arrived into GPU completions (any order); returns how many
     requests ended. A partial transfer continues where it stopped (a new SQE), an O_DIRECT read
     the file system refuses (EINVAL) is retried on the buffered descriptor; an error is the
@@ -440,6 +484,8 @@ def _reap(uring, pend, cq, emu, ring, clock, depth, page_size):
         if status == _QUEUED:
             continue
         ended += 1
+        if status == L.STATUS_OK:
+            count_ring_io(file_io, table, pend, row, now)
         entry = p[P_ENTRY]
         due = p[P_DUE]
         if emu.on and due > now:
@@ -484,18 +530,19 @@ def _visit_order(order, n_queues, hot, hot_every):
 
 @njit(nogil=True, cache=True)
 def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, table, stop,
-                 served, emu, ring, clock, hot_every, uring, pend, capacity):
+                 served, emu, ring, clock, hot_every, file_io, uring, pend,
+                 capacity):
     """The daemon thread's loop: serve ``my_queues`` until ``stop[0]`` becomes non-zero, then
     wait for its ring's requests still in flight (:func:`_drain`)."""
     _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, table, stop,
-                served, emu, ring, clock, hot_every, uring, pend, capacity)
+                served, emu, ring, clock, hot_every, file_io, uring, pend, capacity)
     if uring.on:
         _drain(uring, clock)
 
 
 @njit(nogil=True, cache=True)
 def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, table, stop,
-                served, emu, ring, clock, hot_every, uring, pend, capacity):
+                served, emu, ring, clock, hot_every, file_io, uring, pend, capacity):
     """:func:`serve_queues`' loop (returns on ``stop``, or when a crash fault kills the thread).
 
     When the last pass found requests on one queue only (one warp missing at a time, say), that
@@ -507,7 +554,8 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
     loop, over a precomputed order of visits: a helper called per queue with the emulation and
     trace tuples cost ~150 ns per queue in reference counts, and a second visit loop per queue
     doubled the cost of a pass. (Under emulation a visit that found requests calls
-    :func:`_time_batch` once: a cost per batch, not per visit.)
+    :func:`_time_batch` once: a cost per batch, not per visit.) ``file_io``: the thread's
+    per-file I/O counters (:func:`page_io`; for the engine's I/Os, :func:`_reap`).
 
     With the io_uring engine (``uring.on``) a file store's reads and writes become SQEs
     (:func:`_ring_page`), submitted SUBMIT_BATCH at a time and at the end of each pass with one
@@ -542,7 +590,7 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                                                         _now_ns(clock)) > 0:
                 progressed = True
             if uring.on and uring.state[S_IN_FLIGHT] > 0 and _reap(
-                    uring, pend, cq, emu, ring, clock, depth, page_size) > 0:
+                    uring, pend, cq, emu, ring, clock, depth, page_size, table, file_io) > 0:
                 progressed = True
             k = order[j]
             limit = BATCH
@@ -574,15 +622,13 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                 source = L.SOURCE_STAGING
                 if uring.on and _on_ring(table, array_id, page, page_size, op):
                     source = k * depth + slot   # its row of pend
+                    # (its time is the per-file counts' too, so read the clock)
                     _ring_page(uring, pend, source, table, array_id, page, page_size, buf,
-                               entry, ticket, seen, op)
+                               entry, ticket, seen if timed else _now_ns(clock), op)
                     status = _QUEUED
-                elif op == L.OP_WRITE:
-                    status = write_page(table, array_id, page, page_size, buf)
-                elif op == L.OP_READ:
-                    status, source = serve_page(table, array_id, page, page_size, buf)
                 else:
-                    status = L.STATUS_BAD_REQUEST
+                    status, source = page_io(table, array_id, page, page_size, buf, op, file_io,
+                                             clock)
                 if status == _CRASH:
                     return
                 offset = 0
@@ -753,6 +799,8 @@ class HostDaemon:
         self._urings = [None] * self.n_threads
         self._pend = [None] * self.n_threads
         self._host_ring = None
+        # I/Os per store file (rows: T_FILE_SLOT + file; columns F_*), counted per thread.
+        self._file_io = [private_array((MAX_FILES, F_COLUMNS)) for _ in range(self.n_threads)]
 
     @property
     def running(self):
@@ -762,6 +810,16 @@ class HostDaemon:
     def served(self):
         """Requests served since start."""
         return int(sum(s[0] for s in self._served))
+
+    def file_io(self):
+        """I/Os per store file since start: int64 [MAX_FILES, F_COLUMNS] (rows as the table's
+        ``T_FILE_SLOT`` plus the file's index, columns ``host_daemon.stores.F_*``); read it
+        once no request is in flight (after the kernels finished)."""
+        return np.sum(self._file_io, axis=0)
+
+    def reset_file_io(self):
+        for counts in self._file_io:
+            counts[:] = 0
 
     @property
     def capacity(self):
@@ -786,28 +844,36 @@ class HostDaemon:
 
     def write_store(self, store, offset, data):
         """Write ``data`` at byte ``offset`` of ``store`` from the host (``Runtime.flush``):
-        through the engine's host ring for a file store under io_uring, else
-        ``store.write_bytes``."""
+        through the engine's host ring for a file store (each stripe file's part for a striped
+        one) under io_uring, else ``store.write_bytes``. Raises OSError."""
         ring = self._host_uring(store)
         if ring is None:
             return store.write_bytes(offset, data)
         if not store.writable:
             raise OSError(f"gids: {store.name} was opened read-only")
-        n = ring.pwrite(store.fileno(), data, offset)
-        if n < len(memoryview(data).cast("B")):
+        view = memoryview(data).cast("B")
+        if isinstance(store, StripedStore):
+            if offset + len(view) > store.nbytes:
+                raise OSError(f"gids: write past the end of {store.name}")
+            for f, at, start, n in store._pieces(offset, len(view)):
+                self.write_store(store.files[f], at, view[start:start + n])
+            return
+        n = ring.pwrite(store.fileno(), view, offset)
+        if n < len(view):
             raise OSError(f"gids: short write to {store.name} at byte {offset + n}")
 
     def sync_store(self, store):
-        """Make ``store``'s writes durable: an fsync submitted to the engine's host ring for a
-        file store under io_uring, else ``store.sync()``. Raises OSError."""
+        """Make ``store``'s writes durable: an fsync submitted to the engine's host ring for
+        each file of a file store under io_uring, else ``store.sync()``. Raises OSError."""
         ring = self._host_uring(store)
         if ring is None:
             return store.sync()
         if store.writable:
-            ring.fsync(store.fileno())
+            for f in (store.files if isinstance(store, StripedStore) else [store]):
+                ring.fsync(f.fileno())
 
     def _host_uring(self, store):
-        if self.engine != "io_uring" or store.kind != L.STORE_KIND_FILE:
+        if self.engine != "io_uring" or not isinstance(store, (FileStore, StripedStore)):
             return None
         if self._host_ring is None:
             self._host_ring = U.HostRing(entries=8, timeout=HOST_RING_TIMEOUT_S)
@@ -855,7 +921,8 @@ class HostDaemon:
         """Thread ``k``'s loop over ``my_queues`` (returns once ``_stop`` is set)."""
         serve_queues(my_queues, heads, self.sq, self.cq, self.staging.ctypes.data, self.depth,
                      self.page_size, self.table, self._stop, self._served[k], self._emu[k],
-                     self._rings[k], self._clocks[k], HOT_QUEUE_EVERY, *self._engine_args(k))
+                     self._rings[k], self._clocks[k], HOT_QUEUE_EVERY, self._file_io[k],
+                     *self._engine_args(k))
 
     def _engine_args(self, k):
         """Thread ``k``'s ring, its rows of requests in the ring, and its capacity (stand-ins

@@ -76,10 +76,10 @@ from host_daemon.daemon import (
     _record,
     _ring_page,
     _usleep,
+    count_ring_io,
     cqe_status,
+    page_io,
     park,
-    serve_page,
-    write_page,
 )
 from host_daemon.uring import (S_IN_FLIGHT, S_UNSUBMITTED, ring_consume, ring_cqe, ring_ready,
                                ring_room, ring_submit)
@@ -148,11 +148,14 @@ def check_command(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma
 
 
 @_per_command
-def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes):
+def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes, file_io,
+            clock):
     """Run one decoded command. Returns (NVMe status, store byte offset, bytes).
 
     A Read fills the page at PRP1 from the store; a Write stores the page at PRP1 (only the
-    array's own bytes: the tail of its last page is not written). A store that refuses a write
+    array's own bytes: the tail of its last page is not written), both through the host
+    daemon's :func:`~host_daemon.daemon.page_io` (which finds the page's file, striped or not,
+    and counts the I/O in the thread's per-file counters ``file_io``). A store that refuses a write
     (EIO) completes it with Write Fault (280h), one that takes fewer bytes with 7C1h (vendor
     specific, as the short read's 7C0h); ``kernels.nvme.gids_status`` maps them back to the
     host path's STATUS_IO_ERROR and STATUS_SHORT_WRITE.
@@ -162,10 +165,10 @@ def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes
     if status != L.NVME_SC_SUCCESS:
         return status, 0, 0
     start = page * page_size
+    op = L.OP_WRITE if opcode == L.NVME_OP_WRITE else L.OP_READ
+    status, source = page_io(table, array_id, page, page_size, prp1, op, file_io, clock)
     if opcode == L.NVME_OP_WRITE:
-        status = write_page(table, array_id, start // page_size, page_size, prp1)
         return _nvme_status(status, opcode), offset, nbytes
-    status, source = serve_page(table, array_id, start // page_size, page_size, prp1)
     if status == L.STATUS_OK and source != L.SOURCE_STAGING:
         # A zero-copy store: the host daemon would only say where the page is; a drive always
         # transfers the data, so copy it from the store's buffer.
@@ -307,7 +310,7 @@ def _complete_held(held, n, q, qs, cq, db, ring, depth, seen, emu, trace, counte
 
 @_per_command
 def _reap_commands(uring, pend, cq, db, ring, depth, page_size, n_threads, state, emu, trace,
-                   counters, clock):
+                   counters, clock, table, file_io):
     """Complete the commands whose I/O the engine's CQEs say has ended (any order): post each
     CQE now, or park it (its modelled time not yet come, or its CQ full). Returns how many."""
     n = ring_ready(uring)
@@ -322,6 +325,8 @@ def _reap_commands(uring, pend, cq, db, ring, depth, page_size, n_threads, state
         if status == _QUEUED:
             continue
         ended += 1
+        if status == L.STATUS_OK:
+            count_ring_io(file_io, table, pend, row, now)
         op = pend[row, P_OP]
         nvme = _nvme_status(status, L.NVME_OP_WRITE if op == L.OP_WRITE else L.NVME_OP_READ)
         q = pend[row, P_ENTRY]
@@ -344,12 +349,12 @@ def _reap_commands(uring, pend, cq, db, ring, depth, page_size, n_threads, state
 @_per_command
 def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base, dma_bytes,
                       table, n_threads, stop, served, counters, emu, trace, clock, jitter_ns, rng,
-                      held, uring, pend):
+                      held, file_io, uring, pend):
     """One controller thread's loop (:func:`_serve_pairs`) until ``stop[0]`` becomes non-zero,
     then the wait for its ring's I/O still in flight."""
     _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base, dma_bytes,
                  table, n_threads, stop, served, counters, emu, trace, clock, jitter_ns, rng,
-                 held, uring, pend)
+                 held, file_io, uring, pend)
     if uring.on:
         _drain(uring, clock)
 
@@ -357,7 +362,7 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
 @_per_command
 def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base, dma_bytes,
                  table, n_threads, stop, served, counters, emu, trace, clock, jitter_ns, rng,
-                 held, uring, pend):
+                 held, file_io, uring, pend):
     """One controller thread's loop over ``my_queues`` until ``stop[0]`` becomes non-zero.
 
     Per queue, it takes the commands the SQ tail doorbell shows, up to BATCH of them, as one
@@ -380,7 +385,7 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
         for k in range(my_queues.shape[0]):
             if uring.on and uring.state[S_IN_FLIGHT] > 0 and _reap_commands(
                     uring, pend, cq, db, ring, depth, page_size, n_threads, state, emu, trace,
-                    counters, clock) > 0:
+                    counters, clock, table, file_io) > 0:
                 progressed = True
             q = my_queues[k]
             tail = load_acquire(db, 2 * q + L.DB_SQ_TAIL)
@@ -418,12 +423,12 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
                 if (uring.on and status == L.NVME_SC_SUCCESS
                         and _on_ring(table, array_id, page, page_size, op)):
                     _ring_page(uring, pend, row, table, array_id, page, page_size, prp1, q, cid,
-                               seen, op)
+                               seen if timed else _now_ns(clock), op)
                     pend[row, P_ORDER] = order
                     status = _QUEUED
                 else:
                     status, offset, nbytes = execute(table, opcode, nsid, slba, nlb, prp1,
-                                                     page_size, dma_base, dma_bytes)
+                                                     page_size, dma_base, dma_bytes, file_io, clock)
                 if status == _CRASH:
                     return
                 # ... and complete: now, or (held) once the batch is timed.
@@ -522,7 +527,7 @@ class NvmeController(HostDaemon):
                           self.staging.nbytes, self.table, self.n_threads, self._stop,
                           self._served[k], self._counters[k], self._emu[k], self._rings[k],
                           self._clocks[k], self.jitter_ns, self._rng[k], self._held[k],
-                          *self._engine_args(k)[:2])
+                          self._file_io[k], *self._engine_args(k)[:2])
 
     @property
     def counters(self):

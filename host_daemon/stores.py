@@ -24,9 +24,11 @@ import mmap
 import os
 
 import numpy as np
+from numba import njit
 
 from gids import layout as L
 from gids.errors import ConfigError
+from host_daemon.sync import load_word
 
 # Columns of the daemon's store table (host-only, so defined here rather than in gids.layout).
 T_KIND = 0
@@ -36,7 +38,22 @@ T_ADDRESS = 3     # address of the first byte of the store in host memory, or 0
 T_OFFSET = 4      # byte offset of the array's first element in the store
 T_NBYTES = 5      # bytes in the array
 T_FAULTS = 6      # FaultyStore: address of its int64 [pages, 2] fault table (code, argument)
-T_COLUMNS = 7
+T_N_FILES = 7     # files the store's bytes lie in: 1 (a file), N (striped over N), 0 (RAM)
+T_STRIPE_UNIT = 8  # striped store: bytes per stripe unit (a multiple of the page size), else 0
+T_FILES = 9       # striped store: address of its int64 [N, 2] table of (fd, fd_direct), else 0
+T_FILE_SLOT = 10  # row of the store's first file in the daemon's per-file I/O counters, or -1
+T_COLUMNS = 11
+
+# Columns of the daemon's per-file I/O counters (one row per store file; see file_io_counts).
+F_READS = 0
+F_READ_BYTES = 1
+F_READ_NS = 2
+F_WRITES = 3
+F_WRITE_BYTES = 4
+F_WRITE_NS = 5
+F_COLUMNS = 6
+#: Rows of the per-file counters: files of all stores of one Runtime together.
+MAX_FILES = 1024
 
 # Fault codes of a FaultyStore page.
 FAULT_NONE = 0
@@ -53,6 +70,57 @@ FAULT_WRITE_CRASH = 7  # reads succeed, the daemon thread writing the page back 
 DIRECT_ALIGN = 4096
 
 
+def stripe_location(byte, unit, n_files):
+    """Where byte ``byte`` of a store striped over ``n_files`` files in units of ``unit`` bytes
+    lies: (file index, byte offset in that file). Unit ``u = byte // unit`` is in file
+    ``u % n_files`` at offset ``(u // n_files) * unit`` (RAID 0's layout)."""
+    u = byte // unit
+    return u % n_files, (u // n_files) * unit + byte % unit
+
+
+_stripe_location = njit(nogil=True, cache=True)(stripe_location)
+
+
+@njit(nogil=True, cache=True)
+def page_location(table, array_id, page, page_size):
+    """Where page ``page`` of array ``array_id`` lies: ``(file, fd, fd_direct, offset)``.
+
+    ``file`` is the index of the store file holding the page (0 unless striped), ``fd`` and
+    ``fd_direct`` its buffered and O_DIRECT descriptors (-1 where there is none; -1, -1 for a
+    store in RAM), ``offset`` the page's first byte in that file (in RAM: from the store's
+    address, ``T_ADDRESS``). Every store kind, striped or not; the caller checks that the page
+    is in the array. A page never straddles two stripe files: the Runtime opens striped arrays
+    at a page-aligned offset and the unit is a multiple of the page size. Allocates nothing
+    (the NVMe controller's loop, compiled without reference counting, calls it).
+    """
+    byte = table[array_id, T_OFFSET] + page * page_size
+    n_files = table[array_id, T_N_FILES]
+    if n_files <= 1:
+        return 0, table[array_id, T_FD], table[array_id, T_FD_DIRECT], byte
+    file, offset = _stripe_location(byte, table[array_id, T_STRIPE_UNIT], n_files)
+    at = table[array_id, T_FILES] + 16 * file
+    return file, load_word(at), load_word(at + 8), offset
+
+
+@njit(nogil=True, cache=True)
+def count_file_io(counts, table, array_id, file, write, nbytes, ns):
+    """Count one I/O of ``nbytes`` that took ``ns`` on store file ``file`` of array ``array_id``
+    in a thread's per-file counters (``counts``: int64 [MAX_FILES, F_COLUMNS]); nothing for a
+    store without a counter row (``T_FILE_SLOT`` -1: RAM)."""
+    slot = table[array_id, T_FILE_SLOT]
+    if slot < 0 or slot + file >= counts.shape[0]:
+        return
+    row = slot + file
+    if write:
+        counts[row, F_WRITES] += 1
+        counts[row, F_WRITE_BYTES] += nbytes
+        counts[row, F_WRITE_NS] += ns
+    else:
+        counts[row, F_READS] += 1
+        counts[row, F_READ_BYTES] += nbytes
+        counts[row, F_READ_NS] += ns
+
+
 class Store:
     """A byte range the daemon can read pages from. Subclasses fill :meth:`table_row`."""
 
@@ -66,10 +134,30 @@ class Store:
     def nbytes(self):
         raise NotImplementedError
 
+    #: Files the store's bytes lie in (0: RAM); the daemon keeps I/O counters per file.
+    n_files = 0
+
     def table_row(self, offset, nbytes, zero_copy_address=0):
         """The daemon's table row (T_COLUMNS integers) for an array of ``nbytes`` at byte
-        ``offset`` of the store."""
+        ``offset`` of the store (``T_FILE_SLOT`` -1: the Runtime sets it)."""
         raise NotImplementedError
+
+    def _row(self, offset, nbytes, fd=-1, fd_direct=-1, address=0, faults=0, unit=0, files=0):
+        row = [0] * T_COLUMNS
+        row[T_KIND], row[T_FD], row[T_FD_DIRECT], row[T_ADDRESS] = self.kind, fd, fd_direct, address
+        row[T_OFFSET], row[T_NBYTES], row[T_FAULTS] = offset, nbytes, faults
+        row[T_N_FILES], row[T_STRIPE_UNIT], row[T_FILES] = self.n_files, unit, files
+        row[T_FILE_SLOT] = -1
+        return tuple(row)
+
+    def file_of(self, offset):
+        """The store file holding byte ``offset``: (its index, a name for messages, its path or
+        None); for a store of one file or none, 0 and the store's own name and path."""
+        return 0, self.name, getattr(self, "path", None)
+
+    def file_names(self):
+        """The paths of the store's ``n_files`` files, in file order (none for RAM)."""
+        return []
 
     def read_bytes(self, offset, nbytes):
         """Read bytes on the host in Python (for error reports and tests; not the data path)."""
@@ -120,6 +208,7 @@ class FileStore(Store):
     """
 
     kind = L.STORE_KIND_FILE
+    n_files = 1
 
     def __init__(self, path, direct=True, writable=False):
         self.path = os.fspath(path)
@@ -145,12 +234,15 @@ class FileStore(Store):
     def direct_enabled(self):
         return self._fd_direct >= 0
 
+    def file_names(self):
+        return [self.path]
+
     @property
     def nbytes(self):
         return os.fstat(self._fd).st_size
 
     def table_row(self, offset, nbytes, zero_copy_address=0):
-        return (self.kind, self._fd, self._fd_direct, 0, offset, nbytes, 0)
+        return self._row(offset, nbytes, fd=self._fd, fd_direct=self._fd_direct)
 
     def read_bytes(self, offset, nbytes):
         return os.pread(self._fd, nbytes, offset)
@@ -175,6 +267,192 @@ class FileStore(Store):
             if fd >= 0:
                 os.close(fd)
         self._fd = self._fd_direct = -1
+
+
+def stripe_sizes(total, unit, n_files):
+    """The sizes of the ``n_files`` files a store of ``total`` bytes striped in units of
+    ``unit`` bytes is made of (the first files get the extra whole units, the next the rest)."""
+    units, rest = divmod(total, unit)
+    sizes = [(units // n_files + (f < units % n_files)) * unit for f in range(n_files)]
+    sizes[units % n_files] += rest
+    return sizes
+
+
+class StripedStore(Store):
+    """One byte range striped over several files, one per drive (RAID 0, GIDS's list of SSDs).
+
+    Stripe unit ``u`` (bytes ``u * unit`` to ``(u + 1) * unit - 1`` of the store) is in file
+    ``u % N`` at offset ``(u // N) * unit``: consecutive units go to consecutive files, so
+    that pages spread evenly over the drives. Each file is read as a :class:`FileStore` reads
+    its one file (``pread``, ``O_DIRECT`` for aligned pages where allowed) and written the same
+    way; :meth:`sync` makes every file durable (``fsync``). ``gids stripe`` splits an existing
+    file into such files.
+
+    Parameters
+    ----------
+    paths : sequence of str or os.PathLike
+        The stripe files, in stripe order; distinct files, each as long as
+        :func:`stripe_sizes` says for the store's size (their total).
+    unit : int
+        Bytes per stripe unit; arrays on the store need a Runtime whose page size divides it.
+    direct, writable : bool
+        As for :class:`FileStore`.
+
+    Raises
+    ------
+    ConfigError
+        No paths, a unit < 1, the same file twice (same device and inode), or files whose sizes
+        are not those of one striped byte range.
+    FileNotFoundError
+        A path does not exist.
+    """
+
+    kind = L.STORE_KIND_FILE
+
+    def __init__(self, paths, unit, direct=True, writable=False):
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        self.paths = [os.fspath(p) for p in paths]
+        if not self.paths:
+            raise ConfigError("gids: a striped store needs at least one file, got an empty list")
+        unit = int(unit)
+        if unit < 1:
+            raise ConfigError(f"gids: the stripe unit must be >= 1 byte, got {unit}")
+        self.unit = unit
+        seen = {}
+        for path in self.paths:
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"gids: no such file: {path!r}")
+            if not os.path.isfile(path):
+                raise ConfigError(f"gids: not a regular file: {path!r}")
+            st = os.stat(path)
+            key = (st.st_dev, st.st_ino)
+            if key in seen:
+                raise ConfigError(f"gids: stripe files {seen[key]!r} and {path!r} are the same "
+                                  "file; each stripe needs a file of its own")
+            seen[key] = path
+        sizes = [os.path.getsize(p) for p in self.paths]
+        expected = stripe_sizes(sum(sizes), unit, len(self.paths))
+        if sizes != expected:
+            have = ", ".join(f"{p!r} has {n}" for p, n in zip(self.paths, sizes))
+            raise ConfigError(
+                f"gids: the stripe files' sizes do not fit one byte range striped over "
+                f"{len(sizes)} files in units of {unit} bytes: {have} (for {sum(sizes)} bytes in "
+                f"all they would have {', '.join(map(str, expected))}); a stripe file of the "
+                "wrong size, or the wrong unit")
+        self._nbytes = sum(sizes)
+        self.n_files = len(self.paths)
+        self.name = f"striped store of {self.n_files} files ({', '.join(self.paths)})"
+        self.path = self.paths[0] if self.n_files == 1 else None
+        self.writable = bool(writable)
+        self.files = []
+        # (fd, fd_direct) per file: the table the daemon reads through T_FILES.
+        self.fds = np.full((self.n_files, 2), -1, dtype=np.int64)
+        try:
+            for f, path in enumerate(self.paths):
+                self.files.append(FileStore(path, direct=direct, writable=writable))
+                self.fds[f] = (self.files[f]._fd, self.files[f]._fd_direct)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def direct_enabled(self):
+        return all(f.direct_enabled for f in self.files)
+
+    @property
+    def nbytes(self):
+        return self._nbytes
+
+    def table_row(self, offset, nbytes, zero_copy_address=0):
+        return self._row(offset, nbytes, fd=int(self.fds[0, 0]), fd_direct=int(self.fds[0, 1]),
+                         unit=self.unit, files=self.fds.ctypes.data)
+
+    def file_of(self, offset):
+        f, at = stripe_location(offset, self.unit, self.n_files)
+        return (f, f"stripe file {self.paths[f]} (file {f} of {self.n_files}, at its byte {at})",
+                self.paths[f])
+
+    def file_names(self):
+        return list(self.paths)
+
+    def _pieces(self, offset, nbytes):
+        """(file, file offset, start in the caller's buffer, length) of each stripe unit's part
+        of bytes ``offset`` to ``offset + nbytes - 1``."""
+        done = 0
+        while done < nbytes:
+            f, at = stripe_location(offset + done, self.unit, self.n_files)
+            n = min(nbytes - done, self.unit - (offset + done) % self.unit)
+            yield f, at, done, n
+            done += n
+
+    def read_bytes(self, offset, nbytes):
+        nbytes = max(0, min(nbytes, self._nbytes - offset))
+        parts = []
+        for f, at, _, n in self._pieces(offset, nbytes):
+            got = self.files[f].read_bytes(at, n)
+            parts.append(got)
+            if len(got) < n:
+                break
+        return b"".join(parts)
+
+    def write_bytes(self, offset, data):
+        if not self.writable:
+            raise OSError(f"gids: {self.name} was opened read-only")
+        view = memoryview(data).cast("B")
+        if offset + len(view) > self._nbytes:
+            raise OSError(f"gids: write past the end of {self.name}")
+        for f, at, start, n in self._pieces(offset, len(view)):
+            self.files[f].write_bytes(at, view[start:start + n])
+
+    def sync(self):
+        for f in self.files:
+            f.sync()
+
+    def close(self):
+        for f in self.files:
+            f.close()
+        self.files = []
+        self.fds[:] = -1
+
+
+def write_stripes(src, paths, unit, progress=None, chunk=64 << 20):
+    """Split file ``src`` into the stripe files ``paths`` of a :class:`StripedStore` with
+    stripe unit ``unit`` (each file created or truncated, written, then made durable).
+
+    Reads ``src`` in chunks of about ``chunk`` bytes (whole rows of ``len(paths)`` units);
+    ``progress(done, total)`` is called after each. Returns the files' sizes."""
+    n = len(paths)
+    row = unit * n
+    step = max(1, chunk // row) * row
+    total = os.path.getsize(src)
+    outs = []
+    try:
+        outs = [open(p, "wb") for p in paths]
+        with open(src, "rb") as f:
+            done = 0
+            while done < total:
+                buf = f.read(min(step, total - done))
+                if not buf:
+                    raise OSError(f"gids: {src!r} shrank while it was read")
+                whole = len(buf) // row * row
+                if whole:   # rows of n units: unit i of each row goes to file i
+                    units = np.frombuffer(buf, dtype=np.uint8, count=whole).reshape(-1, n, unit)
+                    for i, out in enumerate(outs):
+                        out.write(units[:, i].tobytes())
+                # What is left of the file's last row (steps are whole rows): unit k, file k.
+                for k in range(0, len(buf) - whole, unit):
+                    outs[k // unit].write(buf[whole + k:whole + k + unit])
+                done += len(buf)
+                if progress is not None:
+                    progress(done, total)
+        for out in outs:
+            out.flush()
+            os.fsync(out.fileno())
+    finally:
+        for out in outs:
+            out.close()
+    return [os.path.getsize(p) for p in paths]
 
 
 class MemoryStore(Store):
@@ -209,8 +487,8 @@ class MemoryStore(Store):
 
     def table_row(self, offset, nbytes, zero_copy_address=0):
         if self.zero_copy:
-            return (self.kind, -1, -1, zero_copy_address, offset, nbytes, 0)
-        return (self.kind, -1, -1, self.data.ctypes.data, offset, nbytes, 0)
+            return self._row(offset, nbytes, address=zero_copy_address)
+        return self._row(offset, nbytes, address=self.data.ctypes.data)
 
     def read_bytes(self, offset, nbytes):
         return self.data[offset:offset + nbytes].tobytes()
@@ -258,7 +536,7 @@ class MmapStore(Store):
         return self.data.nbytes
 
     def table_row(self, offset, nbytes, zero_copy_address=0):
-        return (self.kind, -1, -1, self.data.ctypes.data, offset, nbytes, 0)
+        return self._row(offset, nbytes, address=self.data.ctypes.data)
 
     def read_bytes(self, offset, nbytes):
         return self.data[offset:offset + nbytes].tobytes()
@@ -323,8 +601,8 @@ class FaultyStore(MemoryStore):
     def table_row(self, offset, nbytes, zero_copy_address=0):
         if offset != 0:
             raise ValueError("gids: open arrays on a FaultyStore at offset 0")
-        return (self.kind, -1, -1, self.data.ctypes.data, offset, nbytes,
-                self.faults.ctypes.data)
+        return self._row(offset, nbytes, address=self.data.ctypes.data,
+                         faults=self.faults.ctypes.data)
 
     def read_bytes(self, offset, nbytes):
         page = offset // self.page_size
