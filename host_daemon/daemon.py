@@ -896,8 +896,9 @@ class HostDaemon:
             my_queues = np.arange(k, self.n_queues, self.n_threads, dtype=np.int64)
             self._heads[k] = self._queue_state(len(my_queues))
             if self.engine == "io_uring":
-                self._urings[k] = U.Ring(_ring_entries(self.engine_depth))
                 self._pend[k] = np.zeros((len(my_queues) * self.depth, P_COLUMNS), np.int64)
+        if self.engine == "io_uring":
+            self._make_rings()
         if self.trace_writer is not None and hasattr(self.trace_writer, "set_engine"):
             self.trace_writer.set_engine(self.engine, self.capacity)
         for k in range(self.n_threads):
@@ -912,6 +913,23 @@ class HostDaemon:
                                              name="gids-trace-drain")
             self._drainer.start()
         return self
+
+    def _make_rings(self):
+        """A ring per thread; if the kernel refuses one (the probe's ring was allowed, these
+        may not be: memory locked for rings, a limit on rings), every thread uses the threads
+        engine instead, said as for a failed probe."""
+        try:
+            for k in range(self.n_threads):
+                self._urings[k] = U.Ring(_ring_entries(self.engine_depth))
+        except OSError as exc:
+            for ring in self._urings:
+                if ring is not None:
+                    ring.close()
+            self._urings = [None] * self.n_threads
+            self.engine = "threads"
+            self.engine_note = (f"io_uring rings for {self.n_threads} threads could not be set "
+                                f"up ({exc.strerror or exc}); using the threads engine")
+            warnings.warn(f"gids: {self.engine_note}", RuntimeWarning, stacklevel=3)
 
     def _queue_state(self, n):
         """The state thread k keeps per queue it serves: the next ticket of each."""

@@ -93,3 +93,31 @@ def test_a_failing_fsync_through_the_ring_is_named_and_loses_nothing(tmp_path, m
         os.close(r), os.close(w)
         rt.flush()
         np.testing.assert_array_equal(np.fromfile(path, dtype=np.int64), want)
+
+
+def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
+    """``gids bench files`` tiny: ceiling, direct (each engine), cached, emulated and KvikIO
+    rows, every gids row checked against the file; JSON and table written."""
+    from gids.cli import main
+    out = tmp_path / "out"
+    rc = main(["bench", "files", "--file-bytes", str(64 * PAGE), "--pages", "6", "--reps", "1",
+               "--daemon-threads", "1", "--n-ssd", "1", "--ceiling-depth", "4",
+               "--dir", str(tmp_path), "--out", str(out), "--no-progress"])
+    assert rc == 0, capsys.readouterr()
+    result = __import__("json").loads((out / "files.json").read_text())
+    kinds = [(r["kind"], r["engine"]) for r in result["rows"]]
+    for want in [("direct", "io_uring"), ("direct", "threads"), ("cached", "memcpy"),
+                 ("cached", "io_uring"), ("emulated", "threads"), ("emulated", "io_uring"),
+                 ("kvikio", "kvikio")]:
+        assert want in kinds, kinds
+    assert any(k == "ceiling" for k, _ in kinds)
+    assert all(r["correct"] for r in result["rows"])
+    assert "simulator figure" in (out / "files.md").read_text()
+
+
+def test_bench_files_bad_arguments_exit_2(capsys):
+    from gids.cli import main
+    assert main(["bench", "files", "--pages", "0"]) == 2
+    assert "--pages must be >= 1" in capsys.readouterr().err
+    assert main(["bench", "files", "--profile", "nope"]) == 2
+    assert main(["bench", "files", "iops"]) == 2

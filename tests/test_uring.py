@@ -306,3 +306,21 @@ def test_emulated_nvme_controller_reads_and_writes_files_through_the_engine(tmp_
             assert drv.ctrl.engine_counters["sqes"] >= 10
     assert path.read_bytes()[3 * NV_PAGE:4 * NV_PAGE] == fresh.tobytes()
     store.close()
+
+
+def test_rings_refused_at_start_fall_back_to_threads(tmp_path, monkeypatch):
+    """The probe's ring was allowed but the threads' rings are not (a limit on locked memory):
+    the daemon runs on threads, says why, and serves correctly."""
+    path, raw = _file(tmp_path, 8 * PAGE, seed=13)
+    store = FileStore(path)
+    rig = _Rig(store, len(raw), "io_uring")
+    monkeypatch.setattr(U, "io_uring_setup", lambda entries, params: -errno.ENOMEM)
+    with pytest.warns(RuntimeWarning, match="ENOMEM|memory"):
+        rig.d.start()
+    try:
+        assert rig.d.engine == "threads" and "could not be set up" in rig.d.engine_note
+        q, t, entry = rig.submit(3, 5)
+        assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, 5)
+    finally:
+        rig.d.stop()
+        store.close()
