@@ -121,3 +121,10 @@ def test_bench_files_bad_arguments_exit_2(capsys):
     assert "--pages must be >= 1" in capsys.readouterr().err
     assert main(["bench", "files", "--profile", "nope"]) == 2
     assert main(["bench", "files", "iops"]) == 2
+
+
+def test_gids_info_names_the_engine(capsys):
+    from gids.cli import main
+    assert main(["info"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "default engine: " in out and "storage engine: " in out

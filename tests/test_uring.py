@@ -268,17 +268,22 @@ def test_emulation_counts_against_the_engines_concurrency(tmp_path, engine, dept
     store.close()
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_emulated_nvme_controller_reads_and_writes_files_through_the_engine(tmp_path, engine):
+@pytest.mark.parametrize("engine, jitter_us, ssd", [("io_uring", 0, None), ("threads", 0, None),
+                                                     ("io_uring", 300, None),
+                                                     ("io_uring", 0, "980pro")])
+def test_emulated_nvme_controller_reads_and_writes_files_through_the_engine(tmp_path, engine,
+                                                                            jitter_us, ssd):
     """The NVMe controller's Reads and Writes of a file store go through the daemon's engine:
-    out of order CQEs from the ring become NVMe CQEs with the right command ids and data."""
+    out of order CQEs from the ring become NVMe CQEs with the right command ids and data (also
+    when completions are held: jitter, or an SSD model)."""
     from tests.test_nvme import PAGE as NV_PAGE, _Driver
     path, raw = _file(tmp_path, 64 * NV_PAGE, seed=11)
     store = FileStore(path, writable=True)
     data = np.frombuffer(raw, dtype=np.uint8)
     drv = _Driver(data, n_queues=2, depth=8, store=store)
     drv.ctrl = type(drv.ctrl)(drv.sq, drv.cq, drv.db, drv.bounce, drv.table, 2, 8, NV_PAGE, 1,
-                              engine=engine)
+                              engine=engine, jitter_us=jitter_us,
+                              model=SsdModel(ssd) if ssd else None)
     blocks = NV_PAGE // L.NVME_LBA_BYTES
     with drv.ctrl:
         assert drv.ctrl.engine == engine
