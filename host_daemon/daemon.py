@@ -14,11 +14,18 @@ store). Requests of one queue are served in ticket order. Writes are not made du
 An idle thread spins for a while, then sleeps in short naps so that an idle Runtime costs no
 CPU; the first request after a nap waits up to one nap.
 
+File stores are read and written through a storage engine (``engine``): ``io_uring`` (the
+default where the kernel allows it: each thread owns a ring from :mod:`host_daemon.uring`, turns
+requests into SQEs, submits them in batches and posts completions as CQEs arrive, in any order)
+or ``threads`` (one synchronous ``pread``/``pwrite`` per request). Stores in RAM are copied on
+the spot by either. See docs/architecture.md, "Storage engines".
+
 Two options, both off by default:
 
 - real-time emulation of an SSD array (``model``, a :class:`host_daemon.ssd_model.SsdModel`):
   each request is timed by the model from the moment the daemon sees it, and its completion is
-  posted no earlier than the model's completion time. Completions wait in a min-heap by due
+  posted no earlier than the model's completion time; until then it counts against the
+  engine's concurrency (one per thread for ``threads``, the ring's entries for ``io_uring``). Completions wait in a min-heap by due
   time, so one slow request does not hold back later, faster ones (completions may then be
   posted out of ticket order; every GPU thread polls its own). Due completions are posted
   after each request the thread serves (with the clock read that timed the request) and
