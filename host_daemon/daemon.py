@@ -25,9 +25,10 @@ Two options, both off by default:
 - real-time emulation of an SSD array (``model``, a :class:`host_daemon.ssd_model.SsdModel`):
   each request is timed by the model from the moment the daemon sees it, and its completion is
   posted no earlier than the model's completion time; until then it counts against the
-  engine's concurrency (one per thread for ``threads``, the ring's entries for ``io_uring``). Completions wait in a min-heap by due
-  time, so one slow request does not hold back later, faster ones (completions may then be
-  posted out of ticket order; every GPU thread polls its own). Due completions are posted
+  engine's concurrency (one per thread for ``threads``, the ring's entries for ``io_uring``).
+  Completions wait in a min-heap by due time, so one slow request does not hold back later,
+  faster ones (completions may then be posted out of ticket order; every GPU thread polls its
+  own). Due completions are posted
   after each request the thread serves (with the clock read that timed the request) and
   before each queue, so a completion is late by about one request's service at most;
 - tracing (``trace_writer``, a :class:`host_daemon.trace.TraceWriter`): every request is
