@@ -196,6 +196,9 @@ def _gids_row(kind, store_or_path, ref, o, engine, threads, label, **runtime):
     except Exception as exc:   # one row's failure is reported, not the end of the sweep
         row.update(seconds=None, pages_per_s=None, correct=False,
                    error=f"{type(exc).__name__}: {exc}")
+    finally:
+        if hasattr(store_or_path, "close"):
+            store_or_path.close()
     return row
 
 
