@@ -458,3 +458,9 @@ class HostRing:
 
     def close(self):
         self.ring.close()
+
+    def __del__(self):   # nothing is in flight between calls: a dropped HostRing may just close
+        try:
+            self.close()
+        except Exception:
+            pass
