@@ -78,6 +78,9 @@ _pwrite = types.ExternalFunction("pwrite", types.intp(types.int32, types.uintp, 
                                                        types.int64))
 _memcpy = types.ExternalFunction("memcpy", types.uintp(types.uintp, types.uintp, types.uintp))
 _memset = types.ExternalFunction("memset", types.uintp(types.uintp, types.int32, types.uintp))
+_preadv2 = types.ExternalFunction("preadv2", types.intp(types.int32, types.uintp, types.int32,
+                                                         types.int64, types.int32))
+_RWF_NOWAIT = 0x8   # preadv2: fail with EAGAIN rather than wait for the disk
 _usleep = types.ExternalFunction("usleep", types.int32(types.uint32))
 _clock_gettime = types.ExternalFunction("clock_gettime", types.int32(types.int32, types.uintp))
 _CLOCK_MONOTONIC = 1   # the clock of Python's time.monotonic_ns()
@@ -380,7 +383,9 @@ P_ORDER = 11    # the NVMe controller's fetch order of the command
 P_ARRAY = 12    # the array, its store file (index) and the bytes moved: the per-file counts
 P_FILE = 13
 P_BYTES = 14
-P_COLUMNS = 15
+P_IOV_BASE = 15  # an iovec for preadv2 (see _ring_page)
+P_IOV_LEN = 16
+P_COLUMNS = 17
 
 #: _time_batch's status for a request that is in the io_uring engine's hands.
 _QUEUED = -2000
@@ -406,7 +411,14 @@ def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, t
     """Fill an SQE that reads (writes) the page between its store file and ``buf``: the file
     and offset from :func:`~host_daemon.stores.page_location` (striped or not), O_DIRECT where
     the page allows it, as :func:`serve_page` does; only the array's own bytes are written, and
-    a short last page's tail is zeroed now (the read does not reach it)."""
+    a short last page's tail is zeroed now (the read does not reach it).
+
+    A read through the page cache is first tried on the spot with ``preadv2(RWF_NOWAIT)``,
+    which copies the page if it is cached and refuses (EAGAIN) if it would wait for the disk:
+    a cached page then costs one system call, as with ``pread``, instead of an SQE, its
+    submission and its CQE; only reads that wait go to the ring. Returns STATUS_OK when the
+    page was read that way (no SQE; ``pend``'s row still says what the request was), else
+    ``_QUEUED``."""
     nbytes = table[array_id, T_NBYTES]
     n = min(page_size, nbytes - page * page_size)
     file, fd, fd_direct, file_offset = page_location(table, array_id, page, page_size)
@@ -432,8 +444,16 @@ def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, t
     p[P_ARRAY] = array_id
     p[P_FILE] = file
     p[P_BYTES] = n
+    if op == L.OP_READ and alt < 0:
+        # struct iovec {base, len} in the row itself: two adjacent int64 columns.
+        p[P_IOV_BASE] = buf
+        p[P_IOV_LEN] = n
+        iov = pend.ctypes.data + (row * pend.shape[1] + P_IOV_BASE) * 8
+        if _preadv2(fd, iov, 1, file_offset, _RWF_NOWAIT) == n:
+            return L.STATUS_OK
     ring_prep(uring, IORING_OP_WRITE if op == L.OP_WRITE else IORING_OP_READ, fd, buf, n,
               file_offset, 0, row)
+    return _QUEUED
 
 
 @njit(nogil=True, cache=True)
@@ -629,11 +649,14 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                 buf = staging_address + entry * page_size
                 source = L.SOURCE_STAGING
                 if uring.on and _on_ring(table, array_id, page, page_size, op):
-                    source = k * depth + slot   # its row of pend
+                    pend_row = k * depth + slot
                     # (its time is the per-file counts' too, so read the clock)
-                    _ring_page(uring, pend, source, table, array_id, page, page_size, buf,
-                               entry, ticket, seen if timed else _now_ns(clock), op)
-                    status = _QUEUED
+                    status = _ring_page(uring, pend, pend_row, table, array_id, page, page_size,
+                                        buf, entry, ticket, seen if timed else _now_ns(clock), op)
+                    if status == _QUEUED:
+                        source = pend_row
+                    else:   # read on the spot from the page cache
+                        count_ring_io(file_io, table, pend, pend_row, _now_ns(clock))
                 else:
                     status, source = page_io(table, array_id, page, page_size, buf, op, file_io,
                                              clock)

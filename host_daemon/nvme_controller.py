@@ -422,10 +422,12 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
                     table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes)
                 if (uring.on and status == L.NVME_SC_SUCCESS
                         and _on_ring(table, array_id, page, page_size, op)):
-                    _ring_page(uring, pend, row, table, array_id, page, page_size, prp1, q, cid,
-                               seen if timed else _now_ns(clock), op)
+                    status = _ring_page(uring, pend, row, table, array_id, page, page_size,
+                                        prp1, q, cid, seen if timed else _now_ns(clock), op)
                     pend[row, P_ORDER] = order
-                    status = _QUEUED
+                    if status != _QUEUED:   # read on the spot from the page cache
+                        count_ring_io(file_io, table, pend, row, _now_ns(clock))
+                        status = L.NVME_SC_SUCCESS
                 else:
                     status, offset, nbytes = execute(table, opcode, nsid, slba, nlb, prp1,
                                                      page_size, dma_base, dma_bytes, file_io, clock)
