@@ -196,6 +196,13 @@ class Runtime:
     trace : str or os.PathLike, optional
         Record every I/O (store offset, size, queue, time seen, time completed) to this file,
         for ``gids simulate``.
+    engine : {"io_uring", "threads"}, optional
+        How daemon threads read and write files: an io_uring ring each, ``engine_depth`` I/Os
+        in flight per thread (falls back to ``"threads"``, saying so, where the kernel refuses
+        it), or one synchronous ``pread``/``pwrite`` at a time. Default: ``gids.defaults``
+        (``GIDS_ENGINE``, io_uring). ``rt.stats().engine`` says which runs.
+    engine_depth : int, optional
+        Ring entries per daemon thread (default 256, ``GIDS_ENGINE_DEPTH``).
 
     Notes
     -----

@@ -78,8 +78,14 @@ _pwrite = types.ExternalFunction("pwrite", types.intp(types.int32, types.uintp, 
                                                        types.int64))
 _memcpy = types.ExternalFunction("memcpy", types.uintp(types.uintp, types.uintp, types.uintp))
 _memset = types.ExternalFunction("memset", types.uintp(types.uintp, types.int32, types.uintp))
-_preadv2 = types.ExternalFunction("preadv2", types.intp(types.int32, types.uintp, types.int32,
-                                                         types.int64, types.int32))
+if U.LINUX:
+    _preadv2 = types.ExternalFunction("preadv2", types.intp(types.int32, types.uintp,
+                                                             types.int32, types.int64,
+                                                             types.int32))
+else:   # no RWF_NOWAIT elsewhere (nor io_uring): every read goes the ring's way, never taken
+    @njit(nogil=True, cache=True)
+    def _preadv2(fd, iov, count, offset, flags):
+        return -1
 _RWF_NOWAIT = 0x8   # preadv2: fail with EAGAIN rather than wait for the disk
 _usleep = types.ExternalFunction("usleep", types.int32(types.uint32))
 _clock_gettime = types.ExternalFunction("clock_gettime", types.int32(types.int32, types.uintp))

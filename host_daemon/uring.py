@@ -23,6 +23,7 @@ import ctypes
 import errno
 import mmap
 import os
+import sys
 import time
 from collections import namedtuple
 
@@ -98,10 +99,18 @@ S_COLUMNS = 5
 #: view of the CQ region from ``cq_off.cqes``), ``idx`` (I_* columns) and ``state`` (S_*).
 RingArgs = namedtuple("RingArgs", ["on", "sq", "cq", "sqes", "cqes", "idx", "state"])
 
-_syscall = types.ExternalFunction("syscall", types.intp(types.intp, types.intp, types.intp,
-                                                        types.intp, types.intp, types.intp,
-                                                        types.intp))
-_errno_location = types.ExternalFunction("__errno_location", types.uintp())
+#: io_uring is Linux's; elsewhere the ring functions compile to stand-ins (no such symbols to
+#: link) and probe() says why there is no ring.
+LINUX = sys.platform.startswith("linux")
+if LINUX:
+    _syscall = types.ExternalFunction("syscall", types.intp(types.intp, types.intp, types.intp,
+                                                            types.intp, types.intp, types.intp,
+                                                            types.intp))
+    _errno_location = types.ExternalFunction("__errno_location", types.uintp())
+else:
+    @njit(nogil=True, cache=True)
+    def _syscall(number, a, b, c, d, e, f):
+        return -1
 _usleep = types.ExternalFunction("usleep", types.int32(types.uint32))
 _clock_gettime = types.ExternalFunction("clock_gettime", types.int32(types.int32, types.uintp))
 
@@ -111,7 +120,8 @@ class UringUnavailable(OSError):
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
+if hasattr(_libc, "syscall"):
+    _libc.syscall.restype = ctypes.c_long
 
 
 def io_uring_setup(entries, params):
@@ -250,6 +260,8 @@ _probed = {}
 def probe(entries=8):
     """None if an io_uring ring can be set up here, else the reason in words (asked of the
     kernel once per process; tests clear ``_probed`` to ask again)."""
+    if "reason" not in _probed and not LINUX:
+        _probed["reason"] = f"io_uring is Linux's (this is {sys.platform})"
     if "reason" not in _probed:
         try:
             with Ring(entries) as ring:
@@ -266,9 +278,14 @@ def probe(entries=8):
 
 # ---- njit side ---------------------------------------------------------------------------
 
-@njit(nogil=True, cache=True)
-def _errno():
-    return np.int64(load_word(_errno_location()) & 0xFFFFFFFF)
+if LINUX:
+    @njit(nogil=True, cache=True)
+    def _errno():
+        return np.int64(load_word(_errno_location()) & 0xFFFFFFFF)
+else:
+    @njit(nogil=True, cache=True)
+    def _errno():
+        return np.int64(errno.ENOSYS)
 
 
 @njit(nogil=True, cache=True)
