@@ -156,8 +156,8 @@ def cmd_stripe(args):
                     _progress("checking", min(at + chunk, total), total)
             got = _sha256_chunks(read_back())
     except OSError as exc:
-        return _stripe_error(f"{exc.strerror or exc}"
-                             f"{' (' + exc.filename + ')' if getattr(exc, 'filename', None) else ''}")
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        return _stripe_error(f"{exc.strerror or exc}{where}")
     if got != want:
         print(f"FAILED: the striped files read back differ from {src} (sha256 {got} != {want})",
               file=sys.stderr)
