@@ -255,6 +255,8 @@ def table(r):
         ("lookups", f"{r['hits'] + r['misses']:,} (hits {r['hits']:,})"),
         ("bytes", f"read {r['bytes_read']:,}, written {r['bytes_written']:,}"),
         ("evictions", f"{r['evictions']:,}"),
+        ("storage engine", r.get("engine", "-") + (f" ({r['engine_note']})"
+                                                   if r.get("engine_note") else "")),
         ("write-backs", (f"{r['writebacks']:,} on eviction, {r['flushed']:,} by flush "
                          f"({r['flush_s']:.1f} s incl. fsync)")),
         ("checks in kernels", (f"{r['checks']:,} ({r['ambiguous_reads']:,} of elements also "
