@@ -79,6 +79,9 @@ def cmd_info(args):
         print(f"device: {dev.name}, compute capability {dev.compute_capability}")
     for k, v in defaults.all_settings().items():
         print(f"default {k}: {v}")
+    from host_daemon.daemon import resolve_engine
+    engine, note = resolve_engine(defaults.get("engine"))
+    print(f"storage engine: {engine}" + (f" ({note})" if note else ""))
     # The settings read from the environment at import, for measuring (a figure's conditions).
     from kernels import platform as P
     from host_daemon.daemon import HOT_QUEUE_EVERY

@@ -29,6 +29,13 @@ _settings = {
     # Bound (seconds) on any one wait inside a kernel: for a queue entry, a completion, a
     # free slot, another thread's load. The simulator is ~1e5 times slower than a GPU.
     "timeout": 60.0 if SIMULATOR else 10.0,
+    # The host daemon's file I/O: "io_uring" (a ring per daemon thread, many reads in flight
+    # each; falls back to "threads", saying so, where the kernel refuses it) or "threads" (one
+    # synchronous pread/pwrite per thread at a time). GIDS_ENGINE sets it.
+    "engine": os.environ.get("GIDS_ENGINE", "io_uring"),
+    # Entries of each daemon thread's ring (rounded up to a power of two): I/Os a thread keeps
+    # in flight. GIDS_ENGINE_DEPTH sets it.
+    "engine_depth": int(os.environ.get("GIDS_ENGINE_DEPTH", "256")),
 }
 
 

@@ -15,6 +15,7 @@ from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonE
                          GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError, StorageIOError)
 from gids.stats import FileStats, Stats
 from gids.waiting import KernelWaiter
+from host_daemon.daemon import ENGINES
 from host_daemon.ssd_model import SsdModel
 from host_daemon.stores import (F_COLUMNS, F_WRITE_BYTES, F_WRITE_NS, F_WRITES, MAX_FILES,
                                  T_COLUMNS, T_FILE_SLOT, FaultyStore, MemoryStore, Store,
@@ -144,6 +145,13 @@ class Runtime:
     trace : str or os.PathLike, optional
         Record every I/O (store offset, size, queue, time seen, time completed) to this file,
         for ``gids simulate``.
+    engine : {"io_uring", "threads"}, optional
+        How daemon threads read and write files: an io_uring ring each, ``engine_depth`` I/Os
+        in flight per thread (falls back to ``"threads"``, saying so, where the kernel refuses
+        it), or one synchronous ``pread``/``pwrite`` at a time. Default: ``gids.defaults``
+        (``GIDS_ENGINE``, io_uring). ``rt.stats().engine`` says which runs.
+    engine_depth : int, optional
+        Ring entries per daemon thread (default 256, ``GIDS_ENGINE_DEPTH``).
 
     Notes
     -----
@@ -166,7 +174,7 @@ class Runtime:
 
     def __init__(self, backend="host", *, cache_bytes=None, cache_pages=None, page_size=None,
                  daemon_threads=None, queues=None, queue_depth=None, timeout=None, ssd=None,
-                 n_ssd=1, trace=None):
+                 n_ssd=1, trace=None, engine=None, engine_depth=None):
         if backend not in BACKENDS:
             raise ConfigError(f"gids: unknown backend {backend!r}; choose one of {BACKENDS}")
         page_size = defaults.get("page_size") if page_size is None else int(page_size)
@@ -202,6 +210,14 @@ class Runtime:
                           else int(daemon_threads))
         if daemon_threads < 1:
             raise ConfigError(f"gids: daemon_threads must be >= 1, got {daemon_threads}")
+        engine = defaults.get("engine") if engine is None else engine
+        if engine not in ENGINES:
+            raise ConfigError(f"gids: engine must be one of {', '.join(map(repr, ENGINES))}, "
+                              f"got {engine!r}")
+        engine_depth = (defaults.get("engine_depth") if engine_depth is None
+                        else int(engine_depth))
+        if not 1 <= engine_depth <= 32768:
+            raise ConfigError(f"gids: engine_depth must be 1..32768, got {engine_depth}")
         timeout = defaults.get("timeout") if timeout is None else float(timeout)
         if not timeout > 0:
             raise ConfigError(f"gids: timeout must be > 0 seconds, got {timeout}")
@@ -224,6 +240,8 @@ class Runtime:
         self.queues = queues
         self.queue_depth = queue_depth
         self.daemon_threads = daemon_threads
+        self.engine_requested = engine
+        self.engine_depth = engine_depth
         self.timeout = timeout
         self.simulator = SIMULATOR
         self._closed = False
@@ -266,7 +284,7 @@ class Runtime:
         # What serves the misses: its queues, staging pages, tickets and threads.
         self._io = io_class(self._table, queues=queues, queue_depth=queue_depth,
                             page_size=page_size, threads=daemon_threads, model=model,
-                            trace=trace)
+                            trace=trace, engine=engine, engine_depth=engine_depth)
         self._io.start()
 
     # ----------------------------------------------------------------- life cycle
@@ -790,7 +808,7 @@ class Runtime:
             mapped = host_view(self._zero_copy[id(store)][0]).view(np.uint8)
             store.data[:] = mapped[:store.nbytes]
         try:
-            store.sync()
+            self._io.server.sync_store(store)
         except OSError as exc:
             raise StorageIOError(f"gids: cannot make {store.name} durable: "
                                  f"{exc.strerror or exc}", path=getattr(store, "path", None)
@@ -844,7 +862,7 @@ class Runtime:
         if entry is not None:   # the GPU reads misses from the pinned copy: keep it current
             host_view(entry[0]).view(np.uint8)[offset:offset + data.size] = data
         start = time.perf_counter_ns()
-        array.store.write_bytes(offset, data)
+        self._io.server.write_store(array.store, offset, data)
         slot = self._file_slots.get(id(array.store), (-1,))[0]
         if slot >= 0:   # counted per file as the daemon counts its writes
             row = self._file_io[slot + array.store.file_of(offset)[0]]
@@ -1009,7 +1027,8 @@ class Runtime:
                      copy_ns=int(counts[L.STAT_COPY_NS]),
                      claim_ns=int(counts[L.STAT_CLAIM_NS]),
                      early_copies=int(counts[L.STAT_EARLY_COPIES]),
-                     files=self._file_stats())
+                     files=self._file_stats(), engine=self._io.server.engine,
+                     engine_note=self._io.server.engine_note)
 
     def _file_stats(self):
         """A FileStats per file of the stores opened, in the order they were opened."""

@@ -111,6 +111,10 @@ class Stats:
     claim_ns: int = 0
     early_copies: int = 0
     files: tuple = ()
+    #: The host daemon's storage engine in use ("io_uring" or "threads"), and why it is not the
+    #: one asked for ("" when it is).
+    engine: str = ""
+    engine_note: str = ""
 
     @property
     def lookups(self):
@@ -148,7 +152,8 @@ class Stats:
     def __sub__(self, other):
         before = {f.path: f for f in other.files}
         files = tuple(f - before[f.path] if f.path in before else f for f in self.files)
-        return Stats(**{f.name: getattr(self, f.name) - getattr(other, f.name)
+        return Stats(**{f.name: (getattr(self, f.name) - getattr(other, f.name)
+                                 if f.type is int or f.type == "int" else getattr(self, f.name))
                         for f in fields(self) if f.name != "files"}, files=files)
 
     def __str__(self):
@@ -158,4 +163,6 @@ class Stats:
                 f"(write-backs {self.writebacks:,}), flushed {self.flushed:,}, "
                 f"bytes written {self.bytes_written:,}, mean I/O {self.io_latency_us:.1f} us, "
                 f"mean miss {self.miss_latency_us:.1f} us, slot retries {self.slot_retries:,}, "
-                f"bulk copies {self.bulk_copies:,} (early {self.early_copies:,})")
+                f"bulk copies {self.bulk_copies:,} (early {self.early_copies:,}), "
+                f"engine {self.engine or '-'}"
+                + (f" ({self.engine_note})" if self.engine_note else ""))

@@ -14,13 +14,21 @@ store). Requests of one queue are served in ticket order. Writes are not made du
 An idle thread spins for a while, then sleeps in short naps so that an idle Runtime costs no
 CPU; the first request after a nap waits up to one nap.
 
+File stores are read and written through a storage engine (``engine``): ``io_uring`` (the
+default where the kernel allows it: each thread owns a ring from :mod:`host_daemon.uring`, turns
+requests into SQEs, submits them in batches and posts completions as CQEs arrive, in any order)
+or ``threads`` (one synchronous ``pread``/``pwrite`` per request). Stores in RAM are copied on
+the spot by either. See docs/architecture.md, "Storage engines".
+
 Two options, both off by default:
 
 - real-time emulation of an SSD array (``model``, a :class:`host_daemon.ssd_model.SsdModel`):
   each request is timed by the model from the moment the daemon sees it, and its completion is
-  posted no earlier than the model's completion time. Completions wait in a min-heap by due
-  time, so one slow request does not hold back later, faster ones (completions may then be
-  posted out of ticket order; every GPU thread polls its own). Due completions are posted
+  posted no earlier than the model's completion time; until then it counts against the
+  engine's concurrency (one per thread for ``threads``, the ring's entries for ``io_uring``).
+  Completions wait in a min-heap by due time, so one slow request does not hold back later,
+  faster ones (completions may then be posted out of ticket order; every GPU thread polls its
+  own). Due completions are posted
   after each request the thread serves (with the clock read that timed the request) and
   before each queue, so a completion is late by about one request's service at most;
 - tracing (``trace_writer``, a :class:`host_daemon.trace.TraceWriter`): every request is
@@ -30,6 +38,7 @@ Two options, both off by default:
 """
 import os
 import threading
+import warnings
 from collections import namedtuple
 
 import numpy as np
@@ -41,9 +50,14 @@ from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlo
 from host_daemon.stores import (DIRECT_ALIGN, F_COLUMNS, FAULT_CRASH, FAULT_EIO, FAULT_SHORT,
                                  FAULT_SLOW, FAULT_WRITE_CRASH, FAULT_WRITE_EIO, FAULT_WRITE_SLOW,
                                  MAX_FILES, T_ADDRESS, T_FAULTS, T_KIND, T_N_FILES, T_NBYTES,
-                                 T_OFFSET, count_file_io, page_location)
+                                 T_OFFSET, FileStore, StripedStore, count_file_io,
+                                 page_location)
 from host_daemon.sync import load_acquire, load_word, private_array, store_release
 from host_daemon.trace import TRACE_DTYPE
+from host_daemon import uring as U
+from host_daemon.uring import (IORING_OP_READ, IORING_OP_WRITE, ring_consume, ring_cqe,
+                               S_IN_FLIGHT, S_UNSUBMITTED, ring_prep, ring_ready, ring_room,
+                               ring_submit)
 
 #: The queue records' words, compiled from their one definition in ``gids.layout`` (``sq_word``
 #: for ``workloads.emulation_bench``, whose threads play the GPU).
@@ -64,6 +78,15 @@ _pwrite = types.ExternalFunction("pwrite", types.intp(types.int32, types.uintp, 
                                                        types.int64))
 _memcpy = types.ExternalFunction("memcpy", types.uintp(types.uintp, types.uintp, types.uintp))
 _memset = types.ExternalFunction("memset", types.uintp(types.uintp, types.int32, types.uintp))
+if U.LINUX:
+    _preadv2 = types.ExternalFunction("preadv2", types.intp(types.int32, types.uintp,
+                                                             types.int32, types.int64,
+                                                             types.int32))
+else:   # no RWF_NOWAIT elsewhere (nor io_uring): every read goes the ring's way, never taken
+    @njit(nogil=True, cache=True)
+    def _preadv2(fd, iov, count, offset, flags):
+        return -1
+_RWF_NOWAIT = 0x8   # preadv2: fail with EAGAIN rather than wait for the disk
 _usleep = types.ExternalFunction("usleep", types.int32(types.uint32))
 _clock_gettime = types.ExternalFunction("clock_gettime", types.int32(types.int32, types.uintp))
 _CLOCK_MONOTONIC = 1   # the clock of Python's time.monotonic_ns()
@@ -309,15 +332,17 @@ B_COLUMNS = 8
 
 
 @njit(nogil=True, cache=True)
-def _time_batch(cq, emu, ring, clock, q, depth, page_size, n, batch):
-    """Under emulation: give the model the ``n`` requests just served from queue ``q`` (their
-    pages are in staging), under one hold of its lock, then post or park each completion.
+def _time_batch(cq, emu, ring, clock, depth, page_size, n, batch, pend):
+    """Under emulation: give the model the ``n`` requests just taken from a queue, under one
+    hold of its lock, then post or park each completion; a request handed to the io_uring
+    engine (status ``_QUEUED``) only keeps its modelled time (``pend``'s P_DUE), for when its
+    CQE arrives.
 
     One hold for the batch, not one per request: the model's state is shared by every daemon
     thread, and taken per request its lock and cache lines serialised the threads at about
-    1.7 M requests/s, whatever the modelled drives allowed (4 emulated P5800X, scale-24 BFS on
-    the H200, 2026-12-02: 1.73 M I/Os/s, where the NVMe controller's emulation, locking per
-    batch, served 4.3 M). Each request keeps its own arrival time (``seen``).
+    1.7 M requests/s, whatever the modelled drives allowed (the NVMe controller's emulation,
+    locking per batch, served 2.5 times as many). Each request keeps its own arrival time
+    (``seen``).
     """
     model_lock(emu.state)
     for i in range(n):
@@ -329,18 +354,199 @@ def _time_batch(cq, emu, ring, clock, q, depth, page_size, n, batch):
     ready = _now_ns(clock)
     for i in range(n):
         entry, ticket, status, source, seen, offset, op, due = batch[i]
+        if status == _QUEUED:
+            pend[source, P_DUE] = due   # source: the request's row of pend
+            continue
         if due > ready:
             park(emu, entry, due, status, source, ticket, seen, ready, due, offset, page_size,
                  op)
         else:
             _post(cq, entry, ticket, status, source)
             if ring.on:
-                _record(ring, q, offset, page_size, seen, ready, due, ready, op)
+                _record(ring, entry // depth, offset, page_size, seen, ready, due, ready, op)
     # And now, with the clock read that just timed them: a thread serving a backlog otherwise
     # posted due completions late by up to a batch's service, which a replay of the trace
     # cannot know of unless recorded (docs/ssd_models.md, "Replay").
     if emu.size[0] > 0 and emu.due[0] <= ready:
         _post_due(cq, emu, ring, depth, ready)
+
+
+#: Columns of a row of ``pend``: a request handed to the io_uring engine, by its row
+#: (``user_data`` of its SQEs: the queue's index among the thread's times the depth, plus the
+#: entry's place in its queue).
+P_ENTRY = 0     # its queue entry (global)
+P_TICKET = 1
+P_SEEN = 2      # when the daemon took it
+P_OFFSET = 3    # store byte offset of the page (the trace's and the model's)
+P_OP = 4        # OP_READ or OP_WRITE
+P_FD = 5        # the descriptor the current SQE uses
+P_ALT_FD = 6    # the buffered descriptor to retry on if O_DIRECT refuses (EINVAL), or -1
+P_ADDR = 7      # where the rest of the transfer goes (or comes from)
+P_FILE_OFFSET = 8   # and where in the file
+P_LEFT = 9      # bytes still to transfer
+P_DUE = 10      # the model's completion time (emulation)
+P_ORDER = 11    # the NVMe controller's fetch order of the command
+P_ARRAY = 12    # the array, its store file (index) and the bytes moved: the per-file counts
+P_FILE = 13
+P_BYTES = 14
+P_IOV_BASE = 15  # an iovec for preadv2 (see _ring_page)
+P_IOV_LEN = 16
+P_COLUMNS = 17
+
+#: _time_batch's status for a request that is in the io_uring engine's hands.
+_QUEUED = -2000
+#: Filled SQEs that make the daemon thread submit before its pass over the queues ends.
+SUBMIT_BATCH = 32
+#: How long a stopping thread waits for its ring's reads and writes to end (seconds).
+DRAIN_S_MAX = 5.0
+
+
+@njit(nogil=True, cache=True)
+def _on_ring(table, array_id, page, page_size, op):
+    """Whether the io_uring engine serves this request: a read or write of a valid page of a
+    file store (other stores are memory copies, done on the spot)."""
+    if op != L.OP_READ and op != L.OP_WRITE:
+        return False
+    if array_id < 0 or array_id >= table.shape[0] or table[array_id, T_KIND] != L.STORE_KIND_FILE:
+        return False
+    return page >= 0 and page * page_size < table[array_id, T_NBYTES]
+
+
+@njit(nogil=True, cache=True)
+def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, ticket, seen, op):
+    """Fill an SQE that reads (writes) the page between its store file and ``buf``: the file
+    and offset from :func:`~host_daemon.stores.page_location` (striped or not), O_DIRECT where
+    the page allows it, as :func:`serve_page` does; only the array's own bytes are written, and
+    a short last page's tail is zeroed now (the read does not reach it).
+
+    A read through the page cache is first tried on the spot with ``preadv2(RWF_NOWAIT)``,
+    which copies the page if it is cached and refuses (EAGAIN) if it would wait for the disk:
+    a cached page then costs one system call, as with ``pread``, instead of an SQE, its
+    submission and its CQE; only reads that wait go to the ring. Returns STATUS_OK when the
+    page was read that way (no SQE; ``pend``'s row still says what the request was), else
+    ``_QUEUED``."""
+    nbytes = table[array_id, T_NBYTES]
+    n = min(page_size, nbytes - page * page_size)
+    file, fd, fd_direct, file_offset = page_location(table, array_id, page, page_size)
+    alt = -1
+    if op == L.OP_READ:
+        if fd_direct >= 0 and file_offset % DIRECT_ALIGN == 0 and n % DIRECT_ALIGN == 0:
+            alt = fd
+            fd = fd_direct
+        if n < page_size:
+            _memset(buf + n, 0, page_size - n)
+    p = pend[row]
+    p[P_ENTRY] = entry
+    p[P_TICKET] = ticket
+    p[P_SEEN] = seen
+    p[P_OFFSET] = table[array_id, T_OFFSET] + page * page_size
+    p[P_OP] = op
+    p[P_FD] = fd
+    p[P_ALT_FD] = alt
+    p[P_ADDR] = buf
+    p[P_FILE_OFFSET] = file_offset
+    p[P_LEFT] = n
+    p[P_DUE] = 0
+    p[P_ARRAY] = array_id
+    p[P_FILE] = file
+    p[P_BYTES] = n
+    if op == L.OP_READ and alt < 0:
+        # struct iovec {base, len} in the row itself: two adjacent int64 columns.
+        p[P_IOV_BASE] = buf
+        p[P_IOV_LEN] = n
+        iov = pend.ctypes.data + (row * pend.shape[1] + P_IOV_BASE) * 8
+        if _preadv2(fd, iov, 1, file_offset, _RWF_NOWAIT) == n:
+            return L.STATUS_OK
+    ring_prep(uring, IORING_OP_WRITE if op == L.OP_WRITE else IORING_OP_READ, fd, buf, n,
+              file_offset, 0, row)
+    return _QUEUED
+
+
+@njit(nogil=True, cache=True)
+def count_ring_io(file_io, table, pend, row, now):
+    """Count a request the engine completed (OK) against its store file, with the time from
+    the daemon taking it to its CQE."""
+    p = pend[row]
+    count_file_io(file_io, table, p[P_ARRAY], p[P_FILE], p[P_OP] == L.OP_WRITE, p[P_BYTES],
+                  now - p[P_SEEN])
+
+
+@njit(nogil=True, cache=True)
+def cqe_status(uring, pend, row, res):
+    """What a CQE (result ``res``) means for the request in ``pend``'s row ``row``: its STATUS_*
+    once it has ended, or ``_QUEUED`` when a new SQE carries it on (the rest of a partial
+    transfer; an O_DIRECT read the file system refused with EINVAL, once more on the buffered
+    descriptor). The caller has room for that SQE: the CQE just reaped freed it."""
+    p = pend[row]
+    op = p[P_OP]
+    opcode = IORING_OP_WRITE if op == L.OP_WRITE else IORING_OP_READ
+    if res < 0:
+        if res == -22 and p[P_ALT_FD] >= 0:
+            p[P_FD] = p[P_ALT_FD]
+            p[P_ALT_FD] = -1
+            ring_prep(uring, opcode, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
+            return _QUEUED
+        return L.STATUS_IO_ERROR
+    if res < p[P_LEFT]:
+        if res == 0:
+            return L.STATUS_SHORT_WRITE if op == L.OP_WRITE else L.STATUS_SHORT_READ
+        p[P_ADDR] += res
+        p[P_FILE_OFFSET] += res
+        p[P_LEFT] -= res
+        ring_prep(uring, opcode, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
+        return _QUEUED
+    return L.STATUS_OK
+
+
+@njit(nogil=True, cache=True)
+def _reap(uring, pend, cq, emu, ring, clock, depth, page_size, table, file_io):
+    """Turn the CQEs that have arrived into GPU completions (any order); returns how many
+    requests ended. A partial transfer continues where it stopped (a new SQE), an O_DIRECT read
+    the file system refuses (EINVAL) is retried on the buffered descriptor; an error is the
+    request's status (I/O error; a transfer that stops short: short read or write)."""
+    n = ring_ready(uring)
+    if n == 0:
+        return 0
+    now = _now_ns(clock)
+    ended = 0
+    for _ in range(n):
+        row, res = ring_cqe(uring, 0)
+        ring_consume(uring, 1)
+        p = pend[row]
+        op = p[P_OP]
+        status = cqe_status(uring, pend, row, res)
+        if status == _QUEUED:
+            continue
+        ended += 1
+        if status == L.STATUS_OK:
+            count_ring_io(file_io, table, pend, row, now)
+        entry = p[P_ENTRY]
+        due = p[P_DUE]
+        if emu.on and due > now:
+            park(emu, entry, due, status, L.SOURCE_STAGING, p[P_TICKET], p[P_SEEN], now, due,
+                 p[P_OFFSET], page_size, op)
+        else:
+            _post(cq, entry, p[P_TICKET], status, L.SOURCE_STAGING)
+            if ring.on:
+                # Without a model the file is the device: its part ends with the CQE.
+                device = max(due, now) if emu.on else now
+                ready = now if emu.on else p[P_SEEN]
+                _record(ring, entry // depth, p[P_OFFSET], page_size, p[P_SEEN], ready, device,
+                        now, op)
+    return ended
+
+
+@njit(nogil=True, cache=True)
+def _drain(uring, clock):
+    """Wait (bounded: DRAIN_S_MAX) for the ring's requests in flight to end, so that no read
+    lands in a staging page after the thread has gone; their completions are not posted."""
+    start = _now_ns(clock)
+    while uring.state[S_IN_FLIGHT] > 0 and _now_ns(clock) - start < DRAIN_S_MAX * 1e9:
+        n = ring_ready(uring)
+        if n > 0:
+            ring_consume(uring, n)
+        else:
+            _usleep(NAP_US)
 
 
 @njit(nogil=True, cache=True)
@@ -358,8 +564,20 @@ def _visit_order(order, n_queues, hot, hot_every):
 
 @njit(nogil=True, cache=True)
 def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, table, stop,
-                 served, emu, ring, clock, hot_every, file_io):
-    """The daemon thread's loop: serve ``my_queues`` until ``stop[0]`` becomes non-zero.
+                 served, emu, ring, clock, hot_every, file_io, uring, pend,
+                 capacity):
+    """The daemon thread's loop: serve ``my_queues`` until ``stop[0]`` becomes non-zero, then
+    wait for its ring's requests still in flight (:func:`_drain`)."""
+    _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, table, stop,
+                served, emu, ring, clock, hot_every, file_io, uring, pend, capacity)
+    if uring.on:
+        _drain(uring, clock)
+
+
+@njit(nogil=True, cache=True)
+def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, table, stop,
+                served, emu, ring, clock, hot_every, file_io, uring, pend, capacity):
+    """:func:`serve_queues`' loop (returns on ``stop``, or when a crash fault kills the thread).
 
     When the last pass found requests on one queue only (one warp missing at a time, say), that
     queue is looked at again every ``hot_every`` queues of the next pass (0: never;
@@ -371,7 +589,16 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
     trace tuples cost ~150 ns per queue in reference counts, and a second visit loop per queue
     doubled the cost of a pass. (Under emulation a visit that found requests calls
     :func:`_time_batch` once: a cost per batch, not per visit.) ``file_io``: the thread's
-    per-file I/O counters (:func:`page_io`).
+    per-file I/O counters (:func:`page_io`; for the engine's I/Os, :func:`_reap`).
+
+    With the io_uring engine (``uring.on``) a file store's reads and writes become SQEs
+    (:func:`_ring_page`), submitted SUBMIT_BATCH at a time and at the end of each pass with one
+    ``io_uring_enter`` each, and their completions are posted as their CQEs arrive
+    (:func:`_reap`, before each queue). At most the ring's entries are out at once: a thread
+    whose ring is full takes no new request until CQEs come back. Under emulation a request
+    counts against ``capacity`` (the engine's concurrency: 1 for a thread of the ``threads``
+    engine, which would wait for its drive; the ring's entries for io_uring) until its modelled
+    completion is posted.
     """
     idle = 0
     timed = emu.on or ring.on
@@ -396,16 +623,29 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
             if emu.on and emu.size[0] > 0 and _post_due(cq, emu, ring, depth,
                                                         _now_ns(clock)) > 0:
                 progressed = True
+            if uring.on and uring.state[S_IN_FLIGHT] > 0 and _reap(
+                    uring, pend, cq, emu, ring, clock, depth, page_size, table, file_io) > 0:
+                progressed = True
             k = order[j]
             limit = BATCH
             if k < 0:     # a look at the hot queue: one request at most
                 k = -1 - k
                 limit = 1
+            # The engine's concurrency: what its ring has room for; under emulation, what is
+            # not yet posted counts too.
+            if uring.on:
+                limit = min(limit, ring_room(uring))
+            if emu.on:
+                out = emu.size[0]
+                if uring.on:
+                    out += uring.state[S_IN_FLIGHT] + uring.state[S_UNSUBMITTED]
+                limit = min(limit, capacity - out)
             q = my_queues[k]
             n = 0
             while n < limit:
                 ticket = heads[k]
-                entry = q * depth + ticket % depth
+                slot = ticket % depth
+                entry = q * depth + slot
                 # The request is one word, its tag the ticket's turn (gids.layout).
                 word = load_acquire(sq, entry * L.SQ_WORDS + L.SQ_WORD)
                 tag, array_id, page, op = sq_fields(word)
@@ -413,8 +653,19 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                     break
                 seen = _now_ns(clock) if timed else 0
                 buf = staging_address + entry * page_size
-                status, source = page_io(table, array_id, page, page_size, buf, op, file_io,
-                                         clock)
+                source = L.SOURCE_STAGING
+                if uring.on and _on_ring(table, array_id, page, page_size, op):
+                    pend_row = k * depth + slot
+                    # (its time is the per-file counts' too, so read the clock)
+                    status = _ring_page(uring, pend, pend_row, table, array_id, page, page_size,
+                                        buf, entry, ticket, seen if timed else _now_ns(clock), op)
+                    if status == _QUEUED:
+                        source = pend_row
+                    else:   # read on the spot from the page cache
+                        count_ring_io(file_io, table, pend, pend_row, _now_ns(clock))
+                else:
+                    status, source = page_io(table, array_id, page, page_size, buf, op, file_io,
+                                             clock)
                 if status == _CRASH:
                     return
                 offset = 0
@@ -430,7 +681,7 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                     row[B_SEEN] = seen
                     row[B_OFFSET] = offset
                     row[B_OP] = op
-                else:
+                elif status != _QUEUED:
                     _post(cq, entry, ticket, status, source)
                     if ring.on:
                         # No model: the store is the device, and the host has no part of its own.
@@ -440,19 +691,25 @@ def serve_queues(my_queues, heads, sq, cq, staging_address, depth, page_size, ta
                 served[0] += 1
                 n += 1
             if emu.on and n > 0:
-                _time_batch(cq, emu, ring, clock, q, depth, page_size, n, batch)
+                _time_batch(cq, emu, ring, clock, depth, page_size, n, batch, pend)
+            # Submitted only now, after the model has timed them: no CQE comes back before its
+            # request has its due time.
+            if uring.on and uring.state[S_UNSUBMITTED] >= SUBMIT_BATCH:
+                ring_submit(uring)
             if n > 0:
                 progressed = True
                 if busy < 0:
                     busy = k
                 elif busy != k:
                     several = True
+        if uring.on and uring.state[S_UNSUBMITTED] > 0:
+            ring_submit(uring)
         new_hot = busy if hot_every > 0 and not several else -1
         if new_hot != hot:
             hot = new_hot
             n_visits = _visit_order(order, n_queues, hot, hot_every)
-        if progressed or emu.size[0] > 0:
-            idle = 0   # completions pending: keep polling the clock, never nap past a due time
+        if progressed or emu.size[0] > 0 or (uring.on and uring.state[S_IN_FLIGHT] > 0):
+            idle = 0   # completions pending: keep polling, never nap past a due time or a CQE
         else:
             idle += 1
             if idle > SPIN_POLLS:
@@ -478,6 +735,37 @@ def _trace_ring(on):
                      dropped=private_array(1))
 
 
+#: The storage engines of the daemon's file I/O (see :func:`resolve_engine`).
+ENGINES = ("io_uring", "threads")
+#: Bound on one host-side ring wait (a flush's write or fsync), seconds.
+HOST_RING_TIMEOUT_S = 120.0
+_NO_PEND = np.zeros((1, P_COLUMNS), dtype=np.int64)
+_fallback_said = set()
+
+
+def _ring_entries(depth):
+    """The SQ entries the kernel gives for ``depth`` (a power of two, up to 32768)."""
+    return 1 << max(0, (int(depth) - 1).bit_length())
+
+
+def resolve_engine(engine):
+    """The engine to use for ``engine`` and a note saying why it differs, if it does.
+
+    io_uring falls back to threads where the kernel refuses a ring (no io_uring, a seccomp
+    filter, ``kernel.io_uring_disabled``): said once per process as a warning, and kept in the
+    note that ``rt.stats()`` and ``gids info`` show."""
+    if engine != "io_uring":
+        return engine, ""
+    reason = U.probe()
+    if reason is None:
+        return "io_uring", ""
+    note = f"io_uring unavailable ({reason}); using the threads engine"
+    if note not in _fallback_said:
+        _fallback_said.add(note)
+        warnings.warn(f"gids: {note}", RuntimeWarning, stacklevel=3)
+    return "threads", note
+
+
 class HostDaemon:
     """N threads serving the request queues of one Runtime.
 
@@ -500,14 +788,29 @@ class HostDaemon:
     trace_writer : host_daemon.trace.TraceWriter, optional
         Record every request to this trace (drained from per-thread rings every 10 ms; records
         that find a ring full are counted in :attr:`trace_dropped`).
+    engine : {"io_uring", "threads"}
+        How file stores are read and written: each thread with an io_uring ring of
+        ``engine_depth`` entries (many I/Os in flight per thread), or one synchronous
+        ``pread``/``pwrite`` at a time. io_uring falls back to threads where the kernel refuses
+        it (:func:`resolve_engine`; :attr:`engine` says which runs, :attr:`engine_note` why).
+    engine_depth : int
+        Ring entries per thread (rounded up to a power of two).
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
     def __init__(self, sq, cq, staging, table, n_queues, depth, page_size, n_threads,
-                 model=None, trace_writer=None):
+                 model=None, trace_writer=None, engine="io_uring", engine_depth=256):
         if n_threads < 1:
             raise ValueError(f"gids: daemon_threads must be >= 1, got {n_threads}")
+        if engine not in ENGINES:
+            raise ValueError(f"gids: engine must be one of {ENGINES}, got {engine!r}")
+        if engine_depth < 1:
+            raise ValueError(f"gids: engine_depth must be >= 1, got {engine_depth}")
+        #: The engine asked for, the one in use, and why they differ ("" when they do not).
+        self.engine_requested = engine
+        self.engine, self.engine_note = resolve_engine(engine)
+        self.engine_depth = int(engine_depth)
         self.sq, self.cq, self.staging, self.table = sq, cq, staging, table
         self.n_queues, self.depth, self.page_size = n_queues, depth, page_size
         self.n_threads = min(n_threads, n_queues)
@@ -528,6 +831,11 @@ class HostDaemon:
         self._emu = [_emulation(model, n_entries) for _ in range(self.n_threads)]
         self._rings = [_trace_ring(trace_writer is not None) for _ in range(self.n_threads)]
         self._clocks = [private_array(2) for _ in range(self.n_threads)]
+        # The io_uring engine's rings (one per thread, made in start()) and a host-side ring for
+        # flush's writes and fsyncs; the threads engine's stand-ins have the same types.
+        self._urings = [None] * self.n_threads
+        self._pend = [None] * self.n_threads
+        self._host_ring = None
         # I/Os per store file (rows: T_FILE_SLOT + file; columns F_*), counted per thread.
         self._file_io = [private_array((MAX_FILES, F_COLUMNS)) for _ in range(self.n_threads)]
 
@@ -551,6 +859,64 @@ class HostDaemon:
             counts[:] = 0
 
     @property
+    def capacity(self):
+        """Requests the engine can have in flight, all threads together (under emulation a
+        request counts until its modelled completion is posted): a thread each for
+        ``threads``, a ring's entries each for ``io_uring``."""
+        return self.n_threads * self._thread_capacity()
+
+    def _thread_capacity(self):
+        if self.engine != "io_uring":
+            return 1
+        rings = [r for r in self._urings if r is not None]
+        return rings[0].entries if rings else _ring_entries(self.engine_depth)
+
+    @property
+    def engine_counters(self):
+        """io_uring's ``submits`` (io_uring_enter calls that submitted) and ``sqes`` (SQEs they
+        took), since start; zeros for the threads engine."""
+        rings = [r for r in self._urings if r is not None and r.args is not None]
+        return {"submits": int(sum(r.args.state[U.S_SUBMITS] for r in rings)),
+                "sqes": int(sum(r.args.state[U.S_SUBMITTED] for r in rings))}
+
+    def write_store(self, store, offset, data):
+        """Write ``data`` at byte ``offset`` of ``store`` from the host (``Runtime.flush``):
+        through the engine's host ring for a file store (each stripe file's part for a striped
+        one) under io_uring, else ``store.write_bytes``. Raises OSError."""
+        ring = self._host_uring(store)
+        if ring is None:
+            return store.write_bytes(offset, data)
+        if not store.writable:
+            raise OSError(f"gids: {store.name} was opened read-only")
+        view = memoryview(data).cast("B")
+        if isinstance(store, StripedStore):
+            if offset + len(view) > store.nbytes:
+                raise OSError(f"gids: write past the end of {store.name}")
+            for f, at, start, n in store._pieces(offset, len(view)):
+                self.write_store(store.files[f], at, view[start:start + n])
+            return
+        n = ring.pwrite(store.fileno(), view, offset)
+        if n < len(view):
+            raise OSError(f"gids: short write to {store.name} at byte {offset + n}")
+
+    def sync_store(self, store):
+        """Make ``store``'s writes durable: an fsync submitted to the engine's host ring for
+        each file of a file store under io_uring, else ``store.sync()``. Raises OSError."""
+        ring = self._host_uring(store)
+        if ring is None:
+            return store.sync()
+        if store.writable:
+            for f in (store.files if isinstance(store, StripedStore) else [store]):
+                ring.fsync(f.fileno())
+
+    def _host_uring(self, store):
+        if self.engine != "io_uring" or not isinstance(store, (FileStore, StripedStore)):
+            return None
+        if self._host_ring is None:
+            self._host_ring = U.HostRing(entries=8, timeout=HOST_RING_TIMEOUT_S)
+        return self._host_ring
+
+    @property
     def trace_dropped(self):
         """Trace records lost to full rings (0 unless the drain thread fell behind)."""
         return int(sum(r.dropped[0] for r in self._rings))
@@ -566,6 +932,14 @@ class HostDaemon:
         for k in range(self.n_threads):
             my_queues = np.arange(k, self.n_queues, self.n_threads, dtype=np.int64)
             self._heads[k] = self._queue_state(len(my_queues))
+            if self.engine == "io_uring":
+                self._pend[k] = np.zeros((len(my_queues) * self.depth, P_COLUMNS), np.int64)
+        if self.engine == "io_uring":
+            self._make_rings()
+        if self.trace_writer is not None and hasattr(self.trace_writer, "set_engine"):
+            self.trace_writer.set_engine(self.engine, self.capacity)
+        for k in range(self.n_threads):
+            my_queues = np.arange(k, self.n_queues, self.n_threads, dtype=np.int64)
             t = threading.Thread(target=self._run, args=(k, my_queues), daemon=True,
                                  name=f"gids-daemon-{k}")
             self._threads.append(t)
@@ -577,6 +951,23 @@ class HostDaemon:
             self._drainer.start()
         return self
 
+    def _make_rings(self):
+        """A ring per thread; if the kernel refuses one (the probe's ring was allowed, these
+        may not be: memory locked for rings, a limit on rings), every thread uses the threads
+        engine instead, said as for a failed probe."""
+        try:
+            for k in range(self.n_threads):
+                self._urings[k] = U.Ring(_ring_entries(self.engine_depth))
+        except OSError as exc:
+            for ring in self._urings:
+                if ring is not None:
+                    ring.close()
+            self._urings = [None] * self.n_threads
+            self.engine = "threads"
+            self.engine_note = (f"io_uring rings for {self.n_threads} threads could not be set "
+                                f"up ({exc.strerror or exc}); using the threads engine")
+            warnings.warn(f"gids: {self.engine_note}", RuntimeWarning, stacklevel=3)
+
     def _queue_state(self, n):
         """The state thread k keeps per queue it serves: the next ticket of each."""
         return private_array(n)
@@ -585,7 +976,16 @@ class HostDaemon:
         """Thread ``k``'s loop over ``my_queues`` (returns once ``_stop`` is set)."""
         serve_queues(my_queues, heads, self.sq, self.cq, self.staging.ctypes.data, self.depth,
                      self.page_size, self.table, self._stop, self._served[k], self._emu[k],
-                     self._rings[k], self._clocks[k], HOT_QUEUE_EVERY, self._file_io[k])
+                     self._rings[k], self._clocks[k], HOT_QUEUE_EVERY, self._file_io[k],
+                     *self._engine_args(k))
+
+    def _engine_args(self, k):
+        """Thread ``k``'s ring, its rows of requests in the ring, and its capacity (stand-ins
+        of the same types without a ring: one compiled loop serves both engines)."""
+        ring = self._urings[k]
+        if ring is None:
+            return U.stand_in(), _NO_PEND, self._thread_capacity()
+        return ring.args, self._pend[k], ring.entries
 
     def _run(self, k, my_queues):
         try:
@@ -655,9 +1055,24 @@ class HostDaemon:
         self.drain_trace()
         for emu in self._emu:
             emu.size[0] = 0
+        # A ring whose thread is gone and which has nothing in flight can go; one that still
+        # has I/O out (its thread stuck, or the drain's bound passed) must keep its staging
+        # pages alive, like a stuck thread.
+        stuck = list(stuck)
+        for k, ring in enumerate(self._urings):
+            if ring is None or ring.args is None:
+                continue
+            if ring.in_flight > 0:
+                stuck.append(f"gids-daemon-{k} (io_uring: {ring.in_flight} I/Os in flight)")
+            elif not any(t.name == f"gids-daemon-{k}" for t in self._threads):
+                ring.close()
+                self._urings[k] = None
+        if self._host_ring is not None:
+            self._host_ring.close()
+            self._host_ring = None
         if stuck:
             raise DaemonError(f"gids: daemon threads did not stop within {timeout} s: "
-                              f"{[t.name for t in stuck]}")
+                              f"{[getattr(t, 'name', t) for t in stuck]}")
 
     def __enter__(self):
         return self.start()

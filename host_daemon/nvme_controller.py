@@ -54,19 +54,35 @@ from numba import njit
 from gids import layout as L
 from host_daemon.daemon import (
     _CRASH,
+    _QUEUED,
     BATCH,
     NAP_US,
+    P_DUE,
+    P_ENTRY,
+    P_OFFSET,
+    P_OP,
+    P_ORDER,
+    P_SEEN,
+    P_TICKET,
     SPIN_POLLS,
+    SUBMIT_BATCH,
     HostDaemon,
+    _drain,
     _emulation,
     _memcpy,
     _memset,
     _now_ns,
+    _on_ring,
     _record,
+    _ring_page,
     _usleep,
+    count_ring_io,
+    cqe_status,
     page_io,
     park,
 )
+from host_daemon.uring import (S_IN_FLIGHT, S_UNSUBMITTED, ring_consume, ring_cqe, ring_ready,
+                               ring_room, ring_submit)
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
 from host_daemon.stores import T_ADDRESS, T_NBYTES, T_OFFSET
@@ -97,7 +113,9 @@ H_NBYTES = 3
 H_ORDER = 4
 H_OP = 5
 H_DUE = 6
-H_COLUMNS = 7
+H_ROW = 7         # its row of the engine's pend table when its I/O is in the ring (H_STATUS:
+                  # _QUEUED)
+H_COLUMNS = 8
 
 #: Counters per thread (``NvmeController.counters``).
 C_COMMANDS = 0    # commands completed
@@ -109,7 +127,29 @@ N_COUNTERS = 5
 
 
 @_per_command
-def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes, file_io, clock):
+def check_command(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes):
+    """A decoded command's NVMe status if it cannot run (else success), and its array, page,
+    store byte offset and bytes."""
+    if opcode != L.NVME_OP_READ and opcode != L.NVME_OP_WRITE:
+        return L.NVME_SC_INVALID_OPCODE, 0, 0, 0, 0
+    if nsid < 1 or nsid > table.shape[0] or table[nsid - 1, T_NBYTES] <= 0:
+        return L.NVME_SC_INVALID_NS, 0, 0, 0, 0
+    array_id = nsid - 1
+    start = slba * L.NVME_LBA_BYTES
+    nbytes = nlb * L.NVME_LBA_BYTES
+    if nbytes != page_size or start % page_size != 0:
+        return L.NVME_SC_INVALID_FIELD, 0, 0, 0, 0
+    if start < 0 or start >= table[array_id, T_NBYTES]:
+        return L.NVME_SC_LBA_RANGE, 0, 0, 0, 0
+    if prp1 % 4 != 0 or prp1 < dma_base or prp1 + nbytes > dma_base + dma_bytes:
+        return L.NVME_SC_DATA_XFER_ERROR, 0, 0, 0, 0
+    return (L.NVME_SC_SUCCESS, array_id, start // page_size, table[array_id, T_OFFSET] + start,
+            nbytes)
+
+
+@_per_command
+def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes, file_io,
+            clock):
     """Run one decoded command. Returns (NVMe status, store byte offset, bytes).
 
     A Read fills the page at PRP1 from the store; a Write stores the page at PRP1 (only the
@@ -120,23 +160,13 @@ def execute(table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes
     specific, as the short read's 7C0h); ``kernels.nvme.gids_status`` maps them back to the
     host path's STATUS_IO_ERROR and STATUS_SHORT_WRITE.
     """
-    if opcode != L.NVME_OP_READ and opcode != L.NVME_OP_WRITE:
-        return L.NVME_SC_INVALID_OPCODE, 0, 0
-    if nsid < 1 or nsid > table.shape[0] or table[nsid - 1, T_NBYTES] <= 0:
-        return L.NVME_SC_INVALID_NS, 0, 0
-    array_id = nsid - 1
-    start = slba * L.NVME_LBA_BYTES
-    nbytes = nlb * L.NVME_LBA_BYTES
-    if nbytes != page_size or start % page_size != 0:
-        return L.NVME_SC_INVALID_FIELD, 0, 0
-    if start < 0 or start >= table[array_id, T_NBYTES]:
-        return L.NVME_SC_LBA_RANGE, 0, 0
-    if prp1 % 4 != 0 or prp1 < dma_base or prp1 + nbytes > dma_base + dma_bytes:
-        return L.NVME_SC_DATA_XFER_ERROR, 0, 0
-    offset = table[array_id, T_OFFSET] + start
+    status, array_id, page, offset, nbytes = check_command(table, opcode, nsid, slba, nlb, prp1,
+                                                           page_size, dma_base, dma_bytes)
+    if status != L.NVME_SC_SUCCESS:
+        return status, 0, 0
+    start = page * page_size
     op = L.OP_WRITE if opcode == L.NVME_OP_WRITE else L.OP_READ
-    status, source = page_io(table, array_id, start // page_size, page_size, prp1, op, file_io,
-                             clock)
+    status, source = page_io(table, array_id, page, page_size, prp1, op, file_io, clock)
     if opcode == L.NVME_OP_WRITE:
         return _nvme_status(status, opcode), offset, nbytes
     if status == L.STATUS_OK and source != L.SOURCE_STAGING:
@@ -226,7 +256,7 @@ def _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters, now):
 
 @_per_command
 def _complete_held(held, n, q, qs, cq, db, ring, depth, seen, emu, trace, counters, clock,
-                   jitter_ns, rng):
+                   jitter_ns, rng, pend):
     """Complete a batch of ``n`` executed commands of queue ``q`` whose completions are held
     (SSD model or jitter): time them, then post each now or, if not yet due, put it on the heap.
 
@@ -237,7 +267,7 @@ def _complete_held(held, n, q, qs, cq, db, ring, depth, seen, emu, trace, counte
         model_lock(emu.state)
         for i in range(n):
             held[i, H_DUE] = 0
-            if held[i, H_STATUS] == L.NVME_SC_SUCCESS:
+            if held[i, H_STATUS] == L.NVME_SC_SUCCESS or held[i, H_STATUS] == _QUEUED:
                 # Reads and writes alike: the model has no write path (docs/ssd_models.md).
                 held[i, H_DUE] = model_submit(emu.state, emu.params, seen, held[i, H_OFFSET],
                                               held[i, H_NBYTES])
@@ -257,6 +287,9 @@ def _complete_held(held, n, q, qs, cq, db, ring, depth, seen, emu, trace, counte
     for i in range(n):
         cid = held[i, H_CID]
         due = held[i, H_DUE]
+        if held[i, H_STATUS] == _QUEUED:   # in the engine's ring: due when its CQE comes
+            pend[held[i, H_ROW], P_DUE] = due
+            continue
         device = max(due, seen)   # a failed command has no model time (due 0)
         posted = False
         if due <= now:
@@ -276,16 +309,70 @@ def _complete_held(held, n, q, qs, cq, db, ring, depth, seen, emu, trace, counte
 
 
 @_per_command
+def _reap_commands(uring, pend, cq, db, ring, depth, page_size, n_threads, state, emu, trace,
+                   counters, clock, table, file_io):
+    """Complete the commands whose I/O the engine's CQEs say has ended (any order): post each
+    CQE now, or park it (its modelled time not yet come, or its CQ full). Returns how many."""
+    n = ring_ready(uring)
+    if n == 0:
+        return 0
+    now = _now_ns(clock)
+    ended = 0
+    for _ in range(n):
+        row, res = ring_cqe(uring, 0)
+        ring_consume(uring, 1)
+        status = cqe_status(uring, pend, row, res)
+        if status == _QUEUED:
+            continue
+        ended += 1
+        if status == L.STATUS_OK:
+            count_ring_io(file_io, table, pend, row, now)
+        op = pend[row, P_OP]
+        nvme = _nvme_status(status, L.NVME_OP_WRITE if op == L.OP_WRITE else L.NVME_OP_READ)
+        q = pend[row, P_ENTRY]
+        cid = pend[row, P_TICKET]
+        seen = pend[row, P_SEEN]
+        due = pend[row, P_DUE]
+        order = pend[row, P_ORDER]
+        offset = pend[row, P_OFFSET]
+        device = max(due, now) if emu.on else now
+        if (emu.on and due > now) or not post_cqe(cq, db, ring, q, state[q // n_threads], cid,
+                                                   nvme, order, op, counters):
+            park(emu, q * depth + cid % depth, max(due, now), nvme, cid, order, seen, now,
+                 device, offset, page_size, op)
+        elif trace.on:
+            _record(trace, q, offset, page_size, seen, now if emu.on else seen,
+                    device, now, op)
+    return ended
+
+
+@_per_command
 def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base, dma_bytes,
                       table, n_threads, stop, served, counters, emu, trace, clock, jitter_ns, rng,
-                      held, file_io):
+                      held, file_io, uring, pend):
+    """One controller thread's loop (:func:`_serve_pairs`) until ``stop[0]`` becomes non-zero,
+    then the wait for its ring's I/O still in flight."""
+    _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base, dma_bytes,
+                 table, n_threads, stop, served, counters, emu, trace, clock, jitter_ns, rng,
+                 held, file_io, uring, pend)
+    if uring.on:
+        _drain(uring, clock)
+
+
+@_per_command
+def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base, dma_bytes,
+                 table, n_threads, stop, served, counters, emu, trace, clock, jitter_ns, rng,
+                 held, file_io, uring, pend):
     """One controller thread's loop over ``my_queues`` until ``stop[0]`` becomes non-zero.
 
     Per queue, it takes the commands the SQ tail doorbell shows, up to BATCH of them, as one
     batch: one clock read gives their arrival time (the trace's issue time, the model's
     arrival), and when completions are held they are timed together (:func:`_complete_held`);
     otherwise each command's CQE is posted as soon as it has run (``held``: the thread's
-    BATCH x H_COLUMNS scratch for them)."""
+    BATCH x H_COLUMNS scratch for them). With the io_uring engine (``uring.on``) a Read or
+    Write of a file store becomes an SQE (batched submits, as the host daemon's), and its CQE
+    is posted when the engine's CQE arrives (:func:`_reap_commands`); a thread whose ring is
+    full fetches no more commands until CQEs free it."""
     idle = 0
     timed = emu.on or trace.on or jitter_ns > 0
     hold = emu.on or jitter_ns > 0
@@ -296,6 +383,10 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
                               now) > 0:
             progressed = True
         for k in range(my_queues.shape[0]):
+            if uring.on and uring.state[S_IN_FLIGHT] > 0 and _reap_commands(
+                    uring, pend, cq, db, ring, depth, page_size, n_threads, state, emu, trace,
+                    counters, clock, table, file_io) > 0:
+                progressed = True
             q = my_queues[k]
             tail = load_acquire(db, 2 * q + L.DB_SQ_TAIL)
             if state[k, Q_SQ_HEAD] == tail:
@@ -308,7 +399,7 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
             if timed and emu.size[0] > 0 and emu.due[0] <= seen:
                 _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters, seen)
             n = 0
-            while n < BATCH and qs[Q_SQ_HEAD] != tail:
+            while n < BATCH and qs[Q_SQ_HEAD] != tail and (not uring.on or ring_room(uring) > 0):
                 head = qs[Q_SQ_HEAD]
                 # Fetch (the doorbell's acquire load ordered the SQE's bytes before it) ...
                 sqe = (q * ring + head) * L.NVME_SQE_WORDS
@@ -325,9 +416,21 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
                 nsid = (cdw0 >> L.SQE_NSID_SHIFT) & 0xFFFFFFFF
                 # The op a trace record and the counters name (an invalid opcode: a read).
                 op = L.OP_WRITE if opcode == L.NVME_OP_WRITE else L.OP_READ
-                # ... execute ...
-                status, offset, nbytes = execute(table, opcode, nsid, slba, nlb, prp1, page_size,
-                                                 dma_base, dma_bytes, file_io, clock)
+                # ... execute (or hand to the engine) ...
+                row = k * depth + cid % depth
+                status, array_id, page, offset, nbytes = check_command(
+                    table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes)
+                if (uring.on and status == L.NVME_SC_SUCCESS
+                        and _on_ring(table, array_id, page, page_size, op)):
+                    status = _ring_page(uring, pend, row, table, array_id, page, page_size,
+                                        prp1, q, cid, seen if timed else _now_ns(clock), op)
+                    pend[row, P_ORDER] = order
+                    if status != _QUEUED:   # read on the spot from the page cache
+                        count_ring_io(file_io, table, pend, row, _now_ns(clock))
+                        status = L.NVME_SC_SUCCESS
+                else:
+                    status, offset, nbytes = execute(table, opcode, nsid, slba, nlb, prp1,
+                                                     page_size, dma_base, dma_bytes, file_io, clock)
                 if status == _CRASH:
                     return
                 # ... and complete: now, or (held) once the batch is timed.
@@ -338,6 +441,9 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
                     held[n, H_NBYTES] = nbytes
                     held[n, H_ORDER] = order
                     held[n, H_OP] = op
+                    held[n, H_ROW] = row
+                elif status == _QUEUED:
+                    pass   # its CQE is posted when the engine's arrives
                 elif post_cqe(cq, db, ring, q, qs, cid, status, order, op, counters):
                     if trace.on:
                         # No model: the store is the device; the host has no part of its own.
@@ -349,10 +455,14 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
                 n += 1
             if hold:
                 _complete_held(held, n, q, qs, cq, db, ring, depth, seen, emu, trace, counters,
-                               clock, jitter_ns, rng)
+                               clock, jitter_ns, rng, pend)
+            if uring.on and uring.state[S_UNSUBMITTED] >= SUBMIT_BATCH:
+                ring_submit(uring)
             served[0] += n
             progressed = True
-        if progressed or emu.size[0] > 0:
+        if uring.on and uring.state[S_UNSUBMITTED] > 0:
+            ring_submit(uring)
+        if progressed or emu.size[0] > 0 or (uring.on and uring.state[S_IN_FLIGHT] > 0):
             idle = 0
         else:
             idle += 1
@@ -388,11 +498,13 @@ class NvmeController(HostDaemon):
     """
 
     def __init__(self, sq, cq, doorbells, staging, table, n_queues, depth, page_size, n_threads,
-                 model=None, trace_writer=None, jitter_us=0.0):
+                 model=None, trace_writer=None, jitter_us=0.0, engine="io_uring",
+                 engine_depth=256):
         if not 1 <= depth <= L.NVME_MAX_DEPTH:
             raise ValueError(f"gids: NVMe queue depth must be 1..{L.NVME_MAX_DEPTH}, got {depth}")
         super().__init__(sq, cq, staging, table, n_queues, depth, page_size, n_threads,
-                         model=model, trace_writer=trace_writer)
+                         model=model, trace_writer=trace_writer, engine=engine,
+                         engine_depth=engine_depth)
         # Held completions (model, jitter, or a full CQ) wait in the heap whether or not a model
         # is on, so every thread gets full-size heap arrays; ``on`` still says "model".
         stand_in = model if model is not None else SsdModel("ideal")
@@ -417,7 +529,7 @@ class NvmeController(HostDaemon):
                           self.staging.nbytes, self.table, self.n_threads, self._stop,
                           self._served[k], self._counters[k], self._emu[k], self._rings[k],
                           self._clocks[k], self.jitter_ns, self._rng[k], self._held[k],
-                          self._file_io[k])
+                          self._file_io[k], *self._engine_args(k)[:2])
 
     @property
     def counters(self):

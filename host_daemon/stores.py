@@ -226,6 +226,10 @@ class FileStore(Store):
             except OSError:
                 self._fd_direct = -1
 
+    def fileno(self):
+        """The buffered descriptor (what writes and fsync use)."""
+        return self._fd
+
     @property
     def direct_enabled(self):
         return self._fd_direct >= 0

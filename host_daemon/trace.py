@@ -156,6 +156,16 @@ class TraceWriter:
         header["record_bytes"] = TRACE_DTYPE.itemsize
         self._file.write(header.tobytes())
 
+    def set_engine(self, engine: str, engine_depth: int) -> None:
+        """Say which storage engine served the traced run and how many requests it could have
+        in flight at once, all daemon threads together (threads x ring depth; threads for the
+        ``threads`` engine): written to the sidecar :func:`sidecar_path` as JSON
+        ``{"engine": ..., "engine_depth": ...}`` for replays that honour it."""
+        import json
+        with open(sidecar_path(self.path), "w") as f:
+            json.dump({"engine": str(engine), "engine_depth": int(engine_depth)}, f)
+            f.write("\n")
+
     @property
     def count(self) -> int:
         """Records appended so far."""
@@ -189,6 +199,24 @@ class TraceWriter:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def sidecar_path(path) -> str:
+    """The JSON file beside trace ``path`` that names the run's storage engine
+    (:meth:`TraceWriter.set_engine`)."""
+    return os.fspath(path) + ".json"
+
+
+def read_engine(path) -> dict:
+    """``{"engine": ..., "engine_depth": ...}`` of the run that recorded trace ``path``, or
+    ``{}`` when its sidecar is absent (a trace from before the engines, or not from a run)."""
+    import json
+    try:
+        with open(sidecar_path(path)) as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        return {}
+    return {"engine": str(meta["engine"]), "engine_depth": int(meta["engine_depth"])}
 
 
 def read_trace(path, strict: bool = True) -> np.ndarray:

@@ -1212,7 +1212,8 @@ def add_bench_arguments(subparsers):
                     "ceilings of the same run. In the CUDA simulator sizes are tiny and every "
                     "figure is labelled a simulator figure.")
     p.add_argument("sweeps", nargs="*", default=["all"], metavar="SWEEP",
-                   help=f"any of {', '.join(SWEEPS)}, or all (default)")
+                   help=f"any of {', '.join(SWEEPS)}, or all (default); or files alone (gids "
+                        "on a real file, each storage engine: workloads/file_bench.py)")
     p.add_argument("--paths", type=lambda s: [x for x in s.split(",") if x],
                    help=f"comma list of {', '.join(B.PATHS)} (default: those available here, "
                         "but cpu_batch_kvikio only when named)")
@@ -1253,6 +1254,8 @@ def add_bench_arguments(subparsers):
                    help="smaller GPU sizes and fewer sweep points (a first run)")
     p.add_argument("--json", action="store_true", help="print the JSON, not the table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    from workloads.file_bench import add_files_arguments
+    add_files_arguments(p)
     p.set_defaults(func=cmd_bench)
     return p
 
@@ -1267,6 +1270,12 @@ _CONFIG_ARGS = ("paths", "workloads", "data_bytes", "request_bytes", "cache_frac
 def cmd_bench(args):
     """Run ``gids bench`` from parsed arguments; 0 if every result is correct, 1 if one is
     not, 2 for a bad argument."""
+    if "files" in args.sweeps:   # its own rows and report (workloads/file_bench.py)
+        if len(args.sweeps) > 1:
+            sys.stderr.write("gids bench: error: run the files sweep on its own\n")
+            return 2
+        from workloads.file_bench import cmd_files
+        return cmd_files(args)
     options = {k: getattr(args, k) for k in _CONFIG_ARGS if getattr(args, k, None) is not None}
     try:
         config = make_config(quick=getattr(args, "quick", False),

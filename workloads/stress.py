@@ -155,6 +155,8 @@ def parse_args(argv):
     p.add_argument("--page-size", type=int, default=None)
     p.add_argument("--timeout", type=float, default=None, help="Runtime timeout (s)")
     p.add_argument("--daemon-threads", type=int, default=None)
+    p.add_argument("--engine", choices=["io_uring", "threads"], default=None,
+                   help="the daemon's storage engine (default: gids.defaults, io_uring)")
     p.add_argument("--direct", action="store_true",
                    help="read aligned pages with O_DIRECT (default: through the page cache; "
                         "an O_DIRECT read of a page written back recently makes the kernel write "
@@ -187,7 +189,9 @@ def run(args):
                   "cache_fraction": cache_pages * page_size / (n * 8), "simulator": gids.SIMULATOR}
     try:
         with gids.Runtime(cache_pages=cache_pages, page_size=page_size, timeout=timeout,
-                          daemon_threads=args.daemon_threads) as rt:
+                          daemon_threads=args.daemon_threads, engine=args.engine) as rt:
+            result["engine"] = rt.daemon.engine
+            result["engine_note"] = rt.daemon.engine_note
             a = rt.open_array(path, np.int64, shape=n, mode="r+", direct=args.direct)
             d_params = cuda.to_device(params)
             counts = cuda.to_device(np.zeros(4, dtype=np.int64))
@@ -251,6 +255,8 @@ def table(r):
         ("lookups", f"{r['hits'] + r['misses']:,} (hits {r['hits']:,})"),
         ("bytes", f"read {r['bytes_read']:,}, written {r['bytes_written']:,}"),
         ("evictions", f"{r['evictions']:,}"),
+        ("storage engine", r.get("engine", "-") + (f" ({r['engine_note']})"
+                                                   if r.get("engine_note") else "")),
         ("write-backs", (f"{r['writebacks']:,} on eviction, {r['flushed']:,} by flush "
                          f"({r['flush_s']:.1f} s incl. fsync)")),
         ("checks in kernels", (f"{r['checks']:,} ({r['ambiguous_reads']:,} of elements also "

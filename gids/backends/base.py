@@ -50,8 +50,12 @@ class IoBackend:
     def check_options(cls, queue_depth):
         """Raise ConfigError for settings this back end cannot serve (before any allocation)."""
 
-    def __init__(self, table, *, queues, queue_depth, page_size, threads, model=None, trace=None):
+    def __init__(self, table, *, queues, queue_depth, page_size, threads, model=None, trace=None,
+                 engine="threads", engine_depth=1):
         self.table = table
+        #: The server's file I/O (host_daemon.daemon.ENGINES) and its I/Os in flight per thread.
+        self.engine = engine
+        self.engine_depth = engine_depth
         self.queues = queues
         self.queue_depth = queue_depth
         self.page_size = page_size

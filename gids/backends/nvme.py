@@ -61,7 +61,8 @@ class NvmeQueues(IoBackend):
             host_view(self.nv_sq), host_view(self.nv_cq), host_view(self.nv_db),
             host_view(self.staging), self.table, self.queues, self.queue_depth,
             self.page_size, self.threads, model=self.model,
-            trace_writer=self.trace_writer, jitter_us=self.jitter_us)
+            trace_writer=self.trace_writer, jitter_us=self.jitter_us,
+            engine=self.engine, engine_depth=self.engine_depth)
 
     def reset(self):
         super().reset()

@@ -1,0 +1,130 @@
+"""The storage engines through a Runtime (simulator, tiny): the setting, what rt.stats() says,
+the fallback, and file faults on the io_uring engine as named errors with nothing lost."""
+import errno
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import gids
+from host_daemon import daemon as D
+from host_daemon import uring as U
+from tests.helpers import random_file
+
+PAGE = 4096
+
+
+def _file(tmp_path, pages=8, seed=0):
+    path = tmp_path / "data.bin"
+    raw = random_file(path, pages * PAGE, seed)
+    return path, raw.view(np.int64)
+
+
+def test_engine_setting_is_checked_and_shown(tmp_path):
+    with pytest.raises(gids.ConfigError, match="engine must be one of"):
+        gids.Runtime(engine="aio")
+    with pytest.raises(gids.ConfigError, match="engine_depth"):
+        gids.Runtime(engine_depth=0)
+    path, ref = _file(tmp_path)
+    expected = "io_uring" if U.probe() is None else "threads"
+    with gids.defaults.set(engine="io_uring", engine_depth=4):
+        with gids.Runtime(cache_pages=32, page_size=PAGE) as rt:
+            a = rt.open_array(path, np.int64)
+            idx = np.random.default_rng(1).integers(0, ref.size, 40)
+            np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
+            s = rt.stats()
+            assert s.engine == expected and rt.daemon.engine == expected
+            assert f"engine {expected}" in str(s)
+
+
+def test_fallback_to_threads_through_the_runtime(tmp_path, monkeypatch):
+    """io_uring refused (as under a seccomp filter): the Runtime runs on threads, says so once,
+    and rt.stats() carries the reason; no traceback."""
+    monkeypatch.setattr(U, "io_uring_setup", lambda entries, params: -errno.EPERM)
+    monkeypatch.setattr(U, "_probed", {})
+    monkeypatch.setattr(D, "_fallback_said", set())
+    path, ref = _file(tmp_path, seed=2)
+    with pytest.warns(RuntimeWarning, match="io_uring unavailable"):
+        rt = gids.Runtime(cache_pages=32, page_size=PAGE, engine="io_uring")
+    with rt:
+        a = rt.open_array(path, np.int64)
+        idx = np.arange(0, ref.size, 97)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
+        s = rt.stats()
+        assert s.engine == "threads" and "EPERM" in s.engine_note
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")   # said once: a second Runtime is quiet
+            gids.Runtime(cache_pages=32, page_size=PAGE, engine="io_uring").close()
+
+
+@pytest.mark.skipif(U.probe() is not None, reason="no io_uring here")
+def test_a_file_truncated_under_the_engine_names_file_and_page(tmp_path):
+    path, ref = _file(tmp_path, seed=3)
+    with gids.Runtime(cache_pages=32, page_size=PAGE, engine="io_uring", timeout=20) as rt:
+        a = rt.open_array(path, np.int64)
+        os.truncate(path, 3 * PAGE)
+        with pytest.raises(gids.StorageIOError, match=r"page 6 .*data\.bin.*short read") as info:
+            rt.gather(a, [6 * PAGE // 8 + 1])
+        assert info.value.page == 6 and str(path) in info.value.path
+        got = rt.gather(a, [PAGE // 8 + 5]).copy_to_host()   # the Runtime goes on
+        assert got[0] == ref[PAGE // 8 + 5]
+
+
+@pytest.mark.skipif(U.probe() is not None, reason="no io_uring here")
+def test_a_failing_fsync_through_the_ring_is_named_and_loses_nothing(tmp_path, monkeypatch):
+    """flush's fsync goes to the ring; when it fails (here: the descriptor it is given is a
+    pipe, EINVAL) flush raises StorageIOError naming the file, and a later flush makes every
+    write durable (the pages were written back before: invalidate)."""
+    path, ref = _file(tmp_path, seed=4)
+    want = ref.copy()
+    with gids.Runtime(cache_pages=32, page_size=PAGE, engine="io_uring") as rt:
+        a = rt.open_array(path, np.int64, mode="r+")
+        idx = np.array([3, 600, 4000])
+        vals = np.random.default_rng(5).integers(0, 1 << 62, idx.size)
+        rt.scatter(a, idx, vals)
+        want[idx] = vals
+        rt.invalidate()   # written back (through the ring), not yet durable
+        r, w = os.pipe()
+        monkeypatch.setattr(type(a.store), "fileno", lambda self: r)
+        with pytest.raises(gids.StorageIOError, match=r"data\.bin durable: Invalid argument"):
+            rt.flush()
+        monkeypatch.undo()
+        os.close(r), os.close(w)
+        rt.flush()
+        np.testing.assert_array_equal(np.fromfile(path, dtype=np.int64), want)
+
+
+def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
+    """``gids bench files`` tiny: ceiling, direct (each engine), cached, emulated and KvikIO
+    rows, every gids row checked against the file; JSON and table written."""
+    from gids.cli import main
+    out = tmp_path / "out"
+    rc = main(["bench", "files", "--file-bytes", str(64 * PAGE), "--pages", "6", "--reps", "1",
+               "--daemon-threads", "1", "--n-ssd", "1", "--ceiling-depth", "4",
+               "--dir", str(tmp_path), "--out", str(out), "--no-progress"])
+    assert rc == 0, capsys.readouterr()
+    result = __import__("json").loads((out / "files.json").read_text())
+    kinds = [(r["kind"], r["engine"]) for r in result["rows"]]
+    for want in [("direct", "io_uring"), ("direct", "threads"), ("cached", "memcpy"),
+                 ("cached", "io_uring"), ("emulated", "threads"), ("emulated", "io_uring"),
+                 ("kvikio", "kvikio")]:
+        assert want in kinds, kinds
+    assert any(k == "ceiling" for k, _ in kinds)
+    assert all(r["correct"] for r in result["rows"])
+    assert "simulator figure" in (out / "files.md").read_text()
+
+
+def test_bench_files_bad_arguments_exit_2(capsys):
+    from gids.cli import main
+    assert main(["bench", "files", "--pages", "0"]) == 2
+    assert "--pages must be >= 1" in capsys.readouterr().err
+    assert main(["bench", "files", "--profile", "nope"]) == 2
+    assert main(["bench", "files", "iops"]) == 2
+
+
+def test_gids_info_names_the_engine(capsys):
+    from gids.cli import main
+    assert main(["info"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "default engine: " in out and "storage engine: " in out

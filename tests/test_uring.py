@@ -1,0 +1,334 @@
+"""The io_uring engine on plain files, on the CPU (no CUDA): the ring's ABI, host-side reads,
+writes and fsync, and the daemon loop serving file stores through the ring (both engines),
+with its faults, its full ring, its fallback to threads and its concurrency under emulation."""
+import errno
+import os
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from gids import layout as L
+from host_daemon import daemon as D
+from host_daemon import uring as U
+from host_daemon.ssd_model import SsdModel
+from host_daemon.stores import DIRECT_ALIGN, T_COLUMNS, FileStore
+from host_daemon.sync import private_array
+from host_daemon.trace import TraceWriter, read_engine, read_trace
+
+pytestmark = pytest.mark.skipif(U.probe() is not None, reason=f"no io_uring: {U.probe()}")
+
+PAGE = 4096
+ENGINES = ["io_uring", "threads"]
+
+
+def _file(tmp_path, nbytes, seed=0, name="data.bin"):
+    raw = np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8).tobytes()
+    path = tmp_path / name
+    path.write_bytes(raw)
+    return path, raw
+
+
+def test_the_ring_is_what_the_kernel_says():
+    """Offsets come from io_uring_params; the regions hold the rings the kernel described."""
+    assert U.PARAMS_DTYPE.itemsize == 120
+    with U.Ring(100) as ring:
+        assert ring.entries == 128 and ring.cq_entries == 256   # a power of two; CQ twice
+        a = ring.args
+        assert a.idx[U.I_SQ_ENTRIES] == 128 and a.idx[U.I_SQ_MASK] == 127
+        assert a.idx[U.I_CQ_ENTRIES] == 256 and a.idx[U.I_CQ_MASK] == 255
+        assert a.sq[a.idx[U.I_SQ_HEAD]] == a.sq[a.idx[U.I_SQ_TAIL]] == 0
+        assert U.ring_nop_roundtrip(a)
+        assert a.state[U.S_IN_FLIGHT] == 0 and a.state[U.S_SUBMITTED] == 1
+
+
+def test_host_ring_reads_writes_and_fsyncs(tmp_path):
+    path, raw = _file(tmp_path, 3 * PAGE + 100)
+    ring = U.HostRing()
+    fd = os.open(path, os.O_RDWR)
+    try:
+        for offset, n in [(0, PAGE), (PAGE + 7, 2 * PAGE), (3 * PAGE, 500)]:
+            assert ring.pread(fd, n, offset) == raw[offset:offset + n]   # short at end of file
+        data = np.random.default_rng(1).integers(0, 256, 5000, dtype=np.uint8).tobytes()
+        assert ring.pwrite(fd, data, 123) == len(data)
+        ring.fsync(fd)
+        ring.fsync(fd, datasync=True)
+        assert os.pread(fd, len(data), 123) == data
+        r, w = os.pipe()
+        with pytest.raises(OSError) as info:   # fsync of a pipe fails: the CQE says EINVAL
+            ring.fsync(r)
+        assert info.value.errno == errno.EINVAL
+        os.close(r), os.close(w)
+        with pytest.raises(OSError) as info:
+            ring.fsync(1 << 20)
+        assert info.value.errno == errno.EBADF
+    finally:
+        os.close(fd)
+        ring.close()
+
+
+# ---- the daemon loop over file stores --------------------------------------------------------
+
+QUEUES, DEPTH = 8, 32
+
+
+class _Rig:
+    """A daemon serving one file store from plain numpy queues (the test plays the GPU)."""
+
+    def __init__(self, store, nbytes, engine, engine_depth=64, n_threads=2, model=None,
+                 trace_writer=None):
+        self.table = np.zeros((L.MAX_ARRAYS, T_COLUMNS), dtype=np.int64)
+        self.table[0] = store.table_row(0, nbytes)
+        n = QUEUES * DEPTH
+        self.sq = private_array(n * L.SQ_WORDS)
+        self.cq = private_array(n * L.CQ_WORDS)
+        # Page-aligned staging, as the Runtime's mapped memory is (O_DIRECT needs it).
+        raw = np.zeros(n * PAGE + DIRECT_ALIGN, dtype=np.uint8)
+        start = -raw.ctypes.data % DIRECT_ALIGN
+        self.staging = raw[start:start + n * PAGE]
+        self.d = D.HostDaemon(self.sq, self.cq, self.staging, self.table, QUEUES, DEPTH, PAGE,
+                              n_threads, model=model, trace_writer=trace_writer, engine=engine,
+                              engine_depth=engine_depth)
+        self.tickets = np.zeros(QUEUES, dtype=np.int64)
+
+    def submit(self, q, page, op=L.OP_READ):
+        t = int(self.tickets[q])
+        self.tickets[q] += 1
+        entry = q * DEPTH + t % DEPTH
+        self.sq[entry * L.SQ_WORDS + L.SQ_WORD] = L.sq_word(L.sq_tag(t, DEPTH), 0, page, op)
+        return q, t, entry
+
+    def wait(self, q, t, timeout=20.0):
+        rec = (q * DEPTH + t % DEPTH) * L.CQ_WORDS + L.CQ_WORD
+        end = time.monotonic() + timeout
+        while L.cq_fields(int(self.cq[rec]))[0] != L.cq_seq(t):
+            assert time.monotonic() < end, f"queue {q} ticket {t} not served"
+            time.sleep(1e-4)
+        return L.cq_fields(int(self.cq[rec]))[1]
+
+    def page(self, entry):
+        return self.staging[entry * PAGE:(entry + 1) * PAGE].tobytes()
+
+
+def _expected(raw, page):
+    chunk = raw[page * PAGE:(page + 1) * PAGE]
+    return chunk + b"\0" * (PAGE - len(chunk))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("direct", [True, False])
+def test_daemon_reads_file_pages_on_both_engines(tmp_path, engine, direct):
+    """Every queue full at once, pages in random order, the last page short: each completion
+    says OK and its staging page holds the file's bytes (zeros past the end)."""
+    path, raw = _file(tmp_path, 50 * PAGE + 1000, seed=3)
+    store = FileStore(path, direct=direct)
+    rig = _Rig(store, len(raw), engine)
+    pages = np.random.default_rng(4).integers(0, 51, QUEUES * DEPTH)
+    with rig.d:
+        assert rig.d.engine == engine
+        reqs = [(rig.submit(i % QUEUES, int(p)), int(p)) for i, p in enumerate(pages)]
+        for (q, t, entry), p in reqs:
+            assert rig.wait(q, t) == L.STATUS_OK
+            assert rig.page(entry) == _expected(raw, p)
+        counters = rig.d.engine_counters
+    if engine == "io_uring" and store.direct_enabled:
+        # Batched: far fewer io_uring_enter calls than requests. (Through the page cache a
+        # cached page is read on the spot, with no SQE.)
+        # (The short last page is read through the page cache.)
+        direct = int((pages < 50).sum())
+        assert counters["sqes"] >= direct and counters["submits"] < direct
+    store.close()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_daemon_writes_pages_through_the_engine_and_flush_fsyncs(tmp_path, engine):
+    path, raw = _file(tmp_path, 8 * PAGE + 100, seed=5)
+    store = FileStore(path, writable=True)
+    rig = _Rig(store, len(raw), engine)
+    new = bytearray(raw)
+    with rig.d:
+        for page in [7, 2, 8]:
+            q = page % QUEUES
+            entry = q * DEPTH + int(rig.tickets[q]) % DEPTH   # the GPU fills staging first
+            fresh = np.random.default_rng(page).integers(0, 256, PAGE, dtype=np.uint8)
+            rig.staging[entry * PAGE:(entry + 1) * PAGE] = fresh
+            q, t, entry = rig.submit(q, page, op=L.OP_WRITE)
+            assert rig.wait(q, t) == L.STATUS_OK
+            n = min(PAGE, len(raw) - page * PAGE)   # only the array's bytes of the last page
+            new[page * PAGE:page * PAGE + n] = fresh[:n].tobytes()
+        rig.d.sync_store(store)
+        rig.d.write_store(store, 10, b"hello")
+        new[10:15] = b"hello"
+        rig.d.sync_store(store)
+    assert path.read_bytes() == bytes(new)
+    store.close()
+
+
+def test_a_full_ring_holds_requests_back_and_loses_none(tmp_path):
+    """A ring of 2 entries per thread and 256 requests at once: the thread takes new requests
+    only as CQEs free its ring; every request is served, once, with its bytes."""
+    path, raw = _file(tmp_path, 64 * PAGE, seed=6)
+    store = FileStore(path)
+    rig = _Rig(store, len(raw), "io_uring", engine_depth=2, n_threads=1)
+    pages = np.random.default_rng(7).integers(0, 64, QUEUES * DEPTH)
+    with rig.d:
+        assert rig.d.capacity == 2
+        reqs = [(rig.submit(i % QUEUES, int(p)), int(p)) for i, p in enumerate(pages)]
+        for (q, t, entry), p in reqs:
+            assert rig.wait(q, t) == L.STATUS_OK
+            assert rig.page(entry) == _expected(raw, p)
+        assert rig.d.served == len(pages)
+    store.close()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_file_truncated_under_us_reads_short(tmp_path, engine):
+    path, raw = _file(tmp_path, 16 * PAGE, seed=8)
+    store = FileStore(path)
+    rig = _Rig(store, len(raw), engine)
+    os.truncate(path, 5 * PAGE + 100)
+    with rig.d:
+        for page, status in [(2, L.STATUS_OK), (5, L.STATUS_SHORT_READ),
+                             (12, L.STATUS_SHORT_READ)]:
+            q, t, entry = rig.submit(page % QUEUES, page)
+            assert rig.wait(q, t) == status
+            if status == L.STATUS_OK:
+                assert rig.page(entry) == raw[page * PAGE:(page + 1) * PAGE]
+    store.close()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_failing_read_is_an_io_error_and_a_deleted_file_still_reads(tmp_path, engine):
+    """A descriptor whose reads fail (a directory: EISDIR) completes with STATUS_IO_ERROR, and
+    the thread goes on serving; a file unlinked while open still reads its bytes (Linux keeps
+    it while a descriptor is open)."""
+    path, raw = _file(tmp_path, 8 * PAGE, seed=9)
+    store = FileStore(path, direct=False)
+    rig = _Rig(store, len(raw), engine)
+    bad = os.open(tmp_path, os.O_RDONLY)
+    with rig.d:
+        os.unlink(path)
+        q, t, entry = rig.submit(1, 3)
+        assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, 3)
+        rig.table[0, 1] = bad   # T_FD
+        q, t, entry = rig.submit(2, 4)
+        assert rig.wait(q, t) == L.STATUS_IO_ERROR
+        rig.table[0, 1] = store.fileno()
+        q, t, entry = rig.submit(2, 5)
+        assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, 5)
+    os.close(bad)
+    store.close()
+
+
+def test_fallback_to_threads_is_said_once_and_shown(monkeypatch):
+    monkeypatch.setattr(U, "io_uring_setup", lambda entries, params: -errno.ENOSYS)
+    monkeypatch.setattr(U, "_probed", {})
+    monkeypatch.setattr(D, "_fallback_said", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = D.resolve_engine("io_uring")
+        second = D.resolve_engine("io_uring")
+    assert first == second and first[0] == "threads" and "ENOSYS" in first[1]
+    assert len([w for w in caught if "io_uring unavailable" in str(w.message)]) == 1
+    monkeypatch.setattr(U, "_probed", {})
+    monkeypatch.setattr(U, "io_uring_setup", lambda entries, params: -errno.EPERM)
+    with pytest.warns(RuntimeWarning, match="EPERM"):
+        assert "EPERM" in D.resolve_engine("io_uring")[1]
+    assert D.resolve_engine("threads") == ("threads", "")
+
+
+def _peak_in_flight(trace):
+    """Most requests whose [issue, posted) intervals overlap."""
+    events = np.concatenate([np.stack([trace["issue_ns"], np.ones(len(trace))], 1),
+                             np.stack([trace["complete_ns"], -np.ones(len(trace))], 1)])
+    events = events[np.lexsort((events[:, 1], events[:, 0]))]
+    return int(np.cumsum(events[:, 1]).max())
+
+
+@pytest.mark.parametrize("engine, depth, cap", [("threads", 64, 1), ("io_uring", 4, 4)])
+def test_emulation_counts_against_the_engines_concurrency(tmp_path, engine, depth, cap):
+    """Under ssd=..., one daemon thread never has more requests out (taken, not yet posted)
+    than its engine could: one for a thread of the threads engine, the ring's depth for
+    io_uring; the trace's sidecar says so."""
+    path, raw = _file(tmp_path, 64 * PAGE, seed=10)
+    store = FileStore(path, direct=False)
+    tpath = tmp_path / "run.trace"
+    writer = TraceWriter(tpath)
+    rig = _Rig(store, len(raw), engine, engine_depth=depth, n_threads=1,
+               model=SsdModel("980pro", n_ssd=4), trace_writer=writer)
+    with rig.d:
+        reqs = [(rig.submit(i % QUEUES, i % 64), i % 64) for i in range(64)]
+        for (q, t, entry), p in reqs:
+            assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, p)
+    writer.close()
+    trace = read_trace(tpath)
+    assert len(trace) == 64
+    assert _peak_in_flight(trace) <= cap
+    if cap > 1:
+        assert _peak_in_flight(trace) > 1
+    assert read_engine(tpath) == {"engine": engine, "engine_depth": cap}
+    store.close()
+
+
+@pytest.mark.parametrize("engine, jitter_us, ssd", [("io_uring", 0, None), ("threads", 0, None),
+                                                     ("io_uring", 300, None),
+                                                     ("io_uring", 0, "980pro")])
+def test_emulated_nvme_controller_reads_and_writes_files_through_the_engine(tmp_path, engine,
+                                                                            jitter_us, ssd):
+    """The NVMe controller's Reads and Writes of a file store go through the daemon's engine:
+    out of order CQEs from the ring become NVMe CQEs with the right command ids and data (also
+    when completions are held: jitter, or an SSD model)."""
+    from tests.test_nvme import PAGE as NV_PAGE, _Driver
+    path, raw = _file(tmp_path, 64 * NV_PAGE, seed=11)
+    store = FileStore(path, writable=True)
+    data = np.frombuffer(raw, dtype=np.uint8)
+    drv = _Driver(data, n_queues=2, depth=8, store=store)
+    drv.ctrl = type(drv.ctrl)(drv.sq, drv.cq, drv.db, drv.bounce, drv.table, 2, 8, NV_PAGE, 1,
+                              engine=engine, jitter_us=jitter_us,
+                              model=SsdModel(ssd) if ssd else None)
+    blocks = NV_PAGE // L.NVME_LBA_BYTES
+    with drv.ctrl:
+        assert drv.ctrl.engine == engine
+        pages = [5, 63, 0, 17, 9, 33, 2, 40]
+        for cid, page in enumerate(pages):
+            drv.submit(cid % 2, cid, page * blocks, cid)
+        got = {}
+        for q in range(2):
+            for c in drv.reap(q, 4):
+                assert c["status"] == 0
+                got[c["cid"]] = True
+        assert sorted(got) == list(range(8))
+        for cid, page in enumerate(pages):
+            assert drv.bounce[cid * NV_PAGE:(cid + 1) * NV_PAGE].tobytes() == \
+                raw[page * NV_PAGE:(page + 1) * NV_PAGE]
+        # A Write from slot 0 to page 3, then read back through the controller into slot 1.
+        fresh = np.random.default_rng(12).integers(0, 256, NV_PAGE, dtype=np.uint8)
+        drv.bounce[:NV_PAGE] = fresh
+        drv.submit(0, 8, 3 * blocks, 0, opcode=L.NVME_OP_WRITE)
+        assert drv.reap(0, 1)[0]["status"] == 0
+        drv.submit(0, 9, 3 * blocks, 1)
+        assert drv.reap(0, 1)[0]["status"] == 0
+        assert (drv.bounce[NV_PAGE:2 * NV_PAGE] == fresh).all()
+        if engine == "io_uring":   # writes always go through the ring
+            assert drv.ctrl.engine_counters["sqes"] >= 1
+    assert path.read_bytes()[3 * NV_PAGE:4 * NV_PAGE] == fresh.tobytes()
+    store.close()
+
+
+def test_rings_refused_at_start_fall_back_to_threads(tmp_path, monkeypatch):
+    """The probe's ring was allowed but the threads' rings are not (a limit on locked memory):
+    the daemon runs on threads, says why, and serves correctly."""
+    path, raw = _file(tmp_path, 8 * PAGE, seed=13)
+    store = FileStore(path)
+    rig = _Rig(store, len(raw), "io_uring")
+    monkeypatch.setattr(U, "io_uring_setup", lambda entries, params: -errno.ENOMEM)
+    with pytest.warns(RuntimeWarning, match="ENOMEM|memory"):
+        rig.d.start()
+    try:
+        assert rig.d.engine == "threads" and "could not be set up" in rig.d.engine_note
+        q, t, entry = rig.submit(3, 5)
+        assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, 5)
+    finally:
+        rig.d.stop()
+        store.close()

@@ -1,0 +1,398 @@
+"""``gids bench files``: gids on real files, each storage engine side by side, against the disk's
+own ceiling measured in the same run.
+
+Rows (4 KiB random reads of distinct pages: every read a miss):
+
+- ``ceiling``: the disk alone, O_DIRECT, no GPU: io_uring at high depth (one ring per thread,
+  ``--ceiling-depth`` reads in flight each) and synchronous ``pread`` from many threads; the
+  larger is the disk's ceiling that every ``direct`` row is a fraction of;
+- ``direct``: ``rt.gather`` all-miss through an O_DIRECT ``FileStore``, each engine at each
+  daemon thread count (1, 2, 4, 8);
+- ``cached``: the same file read through the page cache (``FileStore(direct=False)``, warmed),
+  beside the ``MemoryStore`` staging-copy path (``zero_copy=False``) at the same thread count:
+  the engine's own cost over a memcpy;
+- ``emulated``: ``ssd="980pro"`` with ``n_ssd`` 1 and 4, a page-cached file behind the model
+  (so the disk is not the limit), each engine, beside the model's own IOPS for that load (a
+  closed-loop replay at the run's concurrency: the engine's capacity, at most the GPU queues'
+  entries);
+- ``kvikio``: KvikIO (``CuFile.pread`` per page, all in flight) reading the same pages into GPU
+  memory, where ``import kvikio`` works; otherwise the row says why not.
+
+Every gids row is checked against the file's bytes (``correct``). Writes ``files.json`` and
+``files.md`` into ``--out``. In the CUDA simulator sizes are tiny and the figures test the
+harness only.
+"""
+import json
+import os
+import shlex
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+from numba import cuda, njit, types
+
+import gids
+from gids import defaults
+from host_daemon import uring as U
+from host_daemon.ssd_model import get_profile
+from host_daemon.stores import DIRECT_ALIGN, FileStore, MemoryStore
+from host_daemon.trace import replay, synthetic_trace
+from kernels.platform import SIMULATOR
+
+PAGE = 4096
+ENGINES = ("io_uring", "threads")
+
+_pread = types.ExternalFunction("pread", types.intp(types.int32, types.uintp, types.uintp,
+                                                     types.int64))
+
+
+def default_options():
+    sim = SIMULATOR
+    return {"file_bytes": (256 << 10) if sim else (4 << 30),
+            "pages": 24 if sim else 200_000,
+            "daemon_threads": [1, 2] if sim else [1, 2, 4, 8],
+            "emulated_threads": 1 if sim else 4,
+            "n_ssd": [1, 4], "profile": "980pro",
+            "ceiling_depth": 8 if sim else 256,
+            "ceiling_threads": [1, 2] if sim else [1, 4],
+            "pread_threads": 2 if sim else 64,
+            "reps": 1 if sim else 3, "dir": None, "seed": 0}
+
+
+@njit(nogil=True, cache=True)
+def _next(x):
+    x ^= (x << 13) & 0x7FFFFFFFFFFFFFFF
+    x ^= x >> 7
+    x ^= (x << 17) & 0x7FFFFFFFFFFFFFFF
+    return x
+
+
+@njit(nogil=True, cache=True)
+def _uring_random_reads(r, fd, buf, n_reads, n_pages, page, depth, seed):
+    """``n_reads`` random page reads through ring ``r``, ``depth`` in flight; returns failures."""
+    x = seed | 1
+    issued = 0
+    done = 0
+    failed = 0
+    while done < n_reads:
+        while issued < n_reads and U.ring_room(r) > 0:
+            x = _next(x)
+            slot = issued % depth
+            U.ring_prep(r, U.IORING_OP_READ, fd, buf + slot * page, page,
+                        (x % n_pages) * page, 0, slot)
+            issued += 1
+        U.ring_submit(r)
+        if U.ring_ready(r) == 0:
+            U.ring_enter(r, 0, 1, U.IORING_ENTER_GETEVENTS)
+        n = U.ring_ready(r)
+        for i in range(n):
+            _, res = U.ring_cqe(r, i)
+            if res != page:
+                failed += 1
+        U.ring_consume(r, n)
+        done += n
+    return failed
+
+
+@njit(nogil=True, cache=True)
+def _pread_random_reads(fd, buf, n_reads, n_pages, page, seed):
+    x = seed | 1
+    failed = 0
+    for _ in range(n_reads):
+        x = _next(x)
+        if _pread(fd, buf, page, (x % n_pages) * page) != page:
+            failed += 1
+    return failed
+
+
+def _aligned(nbytes):
+    raw = np.zeros(nbytes + DIRECT_ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % DIRECT_ALIGN
+    return raw[start:start + nbytes]
+
+
+def _parallel(n_threads, work):
+    """Run ``work(k)`` in ``n_threads`` threads at once; (seconds, results)."""
+    out = [None] * n_threads
+    threads = [threading.Thread(target=lambda k=k: out.__setitem__(k, work(k)))
+               for k in range(n_threads)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - t, out
+
+
+def disk_ceiling(path, n_reads, o):
+    """The disk's 4 KiB random-read IOPS, O_DIRECT: rows for io_uring at depth and for pread."""
+    rows = []
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+    n_pages = os.path.getsize(path) // PAGE
+    try:
+        if U.probe() is None:
+            depth = o["ceiling_depth"]
+            for t in o["ceiling_threads"]:
+                rings = [U.Ring(depth) for _ in range(t)]
+                bufs = [_aligned(depth * PAGE) for _ in range(t)]
+                per = n_reads // t
+                _uring_random_reads(rings[0].args, fd, bufs[0].ctypes.data, 8, n_pages, PAGE,
+                                    depth, 1)   # compile, warm
+                secs, failed = _parallel(t, lambda k: _uring_random_reads(
+                    rings[k].args, fd, bufs[k].ctypes.data, per, n_pages, PAGE, depth,
+                    o["seed"] * 1000 + k + 7))
+                for r in rings:
+                    r.close()
+                rows.append({"kind": "ceiling", "engine": "io_uring", "threads": t,
+                             "depth": depth, "pages": per * t, "seconds": secs,
+                             "pages_per_s": per * t / secs, "correct": sum(failed) == 0})
+        t = o["pread_threads"]
+        bufs = [_aligned(PAGE) for _ in range(t)]
+        per = max(1, n_reads // t)
+        _pread_random_reads(fd, bufs[0].ctypes.data, 8, n_pages, PAGE, 1)
+        secs, failed = _parallel(t, lambda k: _pread_random_reads(
+            fd, bufs[k].ctypes.data, per, n_pages, PAGE, o["seed"] * 1000 + k + 99))
+        rows.append({"kind": "ceiling", "engine": "pread", "threads": t, "depth": 1,
+                     "pages": per * t, "seconds": secs, "pages_per_s": per * t / secs,
+                     "correct": sum(failed) == 0})
+    finally:
+        os.close(fd)
+    return rows
+
+
+def _gids_row(kind, store_or_path, ref, o, engine, threads, label, **runtime):
+    """``rt.gather`` of ``o['pages']`` distinct random pages (one int64 each), all misses (the
+    cache is invalidated before each rep); the median rep's pages/s."""
+    n_pages = ref.size * 8 // PAGE
+    pages = min(o["pages"], n_pages)
+    cache_pages = max(64, min(pages, 65536))
+    rng = np.random.default_rng(o["seed"] + threads)
+    row = {"kind": kind, "engine": engine, "threads": threads, "store": label, "pages": pages}
+    try:
+        with gids.Runtime(cache_pages=cache_pages, page_size=PAGE, daemon_threads=threads,
+                          engine=engine, **runtime) as rt:
+            a = rt.open_array(store_or_path, np.int64, shape=ref.shape)
+            row["engine_used"] = rt.daemon.engine
+            row["capacity"] = rt.daemon.capacity
+            times, correct = [], True
+            for rep in range(o["reps"] + 1):        # the first: compile and warm, not timed
+                idx = rng.permutation(n_pages)[:pages] * (PAGE // 8) + rng.integers(
+                    0, PAGE // 8, pages)
+                d_idx = cuda.to_device(idx)
+                rt.invalidate()
+                t = time.perf_counter()
+                got = rt.gather(a, d_idx)
+                rt.sync()
+                secs = time.perf_counter() - t
+                correct &= bool((got.copy_to_host() == ref[idx]).all())
+                if rep:
+                    times.append(secs)
+            stats = rt.stats()
+        secs = float(np.median(times))
+        row.update(seconds=secs, pages_per_s=pages / secs, correct=correct,
+                   io_latency_us=stats.io_latency_us)
+    except Exception as exc:   # one row's failure is reported, not the end of the sweep
+        row.update(seconds=None, pages_per_s=None, correct=False,
+                   error=f"{type(exc).__name__}: {exc}")
+    finally:
+        if hasattr(store_or_path, "close"):
+            store_or_path.close()
+    return row
+
+
+def model_iops(profile, n_ssd, in_flight, n=20000):
+    """The model's 4 KiB random-read IOPS with ``in_flight`` requests kept out (closed loop)."""
+    trace = synthetic_trace(n, queue_depth=max(1, in_flight), nbytes=PAGE)
+    return replay(trace, profile, n_ssd=n_ssd, mode="closed").iops
+
+
+def kvikio_row(path, ref, o):
+    try:
+        if SIMULATOR:
+            raise RuntimeError("the CUDA simulator has no GPU memory for KvikIO to read into")
+        import kvikio
+    except Exception as exc:
+        return {"kind": "kvikio", "engine": "kvikio", "skipped": f"{type(exc).__name__}: {exc}",
+                "pages_per_s": None, "correct": True}
+    n_pages = ref.size * 8 // PAGE
+    pages = min(o["pages"], n_pages)
+    rng = np.random.default_rng(o["seed"] + 77)
+    chosen = rng.permutation(n_pages)[:pages]
+    buf = cuda.device_array(pages * PAGE // 8, dtype=np.int64)
+    f = kvikio.CuFile(path, "r")
+    times = []
+    for rep in range(o["reps"] + 1):
+        t = time.perf_counter()
+        futures = [f.pread(buf[k * PAGE // 8:(k + 1) * PAGE // 8], PAGE, int(p) * PAGE)
+                   for k, p in enumerate(chosen)]
+        ok = all(fut.get() == PAGE for fut in futures)
+        cuda.synchronize()
+        if rep:
+            times.append(time.perf_counter() - t)
+    f.close()
+    got = buf.copy_to_host().reshape(pages, PAGE // 8)[:, 0]
+    correct = ok and bool((got == ref[chosen * (PAGE // 8)]).all())
+    secs = float(np.median(times))
+    return {"kind": "kvikio", "engine": "kvikio", "threads": None, "pages": pages,
+            "seconds": secs, "pages_per_s": pages / secs, "correct": correct}
+
+
+def _write_file(path, nbytes, seed):
+    rng = np.random.default_rng(seed)
+    with open(path, "wb") as f:
+        left = nbytes
+        while left:
+            n = min(left, 64 << 20)
+            f.write(rng.integers(0, 1 << 62, n // 8, dtype=np.int64).tobytes())
+            left -= n
+
+
+def run_files(o, command="gids bench files", progress=True):
+    o = {**default_options(), **{k: v for k, v in o.items() if v is not None}}
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)
+    result = {"sweep": "files", "command": command, "simulator": SIMULATOR,
+              "label": "simulator figure" if SIMULATOR else "GPU figure",
+              "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "options": o,
+              "uring": U.probe() or "available", "rows": []}
+    rows = result["rows"]
+    with tempfile.TemporaryDirectory(dir=o["dir"]) as tmp:
+        path = os.path.join(tmp, "files.bin")
+        nbytes = o["file_bytes"] - o["file_bytes"] % PAGE
+        say(f"files: writing {nbytes:,} bytes to {path}")
+        _write_file(path, nbytes, o["seed"])
+        ref = np.fromfile(path, dtype=np.int64)
+        store = FileStore(path)
+        result["direct"] = store.direct_enabled
+        store.close()
+        # The page cache must not hold the file for the direct rows: drop it (best effort).
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        say("files: disk ceiling")
+        rows += disk_ceiling(path, max(o["pages"], 64), o)
+        ceiling = max(r["pages_per_s"] for r in rows)
+        result["ceiling_pages_per_s"] = ceiling
+        for engine in ENGINES:
+            for t in o["daemon_threads"]:
+                say(f"files: direct {engine} x{t}")
+                row = _gids_row("direct", FileStore(path, direct=True), ref, o, engine, t,
+                                "file O_DIRECT")
+                row["of_ceiling"] = (row["pages_per_s"] / ceiling) if row["pages_per_s"] else None
+                rows.append(row)
+        # Page-cached: read the whole file once so it is in the page cache.
+        with open(path, "rb") as f:
+            while f.read(64 << 20):
+                pass
+        t = max(o["daemon_threads"])
+        say(f"files: page-cached file and memory copy x{t}")
+        mem = _gids_row("cached", MemoryStore(ref, zero_copy=False), ref, o, "threads", t,
+                        "MemoryStore copy")
+        # A memory store is copied by the daemon thread, whatever the engine.
+        mem["engine"] = mem["engine_used"] = "memcpy"
+        rows.append(mem)
+        for engine in ENGINES:
+            row = _gids_row("cached", FileStore(path, direct=False), ref, o, engine, t,
+                            "file page cache")
+            row["of_memory"] = (row["pages_per_s"] / mem["pages_per_s"]
+                                if row["pages_per_s"] and mem["pages_per_s"] else None)
+            rows.append(row)
+        queue_entries = (defaults.get("queues") or defaults.default_queues(
+            PAGE, defaults.get("queue_depth"))) * defaults.get("queue_depth")
+        te = o["emulated_threads"]
+        for n_ssd in o["n_ssd"]:
+            for engine in ENGINES:
+                say(f"files: emulated {o['profile']} x{n_ssd}, {engine} x{te}")
+                row = _gids_row("emulated", FileStore(path, direct=False), ref, o, engine, te,
+                                "file page cache", ssd=o["profile"], n_ssd=n_ssd)
+                row.update(profile=o["profile"], n_ssd=n_ssd)
+                cap = row.get("capacity")
+                if cap:
+                    load = min(cap, queue_entries)
+                    row["model_pages_per_s"] = model_iops(o["profile"], n_ssd, load)
+                    row["model_in_flight"] = load
+                    row["of_model"] = (row["pages_per_s"] / row["model_pages_per_s"]
+                                       if row["pages_per_s"] else None)
+                rows.append(row)
+        say("files: kvikio")
+        rows.append(kvikio_row(path, ref, o))
+    return result
+
+
+def _f(v, fmt="{:,.0f}"):
+    return "-" if v is None else fmt.format(v)
+
+
+def format_files(result):
+    lines = [f"# gids bench files ({result['label']})", "",
+             f"command: `{result['command']}`  ",
+             f"io_uring: {result['uring']}; O_DIRECT: {result.get('direct')}; disk ceiling "
+             f"{_f(result.get('ceiling_pages_per_s'))} pages/s", "",
+             "| row | engine | threads | store | pages/s | of ceiling | of memory | model pages/s "
+             "| of model | mean I/O us | correct |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        kind = r["kind"] + (f" {r['profile']} x{r['n_ssd']}" if r["kind"] == "emulated" else "")
+        engine = r.get("engine_used") or r["engine"]
+        if r.get("engine_used") and r["engine_used"] != r["engine"]:
+            engine = f"{r['engine']} -> {r['engine_used']}"
+        if r["kind"] == "ceiling":
+            engine += f" depth {r['depth']}"
+        lines.append(
+            f"| {kind} | {engine} | {_f(r.get('threads'), '{}')} | {r.get('store', '-')} | "
+            f"{_f(r.get('pages_per_s'))} | {_f(r.get('of_ceiling'), '{:.2f}')} | "
+            f"{_f(r.get('of_memory'), '{:.2f}')} | {_f(r.get('model_pages_per_s'))} | "
+            f"{_f(r.get('of_model'), '{:.2f}')} | {_f(r.get('io_latency_us'), '{:.1f}')} | "
+            f"{'yes' if r.get('correct') else 'NO'} |")
+        if r.get("skipped"):
+            lines.append(f"\nkvikio skipped: {r['skipped']}\n")
+        if r.get("error"):
+            lines.append(f"\nerror: {r['error']}\n")
+    return "\n".join(lines) + "\n"
+
+
+def add_files_arguments(p):
+    """``gids bench files`` options (the bench parser takes them; other sweeps ignore them)."""
+    g = p.add_argument_group("files sweep")
+    g.add_argument("--file-bytes", type=int, help="size of the data file (default 4 GiB)")
+    g.add_argument("--pages", type=int, help="distinct pages read per timed run (200,000)")
+    g.add_argument("--emulated-threads", type=int, help="daemon threads of the emulated rows")
+    g.add_argument("--n-ssd", type=lambda s: [int(x) for x in s.split(",")],
+                   help="emulated drive counts (default 1,4)")
+    g.add_argument("--profile", help="emulated drive profile (default 980pro)")
+    g.add_argument("--ceiling-depth", type=int, help="io_uring depth of the ceiling row (256)")
+
+
+def cmd_files(args):
+    o = {"file_bytes": args.file_bytes, "pages": args.pages,
+         "emulated_threads": args.emulated_threads, "n_ssd": args.n_ssd,
+         "profile": args.profile, "ceiling_depth": args.ceiling_depth,
+         "daemon_threads": args.daemon_threads, "reps": args.reps, "dir": args.dir,
+         "seed": args.seed}
+    for name in ("file_bytes", "pages", "emulated_threads", "ceiling_depth", "reps"):
+        if o[name] is not None and o[name] < 1:
+            sys.stderr.write(f"gids bench: error: --{name.replace('_', '-')} must be >= 1\n")
+            return 2
+    if o["profile"] is not None:
+        try:
+            get_profile(o["profile"])
+        except ValueError as exc:
+            sys.stderr.write(f"gids bench: error: {exc}\n")
+            return 2
+    command = getattr(args, "command", None) or " ".join(
+        ["gids"] + [shlex.quote(a) for a in sys.argv[1:]])
+    result = run_files(o, command=command, progress=not args.no_progress)
+    table = format_files(result)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "files.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        with open(os.path.join(args.out, "files.md"), "w") as f:
+            f.write(table)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(table, end="")
+    return 0 if all(r.get("correct") for r in result["rows"]) else 1
