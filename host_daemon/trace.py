@@ -553,7 +553,7 @@ def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
     max_in_flight : int or None
         The host's total in-flight capacity (queues x depth, an I/O engine's depth): a request
         due while this many are in flight waits for the earliest to complete. None: unbounded.
-        ``gids simulate`` takes it from the trace header's ``engine_depth`` when present.
+        ``gids simulate`` takes it from the trace's sidecar (``engine_depth``, :func:`read_engine`) when present.
 
     Returns
     -------
@@ -673,21 +673,15 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_HOST_LINK_GBPS})")
     parser.add_argument("--max-in-flight", type=int, default=None, metavar="N",
                         help="the host's total in-flight capacity (queues x depth); default: "
-                             "the trace header's engine_depth if it records one, else unbounded")
+                             "the engine_depth of the trace's sidecar (TRACE.json) if it has one, else unbounded")
     parser.add_argument("--host-command-ns", type=float, default=0.0, metavar="NS",
                         help="host-side submission cost per command, serialised (default 0)")
 
 
 def trace_engine_depth(path) -> int | None:
-    """The host's in-flight capacity a trace file's header records (``engine_depth``, written
-    by I/O engines that know it), or None when the header has no such field or it is 0."""
-    if "engine_depth" not in (HEADER_DTYPE.names or ()):
-        return None
-    with open(os.fspath(path), "rb") as f:
-        raw = f.read(HEADER_BYTES)
-    if len(raw) < HEADER_BYTES:
-        return None
-    depth = int(np.frombuffer(raw, dtype=HEADER_DTYPE)[0]["engine_depth"])
+    """The host's in-flight capacity (``engine_depth``: daemon threads x ring depth) of the run
+    that recorded trace ``path``, from its sidecar (:func:`read_engine`); None without one."""
+    depth = read_engine(path).get("engine_depth", 0)
     return depth if depth > 0 else None
 
 

@@ -356,18 +356,15 @@ def test_max_in_flight_on_a_fixed_latency_device_is_waves():
         replay(synthetic_trace(10, 1), fixed, max_in_flight=0)
 
 
-def test_engine_depth_is_read_from_the_header_when_present(tmp_path, monkeypatch):
-    """Headers without engine_depth (today's) give None; a header dtype that has it is read."""
+def test_engine_depth_is_read_from_the_sidecar_when_present(tmp_path):
+    """A trace without a sidecar gives None; the one an engine's run writes gives its depth."""
     import host_daemon.trace as trace_module
     path = tmp_path / "plain.trace"
     with TraceWriter(path) as writer:
         writer.append(synthetic_trace(10, 2))
     assert trace_module.trace_engine_depth(path) is None
-    with_depth = np.dtype(HEADER_DTYPE.descr + [("engine_depth", "<u4")])
-    header = np.zeros(1, dtype=with_depth)
-    header["magic"], header["engine_depth"] = MAGIC, 96
     other = tmp_path / "engine.trace"
-    other.write_bytes(header.tobytes())
-    monkeypatch.setattr(trace_module, "HEADER_DTYPE", with_depth)
-    monkeypatch.setattr(trace_module, "HEADER_BYTES", with_depth.itemsize)
+    with TraceWriter(other) as writer:
+        writer.set_engine("io_uring", 96)
+        writer.append(synthetic_trace(10, 2))
     assert trace_module.trace_engine_depth(other) == 96
