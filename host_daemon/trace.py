@@ -530,17 +530,32 @@ def calibrate(profile) -> dict[str, float]:
     return results
 
 
+def _number_at_least(minimum, kind=int):
+    """An argparse type: a number of ``kind`` that is at least ``minimum``."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value >= minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+        return value
+    return parse
+
+
 def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``simulate`` (for a ``gids simulate`` subparser)."""
     parser.add_argument("trace", help="trace file written by a gids run")
-    parser.add_argument("--ssd", default="980pro", metavar="PROFILE",
+    parser.add_argument("--ssd", default="980pro", metavar="PROFILE", choices=sorted(PROFILES),
                         help=f"drive profile: {', '.join(sorted(PROFILES))} (default 980pro)")
-    parser.add_argument("--n-ssd", type=int, default=1, metavar="N", help="drives (default 1)")
+    parser.add_argument("--n-ssd", type=_number_at_least(1), default=1, metavar="N",
+                        help="drives (default 1)")
     parser.add_argument("--mode", choices=REPLAY_MODES, default="closed",
                         help="closed: keep the trace's concurrency; open: keep its issue times")
-    parser.add_argument("--stripe-bytes", type=int, default=DEFAULT_STRIPE_BYTES,
+    parser.add_argument("--stripe-bytes", type=_number_at_least(1), default=DEFAULT_STRIPE_BYTES,
                         help=f"striping unit across drives (default {DEFAULT_STRIPE_BYTES})")
-    parser.add_argument("--host-link-GBps", type=float, default=DEFAULT_HOST_LINK_GBPS,
+    parser.add_argument("--host-link-GBps", type=_number_at_least(0.0, float),
+                        default=DEFAULT_HOST_LINK_GBPS,
                         help="bandwidth shared by the array, GB/s; 0 for unlimited "
                              f"(default {DEFAULT_HOST_LINK_GBPS})")
 
