@@ -78,8 +78,8 @@ class Progress:
                 self.stream.flush()
 
 
-def table(header, rows, left=(0,)):
-    """Rows of strings as aligned text columns: a header, a rule, the rows.
+def table(header, rows, left=(0,), markdown=False):
+    """Rows as aligned text columns (a header, a rule, the rows), or as a Markdown table.
 
     Parameters
     ----------
@@ -88,9 +88,14 @@ def table(header, rows, left=(0,)):
         Cells (``str()`` is applied); every row as long as ``header``.
     left : collection of int
         Columns aligned left (default: the first); the others right, as numbers read best.
+    markdown : bool
+        ``| a | b |`` rows under a ``|---|---|`` rule, for a ``.md`` report.
     """
     rows = [[str(c) for c in r] for r in rows]
     header = [str(h) for h in header]
+    if markdown:
+        return "\n".join(["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+                         + ["| " + " | ".join(r) + " |" for r in rows])
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
 
     def line(cells):

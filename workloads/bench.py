@@ -113,6 +113,7 @@ import numpy as np
 from numba import cuda
 
 from gids.errors import ConfigError, GidsError
+from gids.console import Progress, say, table
 from kernels.platform import SIMULATOR, WARP_SIZE
 from workloads import baselines as B
 
@@ -800,44 +801,6 @@ class Runner:
 
 # ------------------------------------------------------------------ progress, machine
 
-class Progress:
-    """A progress bar on a stream (stderr): redrawn in place on a terminal; elsewhere (a log)
-    one line per finished step."""
-
-    def __init__(self, total, stream=None, width=28, enabled=True):
-        self.total, self.done, self.width = total, 0, width
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.start = time.perf_counter()
-
-    def _line(self, label):
-        frac = self.done / self.total if self.total else 1.0
-        bar = "#" * int(self.width * frac)
-        secs = time.perf_counter() - self.start
-        return (f"gids bench [{bar:<{self.width}}] {self.done}/{self.total} {secs:5.0f}s "
-                f"{label[:56]:<56}")
-
-    def update(self, label):
-        """Show the step now running (terminals only)."""
-        if self.enabled and self.tty:
-            self.stream.write("\r" + self._line(label))
-            self.stream.flush()
-
-    def step(self, label=""):
-        """One step done."""
-        self.done += 1
-        if self.enabled:
-            self.stream.write(("\r" if self.tty else "") + self._line(label)
-                              + ("" if self.tty else "\n"))
-            self.stream.flush()
-
-    def finish(self):
-        if self.enabled and self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 def _git_commit():
     """The checkout's short commit hash, or None (no git, not a checkout)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -894,20 +857,22 @@ def run_bench(config, command="gids bench", progress=True, stream=None):
         "results": [], "plots": [], "targets": [],
     }
     points = plan_points(config)
-    bar = Progress(len(points) + 1, stream=stream, enabled=progress)
-    bar.update("ceilings")
+    steps = len(points) + 1
+    bar = Progress("gids bench", stream=stream, enabled=progress)
+    bar(0, steps, "ceilings")
     runner = Runner(config)
     try:
         ceiling_bytes = (1 << 20) if SIMULATOR else (1 << 30)
         runner.ceilings = result["ceilings"] = measure_ceilings(ceiling_bytes)
-        bar.step("ceilings")
-        for pt in points:
+        for done, pt in enumerate(points, start=1):
             label = f"{pt.sweep} {pt.workload} {pt.path}" + (
                 f" {pt.x_name}={pt.x:g}" if pt.x is not None else "")
-            bar.update(label)
+            bar(done, steps, label)
             row = runner.run_point(pt)
             result["results"].append(row)
-            bar.step(label + ("" if row["correct"] else " (NOT CORRECT)"))
+            if not row["correct"]:
+                say(f"gids bench: {label}: NOT CORRECT", stream=stream)
+        bar(steps, steps, "done")
     finally:
         runner.close()
         bar.finish()
@@ -1057,9 +1022,7 @@ def format_table(result):
         lines.append(f"Ceilings in this run{' (simulator figures)' if sim else ''}: pinned H2D "
                      f"copy {c['h2d_pinned_Bps'] / 1e9:.3g} GB/s; device-to-device copy "
                      f"{c['d2d_Bps'] / 1e9:.3g} GB/s (read + write).")
-    lines += ["", "| sweep | workload | path | x | gids cache | requests/s | bytes/s | of H2D | "
-                  "of D2D | hit rate | p50 / p99 us | ok | figure |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for r in result["results"]:
         x = "" if r["x"] is None else f"{r['x_name']}={r['x']:g}"
         lat = r["latency_us"]
@@ -1068,10 +1031,13 @@ def format_table(result):
         hit = "-" if r["hit_rate"] is None else f"{r['hit_rate']:.2f}"
         cache = r["params"]["cache_bytes"]     # of the data, for the paths with a page cache
         cache_s = "-" if cache is None else f"{100 * cache / r['params']['data_bytes']:.3g} %"
-        lines.append(f"| {r['sweep']} | {r['workload']} | {r['path']} | {x} | {cache_s} | "
-                     f"{_fmt_rate(r['requests_per_s'])} | {_fmt_rate(r['bytes_per_s'], 'B/s')} | "
-                     f"{_fmt_frac(r['fraction_of_h2d'])} | {_fmt_frac(r['fraction_of_d2d'])} | "
-                     f"{hit} | {lat_s} | {ok} | {'simulator' if sim else 'GPU'} |")
+        rows.append([r["sweep"], r["workload"], r["path"], x, cache_s,
+                     _fmt_rate(r["requests_per_s"]), _fmt_rate(r["bytes_per_s"], "B/s"),
+                     _fmt_frac(r["fraction_of_h2d"]), _fmt_frac(r["fraction_of_d2d"]), hit, lat_s,
+                     ok, "simulator" if sim else "GPU"])
+    lines += ["", table(["sweep", "workload", "path", "x", "gids cache", "requests/s", "bytes/s",
+                         "of H2D", "of D2D", "hit rate", "p50 / p99 us", "ok", "figure"], rows,
+                        markdown=True)]
     errors = [r for r in result["results"] if r["error"]]
     for r in errors:
         lines.append(f"\nerror in {r['sweep']}/{r['workload']}/{r['path']} x={r['x']}: "

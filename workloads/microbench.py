@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 import gids
+from gids import console
 from numba import cuda
 from kernels.sync import make_load, now_ns
 from kernels.platform import WARP_SIZE
@@ -1155,13 +1156,10 @@ def format_thread_rows(r):
         f"{n}: " + " / ".join(f"{by_series[short][n]:.2f} {short}"
                               for short, _, _ in _THREAD_SERIES if n in by_series[short])
         for n in counts)
-    table = ["| threads | " + " | ".join(name for _, _, name in _THREAD_SERIES) + " |",
-             "|---" * (1 + len(_THREAD_SERIES)) + "|"]
-    for n in counts:
-        table.append(f"| {n} | " + " | ".join(
-            f"{by_series[short][n]:.2f}" if n in by_series[short] else "-"
-            for short, _, _ in _THREAD_SERIES) + " |")
-    return [line, "", "All-miss M pages/s by thread count:", "", *table, ""]
+    rows = [[n] + [f"{by_series[short][n]:.2f}" if n in by_series[short] else "-"
+                   for short, _, _ in _THREAD_SERIES] for n in counts]
+    by_threads = console.table(["threads"] + [name for _, _, name in _THREAD_SERIES], rows, markdown=True)
+    return [line, "", "All-miss M pages/s by thread count:", "", by_threads, ""]
 
 
 def build_parser():
