@@ -6,7 +6,7 @@ that subcommand runs (or ``--help`` of it is asked for).
 
 Every mistake in the arguments, or in a file they name, is answered as argparse does: one line,
 ``gids CMD: error: ...``, on stderr, and exit status 2 -- never a traceback. A command that
-finds bad input after parsing raises :class:`UsageError`.
+finds bad input after parsing raises :class:`UsageError` (:func:`run` prints it, returns 2).
 """
 import argparse
 import os
@@ -94,13 +94,6 @@ def output_file(text):
     folder = os.path.dirname(os.path.abspath(text))
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"no folder {folder} to write {text} in")
-    return text
-
-
-def existing_file(text):
-    """An argparse type: a path to an existing file."""
-    if not os.path.isfile(text):
-        raise argparse.ArgumentTypeError(f"no such file: {text}")
     return text
 
 
@@ -310,14 +303,16 @@ def _command_of(argv):
 
 
 def run(parser, argv=None):
-    """Parse ``argv`` with ``parser`` and run the chosen command (``args.func(args)``); a
-    :class:`UsageError` it raises is printed as one line and exits with status 2."""
+    """Parse ``argv`` with ``parser`` and run the chosen command (``args.func(args)``); returns
+    its exit status. A mistake in the arguments exits with status 2 (argparse); a
+    :class:`UsageError` the command raises is printed as one line and returns 2."""
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except UsageError as exc:
-        name = getattr(args, "cmd", None) or getattr(args, "command", None)
-        parser.exit(2, f"{parser.prog}{f' {name}' if name else ''}: error: {exc}\n")
+        name = getattr(args, "cmd", None)
+        sys.stderr.write(f"{parser.prog}{f' {name}' if name else ''}: error: {exc}\n")
+        return 2
 
 
 def main(argv=None):

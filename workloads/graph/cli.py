@@ -34,7 +34,7 @@ import tempfile
 import numpy as np
 
 from gids.cli import (ArgumentParser, TraceRecorder, UsageError, add_trace_argument,
-                      existing_dir, existing_file, nonnegative_int, output_file, page_size,
+                      existing_dir, nonnegative_int, output_file, page_size,
                       positive_int, run)
 from gids.console import Progress, say, table
 from ..ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_cell, emulation_record,
@@ -113,7 +113,7 @@ def add_bfs_arguments(subparsers) -> None:
         graph = p.add_mutually_exclusive_group(required=True)
         graph.add_argument("--scale", type=_scale, help="generate a Graph500 Kronecker graph of "
                                                      "2**SCALE vertices")
-        graph.add_argument("--graph", metavar="PATH", type=existing_file,
+        graph.add_argument("--graph", metavar="PATH",
                            help="a CSR graph file (docs/formats.md), a SNAP edge list (.txt) or a "
                                 ".npy edge array (the last two converted once to PATH.csr)")
         p.add_argument("--edgefactor", type=positive_int, default=16, help="with --scale (default 16)")

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from gids.cli import (ArgumentParser, TraceRecorder, UsageError, add_trace_argument,
-                      existing_file, nonnegative_int, output_file, page_size, positive_int, run)
+                      nonnegative_int, output_file, page_size, positive_int, run)
 from gids.console import Progress, table
 from workloads.ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_cell,
                                    emulation_record, emulations, positive_ints)
@@ -82,8 +82,8 @@ def add_search_arguments(subparsers) -> argparse.ArgumentParser:
     )
     src = p.add_argument_group("data (default: synthetic clustered vectors)")
     one = src.add_mutually_exclusive_group()
-    one.add_argument("--index", metavar="PATH", type=existing_file, help="search an existing IVF index file")
-    one.add_argument("--vectors", metavar="FILE", type=existing_file,
+    one.add_argument("--index", metavar="PATH", help="search an existing IVF index file")
+    one.add_argument("--vectors", metavar="FILE",
                      help="build an index from a .fvecs, .bvecs or .npy file")
     src.add_argument("--n", type=positive_int, help="synthetic vectors (default 200,000; 2,000 in the simulator)")
     src.add_argument("--dim", type=positive_int, help="synthetic dimension (default 96; 16 in the simulator)")
@@ -95,8 +95,8 @@ def add_search_arguments(subparsers) -> argparse.ArgumentParser:
     src.add_argument("--save-index", metavar="PATH", type=output_file, help="keep the built index here")
     q = p.add_argument_group("queries")
     q.add_argument("--queries", type=positive_int, help="queries (default 10,000; 8 in the simulator)")
-    q.add_argument("--query-file", metavar="FILE", type=existing_file, help="read the queries from a vector file")
-    q.add_argument("--recall-queries", type=nonnegative_int,
+    q.add_argument("--query-file", metavar="FILE", help="read the queries from a vector file")
+    q.add_argument("--recall-queries", type=int,
                    help="recall is measured over the first N queries (default 1,000; all in the "
                         "simulator; 0: all). The ground truth is an exact search on the host, "
                         "the slow part of a large run: 10,000 queries against 1 M vectors take "
@@ -350,6 +350,8 @@ def cmd_search(args) -> int:
         arrays = emulations(args, any(path.backend for path in paths))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if args.recall_queries is not None and args.recall_queries < 0:
+        raise UsageError(f"--recall-queries must be >= 0, got {args.recall_queries}")
     if args.k > MAX_K:
         raise UsageError(f"--k must be from 1 to {MAX_K}, got {args.k}")
     lists = args.lists or defaults["lists"]
