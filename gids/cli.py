@@ -243,9 +243,10 @@ def cmd_info(args):
 def cmd_simulate(args):
     from host_daemon.trace import run_simulate
     try:
-        print(run_simulate(args))
+        report = run_simulate(args)
     except (OSError, ValueError) as exc:   # TraceFormatError is a ValueError
         raise UsageError(str(exc)) from None
+    print(report)
     return 0
 
 

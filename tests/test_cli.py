@@ -156,3 +156,15 @@ def test_bfs_and_cc_read_edge_lists_and_npy_edges_take_roots_and_record_a_trace(
 
     assert main(argv[:3] + ["--root", str(n_vertices)]) == 2
     assert f"--root {n_vertices} is not a vertex" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="simulator sizes")
+def test_bench_records_a_trace_of_its_gids_runs(tmp_path, capsys):
+    from host_daemon.trace import read_trace
+    trace = tmp_path / "bench.trace"
+    assert main(["bench", "latency", "--paths", "gids,memory", "--latency-requests", "3",
+                 "--no-progress", "--trace", str(trace)]) == 0
+    assert "wrote " in capsys.readouterr().err
+    assert len(read_trace(trace)) > 0
+    assert main(["simulate", str(trace), "--ssd", "pm1743", "--n-ssd", "2"]) == 0
+    assert "2 x pm1743" in capsys.readouterr().out

@@ -113,6 +113,7 @@ import numpy as np
 from numba import cuda
 
 from gids.errors import ConfigError, GidsError
+from gids.cli import TraceRecorder, add_trace_argument
 from gids.console import Progress, say, table
 from kernels.platform import SIMULATOR, WARP_SIZE
 from workloads import baselines as B
@@ -535,8 +536,9 @@ def plan_points(c):
 class _Arrays:
     """Arrays opened on paths, reused while a point needs the same path settings."""
 
-    def __init__(self, source_for):
+    def __init__(self, source_for, trace=None):
         self._source_for = source_for
+        self._trace = trace   # the gids paths' trace= files, one per Runtime (or None)
         self._open = {}   # path name -> (key, path, array)
 
     def get(self, name, options):
@@ -547,7 +549,7 @@ class _Arrays:
         if held is not None:
             held[2].close()
             del self._open[name]
-        path = B.make_path(name, **options)
+        path = B.make_path(name, **options, trace=self._trace)
         src, dtype = self._source_for(name)
         arr = path.open(src, dtype=dtype)
         self._open[name] = (key, path, arr)
@@ -562,7 +564,7 @@ class _Arrays:
 class Runner:
     """Runs the points of a :class:`BenchConfig` and collects the results."""
 
-    def __init__(self, config, log=None):
+    def __init__(self, config, log=None, trace=None):
         self.c = config
         self.log = log or (lambda msg: None)
         self.data = make_data(config.data_bytes, config.seed)
@@ -574,7 +576,7 @@ class Runner:
             self._tmpdir = tempfile.TemporaryDirectory(dir=config.dir, prefix="gids-bench-")
             self._file = os.path.join(self._tmpdir.name, "data.bin")
             self.data.tofile(self._file)
-        self.arrays = _Arrays(self._source_for)
+        self.arrays = _Arrays(self._source_for, trace)
         self.ceilings = None
 
     def _source_for(self, path_name):
@@ -834,7 +836,7 @@ def machine_info():
 
 # ------------------------------------------------------------------ the whole run
 
-def run_bench(config, command="gids bench", progress=True, stream=None):
+def run_bench(config, command="gids bench", progress=True, stream=None, trace=None):
     """Measure the ceilings and every point of ``config``; return the JSON-ready dict.
 
     Parameters
@@ -844,6 +846,9 @@ def run_bench(config, command="gids bench", progress=True, stream=None):
         Recorded as ``command``.
     progress : bool
         Draw a progress bar on ``stream`` (default stderr).
+    trace : callable, optional
+        The ``trace=`` file of each Runtime the gids and nvme paths open
+        (:class:`gids.cli.TraceRecorder`); None: no trace.
     """
     if SIMULATOR:
         sys.setswitchinterval(1e-4)   # simulator kernel <-> daemon handshakes go faster
@@ -860,7 +865,7 @@ def run_bench(config, command="gids bench", progress=True, stream=None):
     steps = len(points) + 1
     bar = Progress("gids bench", stream=stream, enabled=progress)
     bar(0, steps, "ceilings")
-    runner = Runner(config)
+    runner = Runner(config, trace=trace)
     try:
         ceiling_bytes = (1 << 20) if SIMULATOR else (1 << 30)
         runner.ceilings = result["ceilings"] = measure_ceilings(ceiling_bytes)
@@ -972,9 +977,8 @@ def format_targets(result):
     rows = {(r["workload"], r["path"]): r for r in result["results"] if r["sweep"] == "workloads"}
     paths = ["memory", "zero_copy", "gids", "cpu_batch"]
     lines = ["", "Issue 4's targets (gids's bytes/s over the named path's, same requests; "
-                 "requests/s per path):", "",
-             "| workload | " + " | ".join(paths) + " | target (ratio) | met |",
-             "|---" * (len(paths) + 3) + "|"]
+                 "requests/s per path):", ""]
+    table_rows = []
     for t in targets:
         cells = []
         for p in paths:
@@ -988,7 +992,9 @@ def format_targets(result):
             for x in t["ratios"])
         met = {True: "**yes**", False: "no", None: "-"}[t["met"]]
         name = t["setting"] + ("" if t["issue_setting"] else " (not the issue's setting)")
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {goal} | {met} |")
+        table_rows.append([name, *cells, goal, met])
+    lines += table(["workload", *paths, "target (ratio)", "met"], table_rows,
+                   markdown=True).splitlines()
     return lines
 
 
@@ -1219,6 +1225,7 @@ def add_bench_arguments(subparsers):
                    help="smaller GPU sizes and fewer sweep points (a first run)")
     p.add_argument("--json", action="store_true", help="print the JSON, not the table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_trace_argument(p)
     p.set_defaults(func=cmd_bench)
     return p
 
@@ -1243,7 +1250,9 @@ def cmd_bench(args):
         return 2
     command = getattr(args, "command", None) or " ".join(
         ["gids"] + [shlex.quote(a) for a in sys.argv[1:]])
-    result = run_bench(config, command=command, progress=not args.no_progress)
+    with TraceRecorder(getattr(args, "trace", None)) as trace:
+        result = run_bench(config, command=command, progress=not args.no_progress,
+                           trace=trace if trace.path else None)
     if args.out:
         write_outputs(result, args.out)
     if args.json:
