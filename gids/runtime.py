@@ -589,6 +589,15 @@ class Runtime:
         FileNotFoundError, ConfigError
             Missing file, file shorter than ``offset + shape``, unsupported dtype, a dtype whose
             size does not divide the page size, too many arrays, an unknown mode.
+        SharedFileError
+            The file (or store) is open already in an array whose bytes overlap the new one's
+            without being shareable (see Notes), and one of the two is writable.
+
+        Notes
+        -----
+        The same file (device and inode) or Store opened again at the same ``offset``, with
+        no more bytes than the first array, shares the first array's cached pages: a write
+        through one is read through the other.
         ReadOnlyError
             ``mode="r+"`` on a store that cannot be written (a read-only numpy array, a store
             object made without ``writable=True``, ``storage="memory"``).
@@ -873,16 +882,17 @@ class Runtime:
         indices : array-like of int, or a device array of int64
             Host indices are checked before the kernel runs; device indices in the kernel.
         values : scalar, array-like or device array
-            One value per index, or one for all. Host values must convert to ``array.dtype``
-            without changing (e.g. int64 values into an int32 array, if they fit; never floats
-            into an integer array); device values must have ``array.dtype`` exactly.
+            One value per index, or one for all. Host values must be held exactly by
+            ``array.dtype`` (1.0 into float32 or int32, Python ints into int8 if they fit; not
+            0.1 into float32 nor 1.5 into an integer array: the first such value is named);
+            device values must have ``array.dtype`` exactly.
 
         Raises
         ------
         ReadOnlyError
             The array was opened read-only (before any kernel runs).
         ConfigError
-            A length or dtype mismatch.
+            A length mismatch, or a value the dtype does not hold exactly.
         IndexOutOfRangeError
             A host index out of range (before any kernel runs) or a device one.
         """

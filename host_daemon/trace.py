@@ -546,7 +546,7 @@ def _number_at_least(minimum, kind=int):
 def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``simulate`` (for a ``gids simulate`` subparser)."""
     parser.add_argument("trace", help="trace file written by a gids run")
-    parser.add_argument("--ssd", default="980pro", metavar="PROFILE", choices=sorted(PROFILES),
+    parser.add_argument("--ssd", default="980pro", metavar="PROFILE",
                         help=f"drive profile: {', '.join(sorted(PROFILES))} (default 980pro)")
     parser.add_argument("--n-ssd", type=_number_at_least(1), default=1, metavar="N",
                         help="drives (default 1)")
@@ -562,8 +562,9 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_simulate(args: argparse.Namespace) -> str:
     """Replay ``args.trace`` as ``add_simulate_arguments`` parsed it; return the table."""
+    profile = get_profile(args.ssd)   # a wrong name is told before the trace is read
     trace = read_trace(args.trace)
-    report = replay(trace, get_profile(args.ssd), n_ssd=args.n_ssd, mode=args.mode,
+    report = replay(trace, profile, n_ssd=args.n_ssd, mode=args.mode,
                     stripe_bytes=args.stripe_bytes,
                     host_link_GBps=args.host_link_GBps or None)
     return f"trace       {args.trace}\n{report.format()}"

@@ -53,7 +53,7 @@ MISTAKES = [
     (["demo", "--cache-fraction", "-1"], "argument --cache-fraction: must lie in (0, 1]"),
     (["demo", "--page-size", "1000"], "argument --page-size: must be a power of two"),
     (["demo", "--dir", "{tmp}/nowhere"], "argument --dir: no such folder"),
-    (["simulate", "{tmp}/bad.trace", "--ssd", "bogus"], "argument --ssd: invalid choice: 'bogus'"),
+    (["simulate", "{tmp}/bad.trace", "--ssd", "bogus"], "valid profiles: 980pro"),
     (["simulate", "{tmp}/bad.trace", "--n-ssd", "0"], "argument --n-ssd: must be at least 1"),
     (["simulate", "{tmp}/bad.trace", "--stripe-bytes", "0"], "must be at least 1"),
     (["simulate", "{tmp}/bad.trace"], "not a gids I/O trace"),
