@@ -585,10 +585,11 @@ def loads_suite(out_dir, quick=False):
         where = _gpu_name()
     command = "python -m workloads.microbench loads" + (" --quick" if quick else "")
     meta = {"date": time.strftime("%Y-%m-%d"), "gpu": where, "command": command}
+    cells = [[r["pattern"], f"`{r['flavor']}`", f"{r['GBps']:.1f}", f"{r['of_plain']:.2f}",
+              "ok" if r["correct"] else "WRONG"] for r in rows]
     lines = [f"Measured {meta['date']} on {where} with `{command}`.", "",
-             "| pattern | load | GB/s | of plain | values |", "|---|---|---|---|---|"]
-    lines += [f"| {r['pattern']} | `{r['flavor']}` | {r['GBps']:.1f} | {r['of_plain']:.2f} | "
-              f"{'ok' if r['correct'] else 'WRONG'} |" for r in rows]
+             console.table(["pattern", "load", "GB/s", "of plain", "values"], cells,
+                           markdown=True)]
     table = "\n".join(lines) + "\n"
     _write_suite(out_dir, "loads", {"meta": meta, "rows": rows}, table)
     return rows
@@ -722,16 +723,18 @@ def launch_suite(out_dir, n_launches=200):
             "cheap_handle_launches": cheap_launch.installed()}
     lines = [f"Measured {meta['date']} on {where} with `{command}` (numba {meta['numba']}, "
              f"numba-cuda {numba_cuda_version}; handle launches kept per handle object "
-             f"(kernels/launch.py): {meta['cheap_handle_launches']}).", "",
-             "| launch | host us (median) | host us (p90) | us per launch with one sync | "
-             "GPU us (latch-timed) | us by events around one launch | values |",
-             "|---|---|---|---|---|---|---|"]
+             f"(kernels/launch.py): {meta['cheap_handle_launches']}).", ""]
+    cells = []
     for r in rows:
         sync = "-" if r["with_sync_us_per_launch"] is None else f"{r['with_sync_us_per_launch']:.1f}"
         gpu = "-" if r["gpu_us_median"] is None else f"{r['gpu_us_median']:.1f}"
         event = "-" if r["event_us_median"] is None else f"{r['event_us_median']:.1f}"
-        lines.append(f"| {r['case']} | {r['host_us_median']:.1f} | {r['host_us_p90']:.1f} | "
-                     f"{sync} | {gpu} | {event} | {'ok' if r['correct'] else 'WRONG'} |")
+        cells.append([r["case"], f"{r['host_us_median']:.1f}", f"{r['host_us_p90']:.1f}", sync,
+                      gpu, event, "ok" if r["correct"] else "WRONG"])
+    lines.append(console.table(["launch", "host us (median)", "host us (p90)",
+                                "us per launch with one sync", "GPU us (latch-timed)",
+                                "us by events around one launch", "values"], cells,
+                               markdown=True))
     table = "\n".join(lines) + "\n"
     _write_suite(out_dir, "launch", {"meta": meta, "rows": rows}, table)
     return rows
@@ -756,12 +759,12 @@ def misses_suite(out_dir, quick=False):
     # at once), so that a slow pattern does not spend the call.
     quarter = data[:max(1, n_pages // 4) * page_size // 8]
     rows += bench_all_miss(quarter, page_size, counts, True, cache, print, per_warp=True)
-    lines = ["| pages in flight per warp | daemon threads | M pages/s | mean I/O us | mean miss us "
-             "| slot retries | values |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {1 if r['per_warp'] else 32} | {r['daemon_threads']} | {r['Mpages_per_s']:.3f} | "
-              f"{r['io_latency_us']:.1f} | {r['miss_latency_us']:.1f} | {r['slot_retries']:,} | "
-              f"{'equal' if r['correct'] else 'WRONG'} |" for r in rows]
-    table = "\n".join(lines) + "\n"
+    cells = [[1 if r["per_warp"] else 32, r["daemon_threads"], f"{r['Mpages_per_s']:.3f}",
+              f"{r['io_latency_us']:.1f}", f"{r['miss_latency_us']:.1f}",
+              f"{r['slot_retries']:,}", "equal" if r["correct"] else "WRONG"] for r in rows]
+    table = console.table(["pages in flight per warp", "daemon threads", "M pages/s",
+                           "mean I/O us", "mean miss us", "slot retries", "values"], cells,
+                          markdown=True) + "\n"
     _write_suite(out_dir, "misses", {"date": time.strftime("%Y-%m-%d"), "rows": rows}, table)
     return rows
 
@@ -906,22 +909,27 @@ def latency_suite(out_dir, variants=LATENCY_VARIANTS, n_misses=2000, quick=False
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
-    lines = ["| variant | zero-copy p10 / p25 / p50 / p75 / p90 / p99 us | copy p50 us | zero-copy mean miss = I/O "
-             "(submit) + copy + claim + rest, us | bulk (early) copies / I/Os | values | settings |",
-             "|---|---|---|---|---|---|---|"]
+    cells = []
     for r in rows:
         z, c, st = r["zero_copy"], r["copy"], r["settings"]
         ok = z["values_ok"] and c["values_ok"]
         rest = z["miss_us"] - z["io_us"] - z["copy_us"] - z["claim_us"]
-        lines.append(f"| {r['variant']} | {z['p10_us']:.1f} / {z['p25_us']:.1f} / {z['p50_us']:.1f} / "
-                     f"{z['p75_us']:.1f} / {z['p90_us']:.1f} / {z['p99_us']:.1f} "
-                     f"| {c['p50_us']:.1f} | {z['miss_us']:.1f} = {z['io_us']:.1f} "
-                     f"({z['submit_us']:.1f}) + {z['copy_us']:.1f} + {z['claim_us']:.1f} + "
-                     f"{rest:.1f} | {z['bulk_copies']} ({z.get('early_copies', 0)}) / {z['ios']} | "
-                     f"{'equal' if ok else 'WRONG'} | lanes {st['bulk_copy_lanes']}, early "
-                     f"{'on' if st.get('early_copy', False) else 'off'}, poll "
-                     f"{st['poll_ns']}, hot {st['hot_queue_every']} |")
-    table = "\n".join(lines) + "\n"
+        cells.append([
+            r["variant"],
+            f"{z['p10_us']:.1f} / {z['p25_us']:.1f} / {z['p50_us']:.1f} / {z['p75_us']:.1f} / "
+            f"{z['p90_us']:.1f} / {z['p99_us']:.1f}",
+            f"{c['p50_us']:.1f}",
+            f"{z['miss_us']:.1f} = {z['io_us']:.1f} ({z['submit_us']:.1f}) + {z['copy_us']:.1f} "
+            f"+ {z['claim_us']:.1f} + {rest:.1f}",
+            f"{z['bulk_copies']} ({z.get('early_copies', 0)}) / {z['ios']}",
+            "equal" if ok else "WRONG",
+            f"lanes {st['bulk_copy_lanes']}, early {'on' if st.get('early_copy', False) else 'off'}"
+            f", poll {st['poll_ns']}, hot {st['hot_queue_every']}"])
+    table = console.table(["variant", "zero-copy p10 / p25 / p50 / p75 / p90 / p99 us",
+                           "copy p50 us",
+                           "zero-copy mean miss = I/O (submit) + copy + claim + rest, us",
+                           "bulk (early) copies / I/Os", "values", "settings"], cells,
+                          markdown=True) + "\n"
     _write_suite(out_dir, "latency", {"date": time.strftime("%Y-%m-%d"), "rows": rows}, table)
     return rows
 
@@ -1159,7 +1167,7 @@ def format_thread_rows(r):
     rows = [[n] + [f"{by_series[short][n]:.2f}" if n in by_series[short] else "-"
                    for short, _, _ in _THREAD_SERIES] for n in counts]
     by_threads = console.table(["threads"] + [name for _, _, name in _THREAD_SERIES], rows, markdown=True)
-    return [line, "", "All-miss M pages/s by thread count:", "", by_threads, ""]
+    return [line, "", "All-miss M pages/s by thread count:", "", *by_threads.splitlines(), ""]
 
 
 def build_parser():
