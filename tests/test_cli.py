@@ -71,6 +71,10 @@ MISTAKES = [
     (["search", "--vectors", "{tmp}/none.fvecs"], "No such file or directory"),
     (["search", "--index", "{tmp}/bad.fvecs"], "cannot open the index"),
     (["search", "--json", "{tmp}/no/dir/out.json"], "argument --json: no folder"),
+    (["search", "--threads", "48"], "--threads must be a power of two"),
+    (["bench", "--dir", "{tmp}/nowhere"], "argument --dir: no such folder"),
+    (["bench", "--seed", "-1"], "argument --seed: must be at least 0"),
+    (["bench", "--reps", "0"], "reps must be an integer >= 1"),
 ]
 
 

@@ -113,7 +113,7 @@ import numpy as np
 from numba import cuda
 
 from gids.errors import ConfigError, GidsError
-from gids.cli import TraceRecorder, add_trace_argument
+from gids.cli import TraceRecorder, add_trace_argument, existing_dir, nonnegative_int
 from gids.console import Progress, say, table
 from kernels.platform import SIMULATOR, WARP_SIZE
 from workloads import baselines as B
@@ -1217,8 +1217,9 @@ def add_bench_arguments(subparsers):
     p.add_argument("--latency-requests", type=int, help="latency sweep: requests timed")
     p.add_argument("--store", choices=["memory", "file"], default=None,
                    help="where the data live: RAM (default) or a file in --dir")
-    p.add_argument("--dir", default=None, help="folder for the data file (default: temp)")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--dir", type=existing_dir, default=None,
+                   help="folder for the data file (default: temp)")
+    p.add_argument("--seed", type=nonnegative_int, default=None)
     p.add_argument("--out", default=None,
                    help="write bench.json, bench.md and one PNG per sweep into this folder")
     p.add_argument("--quick", action="store_true",

@@ -352,6 +352,9 @@ def cmd_search(args) -> int:
         raise UsageError(str(exc)) from None
     if args.recall_queries is not None and args.recall_queries < 0:
         raise UsageError(f"--recall-queries must be >= 0, got {args.recall_queries}")
+    if args.threads and (args.threads & (args.threads - 1) or args.threads % WARP_SIZE):
+        raise UsageError(f"--threads must be a power of two and a multiple of the warp size "
+                         f"({WARP_SIZE}), got {args.threads}")
     if args.k > MAX_K:
         raise UsageError(f"--k must be from 1 to {MAX_K}, got {args.k}")
     lists = args.lists or defaults["lists"]
