@@ -143,11 +143,12 @@ def _converted(values, dtype):
         return values.astype(dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         converted = values.astype(dtype)
-        # A value is kept if converting it back gives it again (NaN stays NaN; out of range
-        # integers wrap and floats with a fraction round, so neither comes back).
+        # A value is kept if converting it back gives it again (out of range integers wrap
+        # and floats with a fraction round, so neither comes back; NaN is NaN again).
         back = converted.astype(values.dtype)
-    same = (back == values) | (np.isnan(values) & np.isnan(back) if values.dtype.kind == "f"
-                               and dtype.kind == "f" else False)
+    same = back == values
+    if values.dtype.kind == "f" and dtype.kind == "f":
+        same |= np.isnan(values) & np.isnan(back)
     if not np.all(same):
         first = int(np.flatnonzero(~same)[0])
         value = values[first].item()
