@@ -396,34 +396,37 @@ def bench_hits(n_elems, cache_bytes, reads_per_thread, log, caps=(), threads=256
 
 
 def format_cap_rows(hits):
-    """Markdown rows of the register-cap comparison (``bench_hits(..., caps=...)``)."""
-    lines = []
+    """Table rows (figure, measured, plain reads, ratio, target) of the register-cap
+    comparison (``bench_hits(..., caps=...)``)."""
+    rows = []
     for row in hits.get("caps", []):
         rk, sk = row["random_kernel"], row["sequential_kernel"]
-        lines.append(
-            f"| all-hit reads, {row['label']} (random kernel {rk['registers']} registers, "
+        rows.append([
+            f"all-hit reads, {row['label']} (random kernel {rk['registers']} registers, "
             f"{rk['local_bytes']} B local, {rk['blocks_per_sm']} blocks/SM; sequential "
-            f"{sk['registers']} / {sk['local_bytes']} B / {sk['blocks_per_sm']}) | random "
-            f"{row['random']['gids_Greads_per_s']:.2f} G reads/s, sequential "
-            f"{row['sequential']['gids_GBps']:.0f} GB/s | plain {row['random']['plain_Greads_per_s']:.2f} "
-            f"G reads/s, {row['sequential']['plain_GBps']:.0f} GB/s | {row['random']['ratio']:.2f} / "
-            f"{row['sequential']['ratio']:.2f} | >= 0.30 / >= 0.60 |")
+            f"{sk['registers']} / {sk['local_bytes']} B / {sk['blocks_per_sm']})",
+            f"random {row['random']['gids_Greads_per_s']:.2f} G reads/s, sequential "
+            f"{row['sequential']['gids_GBps']:.0f} GB/s",
+            f"plain {row['random']['plain_Greads_per_s']:.2f} G reads/s, "
+            f"{row['sequential']['plain_GBps']:.0f} GB/s",
+            f"{row['random']['ratio']:.2f} / {row['sequential']['ratio']:.2f}",
+            ">= 0.30 / >= 0.60"])
         pk = row.get("paged_kernel")
         for key, per_warp in PAGED_VARIANTS:
             pg = row.get("paged", {}).get(key)
             if pg is None or pk is None:
                 continue
-            lines.append(
-                f"| all-hit coalesced sequential reads, {per_warp} page(s) per warp call "
+            rows.append([
+                f"all-hit coalesced sequential reads, {per_warp} page(s) per warp call "
                 f"(`gids.pin_page`), {row['label']} ({pk['registers']} registers, "
-                f"{pk['local_bytes']} B local, {pk['blocks_per_sm']} blocks/SM) | "
-                f"{pg['gids_GBps']:.0f} GB/s | plain {pg['plain_GBps']:.0f} GB/s | "
-                f"{pg['ratio']:.2f} | >= 0.60 |")
-    return lines
+                f"{pk['local_bytes']} B local, {pk['blocks_per_sm']} blocks/SM)",
+                f"{pg['gids_GBps']:.0f} GB/s", f"plain {pg['plain_GBps']:.0f} GB/s",
+                f"{pg['ratio']:.2f}", ">= 0.60"])
+    return rows
 
 
-def paged_row(res):
-    """The table row of the page-per-warp sequential reads (``bench_hits``'s
+def paged_rows(res):
+    """Table rows of the page-per-warp sequential reads (``bench_hits``'s
     ``paged_sequential``)."""
     rows = []
     for key, per_warp in PAGED_VARIANTS:
@@ -432,11 +435,11 @@ def paged_row(res):
         pg = res.get(key)
         if pg is None:
             continue
-        rows.append(f"| all-hit coalesced sequential reads, {label} (`gids.pin_page`, kernel "
-                    f"capped at {PAGED_MAX_REGISTERS} registers) | "
-                    f"{pg['gids_GBps']:.0f} GB/s | plain {pg['plain_GBps']:.0f} GB/s | "
-                    f"{pg['ratio']:.2f} | >= 0.60 |")
-    return "\n".join(rows)
+        rows.append([f"all-hit coalesced sequential reads, {label} (`gids.pin_page`, kernel "
+                     f"capped at {PAGED_MAX_REGISTERS} registers)",
+                     f"{pg['gids_GBps']:.0f} GB/s", f"plain {pg['plain_GBps']:.0f} GB/s",
+                     f"{pg['ratio']:.2f}", ">= 0.60"])
+    return rows
 
 
 def hits_suite(out_dir, caps=HIT_CAPS, quick=False):
@@ -457,16 +460,18 @@ def hits_suite(out_dir, caps=HIT_CAPS, quick=False):
                + (" --quick" if quick else ""))
     res["meta"] = {"date": time.strftime("%Y-%m-%d"), "gpu": gpu, "command": command,
                    "default_max_registers": gids.MAX_REGISTERS}
+    rows = [["all-hit reads, default cap",
+             f"random {res['random']['gids_Greads_per_s']:.2f} G reads/s, sequential "
+             f"{res['sequential']['gids_GBps']:.0f} GB/s",
+             f"plain {res['random']['plain_Greads_per_s']:.2f} G reads/s, "
+             f"{res['sequential']['plain_GBps']:.0f} GB/s",
+             f"{res['random']['ratio']:.2f} / {res['sequential']['ratio']:.2f}",
+             ">= 0.30 / >= 0.60"],
+            *paged_rows(res), *format_cap_rows(res)]
     lines = [f"Measured {res['meta']['date']} on {gpu} with `{command}` (default cap "
              f"{gids.MAX_REGISTERS}).", "",
-             "| figure | measured | plain reads in the same run | ratio random / sequential | target |",
-             "|---|---|---|---|---|",
-             f"| all-hit reads, default cap | random {res['random']['gids_Greads_per_s']:.2f} G reads/s, "
-             f"sequential {res['sequential']['gids_GBps']:.0f} GB/s | plain "
-             f"{res['random']['plain_Greads_per_s']:.2f} G reads/s, {res['sequential']['plain_GBps']:.0f} "
-             f"GB/s | {res['random']['ratio']:.2f} / {res['sequential']['ratio']:.2f} | >= 0.30 / >= 0.60 |",
-             paged_row(res)]
-    lines += format_cap_rows(res) + [""]
+             console.table(["figure", "measured", "plain reads in the same run",
+                            "ratio random / sequential", "target"], rows, markdown=True), ""]
     table = "\n".join(lines)
     _write_suite(out_dir, "hits", res, table)
     return res
@@ -1105,39 +1110,48 @@ def format_table(r):
     best_cp = max(r["all_miss_copy"], key=lambda x: x["Mpages_per_s"])
     best_nv = max(r["all_miss_nvme"], key=lambda x: x["Mpages_per_s"])
     pcie_pages = c["h2d_pinned_GBps"] * 1e9 / 4096 / 1e6
+    rows = [
+        ["all-miss random 4 KiB pages, RAM store, zero-copy serve",
+         f"{best_zc['Mpages_per_s']:.2f} M pages/s ({best_zc['daemon_threads']} daemon threads)",
+         f"pinned H2D copy {c['h2d_pinned_GBps']:.1f} GB/s = {pcie_pages:.1f} M pages/s",
+         f"{best_zc['Mpages_per_s'] / pcie_pages:.2f}", ">= 8 M pages/s"],
+        ["all-miss random 4 KiB pages, RAM store, daemon copies to staging",
+         f"{best_cp['Mpages_per_s']:.2f} M pages/s ({best_cp['daemon_threads']} daemon threads)",
+         "same", f"{best_cp['Mpages_per_s'] / pcie_pages:.2f}", "(info)"],
+        ["all-miss NVMe commands/s, ideal profile (4 KiB reads, direct NVMe path, emulated "
+         "controller)",
+         f"{best_nv['Mpages_per_s']:.2f} M commands/s ({best_nv['daemon_threads']} controller "
+         "threads)", "same", f"{best_nv['Mpages_per_s'] / pcie_pages:.2f}", ">= 5 M commands/s"],
+        *([f"all-miss, one page per warp (the BFS and search kernels' pattern)",
+           f"{x['Mpages_per_s']:.2f} M pages/s ({x['daemon_threads']} daemon threads; mean I/O "
+           f"{x['io_latency_us']:.1f} us, mean miss {x['miss_latency_us']:.1f} us)", "same",
+           f"{x['Mpages_per_s'] / pcie_pages:.2f}", "(info)"]
+          for x in r.get("all_miss_per_warp", [])),
+        ["all-hit random 8-byte reads", f"{r['hits']['random']['gids_Greads_per_s']:.2f} G reads/s",
+         f"plain gather {r['hits']['random']['plain_Greads_per_s']:.2f} G reads/s",
+         f"{r['hits']['random']['ratio']:.2f}", ">= 0.30"],
+        ["all-hit coalesced sequential reads", f"{r['hits']['sequential']['gids_GBps']:.0f} GB/s",
+         f"plain {r['hits']['sequential']['plain_GBps']:.0f} GB/s (D2D copy "
+         f"{c['d2d_GBps_read_plus_write']:.0f} GB/s)", f"{r['hits']['sequential']['ratio']:.2f}",
+         ">= 0.60"],
+        *paged_rows(r["hits"]),
+        *format_cap_rows(r["hits"]),
+        [f"one thread, one miss at a time (zero-copy; {_copy_path(r['latency']['zero_copy'])})",
+         f"p50 {r['latency']['zero_copy']['p50_us']:.1f} us, "
+         f"p99 {r['latency']['zero_copy']['p99_us']:.1f} us", "", "", "p50 <= 10 us"],
+        [f"one thread, one miss at a time (copy; {_copy_path(r['latency']['copy'])})",
+         f"p50 {r['latency']['copy']['p50_us']:.1f} us, p99 {r['latency']['copy']['p99_us']:.1f} us",
+         "", "", "(info)"],
+        ["one thread, one NVMe command at a time (no SSD model)",
+         f"p50 {r['latency']['nvme']['p50_us']:.1f} us, p99 {r['latency']['nvme']['p99_us']:.1f} us",
+         "", "", "(info)"],
+    ]
     lines = [
         f"Measured {r['meta']['date']} on {r['meta']['gpu']} ({r['meta']['cpu_cores']} CPU cores) "
         f"with `{r['meta']['command']}`.",
         "",
-        "| figure | measured | reference in the same run | ratio | target |",
-        "|---|---|---|---|---|",
-        f"| all-miss random 4 KiB pages, RAM store, zero-copy serve | {best_zc['Mpages_per_s']:.2f} M pages/s "
-        f"({best_zc['daemon_threads']} daemon threads) | pinned H2D copy {c['h2d_pinned_GBps']:.1f} GB/s = "
-        f"{pcie_pages:.1f} M pages/s | {best_zc['Mpages_per_s'] / pcie_pages:.2f} | >= 8 M pages/s |",
-        f"| all-miss random 4 KiB pages, RAM store, daemon copies to staging | {best_cp['Mpages_per_s']:.2f} M pages/s "
-        f"({best_cp['daemon_threads']} daemon threads) | same | {best_cp['Mpages_per_s'] / pcie_pages:.2f} | (info) |",
-        f"| all-miss NVMe commands/s, ideal profile (4 KiB reads, direct NVMe path, emulated "
-        f"controller) | {best_nv['Mpages_per_s']:.2f} M commands/s ({best_nv['daemon_threads']} "
-        f"controller threads) | same | {best_nv['Mpages_per_s'] / pcie_pages:.2f} | >= 5 M commands/s |",
-        *(f"| all-miss, one page per warp (the BFS and search kernels' pattern) | "
-          f"{x['Mpages_per_s']:.2f} M pages/s ({x['daemon_threads']} daemon threads; mean I/O "
-          f"{x['io_latency_us']:.1f} us, mean miss {x['miss_latency_us']:.1f} us) | same | "
-          f"{x['Mpages_per_s'] / pcie_pages:.2f} | (info) |" for x in r.get("all_miss_per_warp", [])),
-        f"| all-hit random 8-byte reads | {r['hits']['random']['gids_Greads_per_s']:.2f} G reads/s | plain gather "
-        f"{r['hits']['random']['plain_Greads_per_s']:.2f} G reads/s | {r['hits']['random']['ratio']:.2f} | >= 0.30 |",
-        f"| all-hit coalesced sequential reads | {r['hits']['sequential']['gids_GBps']:.0f} GB/s | plain "
-        f"{r['hits']['sequential']['plain_GBps']:.0f} GB/s (D2D copy {c['d2d_GBps_read_plus_write']:.0f} GB/s) | "
-        f"{r['hits']['sequential']['ratio']:.2f} | >= 0.60 |",
-        paged_row(r["hits"]),
-        *format_cap_rows(r["hits"]),
-        f"| one thread, one miss at a time (zero-copy; {_copy_path(r['latency']['zero_copy'])}) "
-        f"| p50 {r['latency']['zero_copy']['p50_us']:.1f} us, "
-        f"p99 {r['latency']['zero_copy']['p99_us']:.1f} us | | | p50 <= 10 us |",
-        f"| one thread, one miss at a time (copy; {_copy_path(r['latency']['copy'])}) | p50 "
-        f"{r['latency']['copy']['p50_us']:.1f} us, "
-        f"p99 {r['latency']['copy']['p99_us']:.1f} us | | | (info) |",
-        f"| one thread, one NVMe command at a time (no SSD model) | p50 "
-        f"{r['latency']['nvme']['p50_us']:.1f} us, p99 {r['latency']['nvme']['p99_us']:.1f} us | | | (info) |",
+        console.table(["figure", "measured", "reference in the same run", "ratio", "target"], rows,
+                      markdown=True),
         "",
         "Real-time emulation, recorded then replayed (predicted / measured wall time): " + ", ".join(
             f"{e['profile']} x{e['n_ssd']}: {e['predicted_s']:.3f} / {e['wall_s']:.3f} s "
