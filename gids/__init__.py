@@ -34,7 +34,8 @@ from gids import _platform  # noqa: F401  (first: picks GPU or simulator before 
 from gids import defaults, layout
 from gids.array import StorageArray
 from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError, GidsError,
-                         GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError, StorageIOError)
+                         GidsTimeoutError, ImportOrderError, IndexOutOfRangeError, ReadOnlyError,
+                         SharedFileError, StaleHandleError, StorageIOError)
 from gids.runtime import Runtime
 from gids.stats import FileStats, Stats
 from host_daemon.ssd_model import PROFILES as _SSD_PROFILES
@@ -42,13 +43,15 @@ from host_daemon.stores import FaultyStore, FileStore, MemoryStore, MmapStore, S
 from host_daemon.trace import read_trace, replay
 from kernels.platform import MAX_REGISTERS, SIMULATOR, jit
 
+# A launch with a closed Runtime's handle raises StaleHandleError before it starts; on a GPU a
+# launch with a handle costs the host ~70 us instead of ~500 (kernels/launch.py).
 if SIMULATOR:
     from kernels.simulator import fix_shared_arrays
     fix_shared_arrays()
+    from kernels.launch import install_simulator_guard as _install_launches
 else:
-    # A launch with a handle costs the host ~70 us instead of ~500 (kernels/launch.py).
-    from kernels.launch import install as _install_cheap_launches
-    _install_cheap_launches()
+    from kernels.launch import install as _install_launches
+_install_launches()
 
 __version__ = "0.1.0"
 
@@ -81,5 +84,6 @@ __all__ = [
     "FileStore", "MemoryStore", "MmapStore", "FaultyStore", "StripedStore", "ssd_profiles",
     "read_trace", "replay",
     "GidsError", "ConfigError", "StorageIOError", "IndexOutOfRangeError", "GidsTimeoutError",
-    "CacheExhaustedError", "DaemonError", "AbortedError", "ReadOnlyError",
+    "CacheExhaustedError", "DaemonError", "AbortedError", "ReadOnlyError", "SharedFileError",
+    "StaleHandleError", "ImportOrderError",
 ]

@@ -33,6 +33,12 @@ def choose_world():
         return
     if _gpu_present():
         return
+    if "numba.cuda" in sys.modules:
+        from gids.errors import ImportOrderError
+        raise ImportOrderError(
+            "gids: there is no GPU here, and numba.cuda was imported before gids, so gids cannot "
+            "switch Numba to its CUDA simulator any more: import gids before numba.cuda (or set "
+            "NUMBA_ENABLE_CUDASIM=1 before Python starts)")
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     if "numba" in sys.modules:
         import numba

@@ -3,6 +3,7 @@ the cache."""
 import numpy as np
 
 from gids import layout as L
+from kernels.launch import GUARD_KEY
 
 #: Element types a kernel can read (``gids.read`` returns a scalar of this type).
 SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
@@ -17,7 +18,8 @@ class StorageArray:
     ``i`` a flat (C-order) index, and, if it was opened with ``mode="r+"`` (:attr:`writable`),
     write them with ``gids.write(handle, i, value)``. The handle stays valid while the Runtime is open and no other
     array is opened after it was taken (opening an array can grow the page tables): take handles
-    after opening the arrays a kernel needs.
+    after opening the arrays a kernel needs. A launch with the handle of a closed Runtime raises
+    :class:`~gids.errors.StaleHandleError` before the kernel starts.
     """
 
     def __init__(self, runtime, store, dtype, shape, offset, array_id, page_base, n_pages,
@@ -62,6 +64,8 @@ class StorageArray:
         h = self._handle
         if h is None or h.page_state is not rt._page_state:
             h = self._handle = self._make_handle()
+            # Every launch with it first asks the Runtime whether it is still open.
+            h.__dict__[GUARD_KEY] = rt._check_launch
         return h
 
     def _make_handle(self):

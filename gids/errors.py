@@ -6,6 +6,11 @@ class GidsError(Exception):
     """Base class of every gids error."""
 
 
+class ImportOrderError(GidsError, ImportError):
+    """``numba.cuda`` was imported before ``gids`` on a machine without a GPU: Numba's CUDA
+    module is then the real one, and gids can no longer choose the simulator."""
+
+
 class ConfigError(GidsError, ValueError):
     """A Runtime or array parameter is invalid (checked before any kernel runs)."""
 
@@ -46,3 +51,14 @@ class DaemonError(GidsError, RuntimeError):
 
 class AbortedError(GidsError):
     """The kernels were stopped by :meth:`gids.Runtime.abort` (Ctrl-C raises KeyboardInterrupt)."""
+
+
+class StaleHandleError(GidsError, RuntimeError):
+    """A kernel was launched with the handle of an array whose Runtime is closed (checked
+    before the launch; a kernel already running gives up its waits at once)."""
+
+
+class SharedFileError(ConfigError):
+    """A file already open in the Runtime was opened again where the two arrays could not share
+    their cached pages (another offset, or a larger extent) and one of them is writable: each
+    would keep its own copy of a page and read stale bytes after the other's writes."""

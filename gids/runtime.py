@@ -12,7 +12,8 @@ from gids._platform import host_view
 from gids.array import SUPPORTED_DTYPES, StorageArray
 from gids.backends import BACKENDS as BACKEND_CLASSES
 from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError,
-                         GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError, StorageIOError)
+                         GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError, SharedFileError,
+                         StaleHandleError, StorageIOError)
 from gids.stats import FileStats, Stats
 from gids.waiting import KernelWaiter
 from host_daemon.daemon import ENGINES
@@ -77,22 +78,67 @@ def _is_device_array(obj):
 
 
 def _converted(values, dtype):
-    """Host ``values`` as a 1-D array of ``dtype``, or ConfigError if that would change them."""
+    """Host ``values`` as a 1-D array of ``dtype``, or ConfigError if that would change one.
+
+    Any values that ``dtype`` holds exactly are taken (1.0 into float32, 3.0 into int32, Python
+    ints into int8 when they fit); the first that would change is named."""
     values = np.asarray(values)
     if values.dtype == dtype:
         return values.reshape(-1)
     if values.dtype.kind not in "biuf":
         raise ConfigError(f"gids: values of dtype {values.dtype} cannot be written to an array "
                           f"of {dtype}")
+    values = values.reshape(-1)
     if np.can_cast(values.dtype, dtype, "safe"):
-        return values.astype(dtype).reshape(-1)
-    if values.dtype.kind in "iu" and dtype.kind in "iu":   # e.g. Python ints into int32
-        info = np.iinfo(dtype)
-        if values.size == 0 or (values.min() >= info.min and values.max() <= info.max):
-            return values.astype(dtype).reshape(-1)
-        raise ConfigError(f"gids: values do not fit in {dtype} (range {info.min}..{info.max})")
-    raise ConfigError(f"gids: dtype mismatch: values of {values.dtype} would change when "
-                      f"written to an array of {dtype}; convert them first")
+        return values.astype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        converted = values.astype(dtype)
+        # A value is kept if converting it back gives it again (out of range integers wrap
+        # and floats with a fraction round, so neither comes back; NaN is NaN again).
+        back = converted.astype(values.dtype)
+    same = back == values
+    if values.dtype.kind == "f" and dtype.kind == "f":
+        same |= np.isnan(values) & np.isnan(back)
+    if not np.all(same):
+        first = int(np.flatnonzero(~same)[0])
+        value = values[first].item()
+        if values.dtype.kind in "iu" and dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            raise ConfigError(f"gids: values do not fit in {dtype} (range {info.min}.."
+                              f"{info.max}): {value!r} at position {first}")
+        raise ConfigError(f"gids: dtype mismatch: value {value!r} (position {first}) of "
+                          f"{values.dtype} would change when written to an array of {dtype}; "
+                          "convert the values first")
+    return converted
+
+
+def _source_key(source, store):
+    """What makes two openings the same bytes: a path's file (device and inode, so that two
+    names of one file match), or a Store object itself; None for a numpy array."""
+    if isinstance(source, (str, os.PathLike)):
+        st = os.stat(source)
+        return ("file", st.st_dev, st.st_ino)
+    if isinstance(source, Store):
+        return ("store", id(store))
+    return None
+
+
+def _allocate_cache(cache_pages, page_size):
+    """The cache's bytes in GPU memory (host memory in the simulator), or ConfigError naming
+    the size when there is not that much."""
+    nbytes = cache_pages * page_size
+    try:
+        return cuda.device_array(nbytes, dtype=np.uint8)
+    except (MemoryError, ValueError) as exc:   # the simulator's numpy: _ArrayMemoryError
+        reason = exc
+    except Exception as exc:   # noqa: BLE001  (the driver's out-of-memory error, re-raised if not)
+        if "OUT_OF_MEMORY" not in str(exc) and "out of memory" not in str(exc).lower():
+            raise
+        reason = exc
+    where = "host memory (the simulator's GPU memory)" if SIMULATOR else "GPU memory"
+    raise ConfigError(f"gids: cannot allocate a cache of {nbytes:,} bytes ({cache_pages:,} pages "
+                      f"of {page_size} B) in {where}: {type(reason).__name__}; give a smaller "
+                      "cache_bytes or cache_pages") from None
 
 
 def _describe_page_word(word):
@@ -246,7 +292,8 @@ class Runtime:
         self.simulator = SIMULATOR
         self._closed = False
         self._stranded = None      # the DaemonError of a daemon thread stuck in a store call
-        self._arrays = []
+        self._arrays = []          # indexed by array id
+        self._aliases = []         # arrays that share an earlier array's id and pages
         self._stores = []          # stores the Runtime opened itself (closed with it)
         self._zero_copy = {}       # id(MemoryStore) -> its pinned, mapped buffer
         self._written = {}         # id(store) -> store, for every store of an array opened "r+"
@@ -258,7 +305,7 @@ class Runtime:
         self._file_io = np.zeros((MAX_FILES, F_COLUMNS), dtype=np.int64)
 
         # The cache (device memory).
-        self._cache = cuda.device_array(cache_pages * page_size, dtype=np.uint8)
+        self._cache = _allocate_cache(cache_pages, page_size)
         self._slot_page = self._to_device(np.full(cache_pages, L.SLOT_EMPTY, dtype=np.int64))
         self._clock = self._to_device(np.zeros(1, dtype=np.int64))
         # One uint64 word per page: its state and, while it has one, its slot (gids.layout).
@@ -366,6 +413,9 @@ class Runtime:
             except BaseException as exc:   # noqa: BLE001  (close anyway; re-raised below)
                 error = exc
         self._closed = True
+        # A kernel still holding one of its handles (launched outside gids.jit's check, or
+        # running now) gives up its waits at once instead of running into the timeout.
+        self._abort_host[0] = 1
         try:
             self._stop_daemon()
         except DaemonError as exc:
@@ -378,6 +428,7 @@ class Runtime:
         finally:
             self._io.close()
             self._arrays.clear()
+            self._aliases.clear()
             self._zero_copy.clear()
             self._written.clear()
         if error is not None:
@@ -390,6 +441,16 @@ class Runtime:
         # An exception in flight may have left kernels or the cache in any state, and an error
         # raised by a flush here would hide it: close without flushing (documented in close()).
         self.close(flush=exc_type is None)
+
+    def _check_launch(self):
+        """The launch guard of this Runtime's handles (kernels/launch.py): a closed Runtime's
+        handle is refused before the kernel starts."""
+        if self._stranded is not None:
+            raise self._stranded
+        if self._closed:
+            raise StaleHandleError("gids: a kernel was launched with the handle of an array "
+                                   "whose Runtime is closed; open the array again in an open "
+                                   "Runtime and pass its handle")
 
     def _check_open(self):
         if self._stranded is not None:
@@ -444,9 +505,18 @@ class Runtime:
             paths: an empty list, the same file twice, a stripe unit that is not a multiple of
             the page size, stripe files of the wrong sizes, an offset not a multiple of the
             page size.
+        SharedFileError
+            The file (or store) is open already in an array whose bytes overlap the new one's
+            without being shareable (see Notes), and one of the two is writable.
         ReadOnlyError
             ``mode="r+"`` on a store that cannot be written (a read-only numpy array, a store
             object made without ``writable=True``, ``storage="memory"``).
+
+        Notes
+        -----
+        The same file (device and inode) or Store opened again at the same ``offset``, with
+        no more bytes than the first array, shares the first array's cached pages: a write
+        through one is read through the other.
         """
         self._check_open()
         if mode not in MODES:
@@ -497,8 +567,14 @@ class Runtime:
                 raise ReadOnlyError(f"gids: {store.name} cannot be written (mode='r+'): "
                                     "make the store writable (writable=True, or a writeable "
                                     "numpy array)")
-            return self._register(store, owned, dtype, shape, offset, size * dtype.itemsize,
-                                  writable)
+            key = _source_key(source, store)
+            base = self._shared_base(key, store, offset, size * dtype.itemsize, writable)
+            if base is not None:
+                return self._open_alias(base, store, owned, dtype, shape, writable)
+            array = self._register(store, owned, dtype, shape, offset, size * dtype.itemsize,
+                                   writable)
+            array._source_key = key
+            return array
         except BaseException:
             if owned:
                 store.close()
@@ -522,6 +598,64 @@ class Runtime:
             return open_file_store(source, storage, direct=direct, writable=writable), True
         raise ConfigError(f"gids: cannot open {type(source).__name__}: give a path, a numpy "
                           "array or a Store")
+
+    def _shared_base(self, key, store, offset, nbytes, writable):
+        """The open array whose cached pages a new array of the same file (or store) at
+        ``offset`` uses: one at the same offset holding at least ``nbytes``. None when the new
+        array needs pages of its own; SharedFileError when it would then alias another's bytes
+        and one of the two is writable (two cached copies of a page go stale)."""
+        if key is None:
+            return None
+        for other in self._arrays:
+            if getattr(other, "_source_key", None) != key:
+                continue
+            if other.offset == offset and nbytes <= other.nbytes:
+                return other
+            overlap = offset < other.offset + other.nbytes and other.offset < offset + nbytes
+            if overlap and (writable or id(other.store) in self._written):
+                raise SharedFileError(
+                    f"gids: {store.name} is already open in this Runtime at byte offset "
+                    f"{other.offset} ({other.nbytes} bytes), and one of the two arrays is "
+                    f"writable: the new one (offset {offset}, {nbytes} bytes) cannot share "
+                    "its cached pages. Open the array with the larger extent first, at the "
+                    "same offset, or use one array")
+        return None
+
+    def _open_alias(self, base, store, owned, dtype, shape, writable):
+        """A second array on ``base``'s bytes: the same array id and pages, so that both read
+        the same cached pages (a write through one is seen by the other). ``store`` (just
+        opened for it) serves both from now on if it is writable and base's store is not;
+        else it is closed."""
+        if writable and not base.store.writable:
+            self._replace_store(base.array_id, store)
+            if owned:
+                self._stores.append(store)
+        elif owned:
+            store.close()
+        shared = base.store
+        array = StorageArray(self, shared, dtype, shape, base.offset, base.array_id,
+                             base.page_base, base.n_pages, base._zero_copy, writable)
+        array._source_key = base._source_key
+        if writable:
+            self._written[id(shared)] = shared
+            for other in [base, *self._aliases]:
+                if other.array_id == base.array_id:
+                    other._early_base = -1
+                    other._handle = None
+        self._aliases.append(array)
+        return array
+
+    def _replace_store(self, array_id, store):
+        """Serve array ``array_id`` (and its aliases) from ``store`` from now on (between
+        kernels): the daemon's table row, and each array's store and handle."""
+        base = self._arrays[array_id]
+        self._table[array_id] = store.table_row(base.offset, base.nbytes, 0)
+        for array in [base, *self._aliases]:
+            if array.array_id == array_id:
+                array.store = store
+                array._zero_copy = self._no_zero_copy
+                array._early_base = -1
+                array._handle = None
 
     def _register(self, store, owned, dtype, shape, offset, nbytes, writable):
         array_id = len(self._arrays)
@@ -659,17 +793,20 @@ class Runtime:
             if d_idx.dtype != np.int64 or d_idx.ndim != 1:
                 raise ConfigError("gids: device indices must be a 1-D int64 array")
             return d_idx
-        host_idx = np.asarray(indices)
+        host_idx = np.asarray(indices).reshape(-1)
+        if host_idx.size == 0:   # np.asarray([]) is float64: no index, nothing to check
+            return self._to_device(np.zeros(0, dtype=np.int64))
         if host_idx.dtype.kind not in "iu":
             raise ConfigError(f"gids: indices must be integers, got {host_idx.dtype}")
-        host_idx = host_idx.astype(np.int64).reshape(-1)
-        bad = (host_idx < 0) | (host_idx >= array.size)
+        # Checked before the conversion to int64, which would wrap a uint64 above 2**63 - 1.
+        bad = (host_idx >= array.size) if host_idx.dtype.kind == "u" else \
+            (host_idx < 0) | (host_idx >= array.size)
         if bad.any():
             first = int(np.flatnonzero(bad)[0])
             raise IndexOutOfRangeError(
                 f"gids: index {int(host_idx[first])} (position {first}) is out of range for "
                 f"an array of {array.size} elements")
-        return self._to_device(host_idx)
+        return self._to_device(host_idx.astype(np.int64))
 
     @staticmethod
     def _grid(n):
@@ -737,16 +874,17 @@ class Runtime:
         indices : array-like of int, or a device array of int64
             Host indices are checked before the kernel runs; device indices in the kernel.
         values : scalar, array-like or device array
-            One value per index, or one for all. Host values must convert to ``array.dtype``
-            without changing (e.g. int64 values into an int32 array, if they fit; never floats
-            into an integer array); device values must have ``array.dtype`` exactly.
+            One value per index, or one for all. Host values must be held exactly by
+            ``array.dtype`` (1.0 into float32 or int32, Python ints into int8 if they fit; not
+            0.1 into float32 nor 1.5 into an integer array: the first such value is named);
+            device values must have ``array.dtype`` exactly.
 
         Raises
         ------
         ReadOnlyError
             The array was opened read-only (before any kernel runs).
         ConfigError
-            A length or dtype mismatch.
+            A length mismatch, or a value the dtype does not hold exactly.
         IndexOutOfRangeError
             A host index out of range (before any kernel runs) or a device one.
         """

@@ -657,24 +657,41 @@ def calibrate(profile) -> dict[str, float]:
     return results
 
 
+def _number_at_least(minimum, kind=int):
+    """An argparse type: a number of ``kind`` that is at least ``minimum``."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value >= minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+        return value
+    return parse
+
+
 def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``simulate`` (for a ``gids simulate`` subparser)."""
     parser.add_argument("trace", help="trace file written by a gids run")
     parser.add_argument("--ssd", default="980pro", metavar="PROFILE",
                         help=f"drive profile: {', '.join(sorted(PROFILES))} (default 980pro)")
-    parser.add_argument("--n-ssd", type=int, default=1, metavar="N", help="drives (default 1)")
+    parser.add_argument("--n-ssd", type=_number_at_least(1), default=1, metavar="N",
+                        help="drives (default 1)")
     parser.add_argument("--mode", choices=REPLAY_MODES, default="closed",
                         help="closed: keep the trace's concurrency; open: keep its issue times")
-    parser.add_argument("--stripe-bytes", type=int, default=None,
+    parser.add_argument("--stripe-bytes", type=_number_at_least(1), default=None,
                         help="striping unit across drives (default: the trace's most common "
                              "request size, one cache page per stripe unit)")
-    parser.add_argument("--host-link-GBps", type=float, default=DEFAULT_HOST_LINK_GBPS,
+    parser.add_argument("--host-link-GBps", type=_number_at_least(0.0, float),
+                        default=DEFAULT_HOST_LINK_GBPS,
                         help="bandwidth shared by the array, GB/s; 0 for unlimited "
                              f"(default {DEFAULT_HOST_LINK_GBPS})")
-    parser.add_argument("--max-in-flight", type=int, default=None, metavar="N",
+    parser.add_argument("--max-in-flight", type=_number_at_least(1), default=None, metavar="N",
                         help="the host's total in-flight capacity (queues x depth); default: "
-                             "the engine_depth of the trace's sidecar (TRACE.json) if it has one, else unbounded")
-    parser.add_argument("--host-command-ns", type=float, default=0.0, metavar="NS",
+                             "the engine_depth of the trace's sidecar (TRACE.json) if it has "
+                             "one, else unbounded")
+    parser.add_argument("--host-command-ns", type=_number_at_least(0.0, float), default=0.0,
+                        metavar="NS",
                         help="host-side submission cost per command, serialised (default 0)")
 
 
@@ -687,12 +704,7 @@ def trace_engine_depth(path) -> int | None:
 
 def run_simulate(args: argparse.Namespace) -> str:
     """Replay ``args.trace`` as ``add_simulate_arguments`` parsed it; return the table."""
-    for name in ("n_ssd", "stripe_bytes", "max_in_flight"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    if args.host_command_ns < 0:
-        raise ValueError(f"--host-command-ns must be >= 0, got {args.host_command_ns}")
+    profile = get_profile(args.ssd)   # a wrong name is told before the trace is read
     trace = read_trace(args.trace)
     stripe = args.stripe_bytes
     if stripe is None:
@@ -700,7 +712,7 @@ def run_simulate(args: argparse.Namespace) -> str:
     depth = args.max_in_flight
     if depth is None:
         depth = trace_engine_depth(args.trace)
-    report = replay(trace, get_profile(args.ssd), n_ssd=args.n_ssd, mode=args.mode,
+    report = replay(trace, profile, n_ssd=args.n_ssd, mode=args.mode,
                     stripe_bytes=stripe, host_link_GBps=args.host_link_GBps or None,
                     max_in_flight=depth, host_command_ns=args.host_command_ns)
     return f"trace       {args.trace}\nstripe      {stripe} B\n{report.format()}"

@@ -24,6 +24,11 @@ hold) is not kept, and kernels compiled with ``extensions`` take numba-cuda's ow
 wrapped method and the registration are numba-cuda internals, pinned by ``numba-cuda>=0.30,<0.31``
 in ``pyproject.toml``; where they are missing, :func:`install` leaves everything as it was and
 launches cost what they cost. The simulator passes arguments as Python objects: nothing to do.
+
+Both worlds also run a handle's launch guard (``__dict__[GUARD_KEY]``, a callable the host
+side puts there) before every launch that passes the handle: the Runtime's says whether it is
+still open, and raises for a closed one's handle, so that such a launch fails at once instead of
+waiting out its timeouts. One dictionary look-up per handle argument, on the host.
 """
 from kernels.handle import HANDLE_CLASSES
 from kernels.platform import SIMULATOR
@@ -31,11 +36,28 @@ from kernels.platform import SIMULATOR
 #: Keys of what is kept in a handle's ``__dict__``.
 _TYPE_KEY = "_gids_numba_type"
 _ARGS_KEY = "_gids_kernel_args"
+#: The handle's launch guard: called with no argument before each launch that passes the
+#: handle; it raises to refuse the launch.
+GUARD_KEY = "_gids_launch_guard"
+
+
+def check_handles(args):
+    """Run the launch guard of every handle among a launch's ``args``."""
+    for val in args:
+        if type(val) in HANDLE_CLASSES:
+            guard = val.__dict__.get(GUARD_KEY)
+            if guard is not None:
+                guard()
 
 
 def _wrap_prepare_args(original):
     def _prepare_args(self, ty, val, stream, retr, kernelargs):
-        if type(val) not in HANDLE_CLASSES or self.extensions:
+        if type(val) not in HANDLE_CLASSES:
+            return original(self, ty, val, stream, retr, kernelargs)
+        guard = val.__dict__.get(GUARD_KEY)
+        if guard is not None:
+            guard()
+        if self.extensions:
             return original(self, ty, val, stream, retr, kernelargs)
         kept = val.__dict__.get(_ARGS_KEY)
         if kept is None or kept[0] != ty:
@@ -84,6 +106,22 @@ def install():
         for cls in HANDLE_CLASSES:
             typeof_impl.register(cls)(rule)
     return True
+
+
+def install_simulator_guard():
+    """In the simulator: run the handles' launch guards before each launch (idempotent)."""
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+    original = FakeCUDAKernel.__call__
+    if hasattr(original, "gids_wrapped"):
+        return
+
+    def __call__(self, *args):
+        if not self._device:
+            check_handles(args)
+        return original(self, *args)
+
+    __call__.gids_wrapped = original
+    FakeCUDAKernel.__call__ = __call__
 
 
 def installed():

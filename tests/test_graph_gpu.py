@@ -617,7 +617,7 @@ def test_warp_cooperative_loops_with_emulated_32_lane_warps(graphs):
     assert "WARP32_OK" in proc.stdout, proc.stderr[-3000:]
 
 
-_PTX = textwrap.dedent('''
+_PTX = textwrap.dedent(r'''
     import os
     os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
     import numpy as np

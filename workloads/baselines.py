@@ -891,17 +891,21 @@ class GidsPath(DataPath):
     zero_copy_serve : bool
         For a numpy source: serve misses by handing the GPU the page's address in pinned RAM
         (``True``) or by a daemon ``memcpy`` into staging (``False``).
+    trace : callable, optional
+        Called once per Runtime the path opens, for its ``trace=`` file (e.g.
+        :class:`gids.cli.TraceRecorder`, which joins them); None (the default): no trace.
     """
 
     name = "gids"
     description = "gids: GPU page cache, misses served by host daemon threads"
 
     def __init__(self, cache_bytes=None, cache_pages=None, page_size=None, daemon_threads=None,
-                 queues=None, queue_depth=None, timeout=None, zero_copy_serve=True):
+                 queues=None, queue_depth=None, timeout=None, zero_copy_serve=True, trace=None):
         self.options = dict(cache_bytes=cache_bytes, cache_pages=cache_pages,
                             page_size=page_size, daemon_threads=daemon_threads, queues=queues,
                             queue_depth=queue_depth, timeout=timeout)
         self.zero_copy_serve = bool(zero_copy_serve)
+        self.trace = trace
 
     @property
     def reader(self):
@@ -915,7 +919,10 @@ class GidsPath(DataPath):
     def _open(self, store, dtype, shape, offset, owned):
         if owned and isinstance(store, MemoryStore) and not self.zero_copy_serve:
             store = MemoryStore(store.data, zero_copy=False)
-        runtime = gids.Runtime(**{k: v for k, v in self.options.items() if v is not None})
+        options = {k: v for k, v in self.options.items() if v is not None}
+        if self.trace is not None:
+            options["trace"] = self.trace()
+        runtime = gids.Runtime(**options)
         try:
             return _GidsArray(self, store, dtype, shape, offset, owned, runtime)
         except BaseException:
@@ -946,10 +953,10 @@ class NvmePath(GidsPath):
     description = "gids, direct NVMe path: kernels write NVMe commands, emulated controller serves"
 
     def __init__(self, cache_bytes=None, cache_pages=None, page_size=None, daemon_threads=None,
-                 queues=None, queue_depth=None, timeout=None, ssd=None, n_ssd=None):
+                 queues=None, queue_depth=None, timeout=None, ssd=None, n_ssd=None, trace=None):
         super().__init__(cache_bytes=cache_bytes, cache_pages=cache_pages, page_size=page_size,
                          daemon_threads=daemon_threads, queues=queues, queue_depth=queue_depth,
-                         timeout=timeout)
+                         timeout=timeout, trace=trace)
         self.options.update(backend="nvme", ssd=ssd, n_ssd=n_ssd)
 
 

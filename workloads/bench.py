@@ -113,6 +113,8 @@ import numpy as np
 from numba import cuda
 
 from gids.errors import ConfigError, GidsError
+from gids.cli import TraceRecorder, add_trace_argument, existing_dir, nonnegative_int
+from gids.console import Progress, say, table
 from kernels.platform import SIMULATOR, WARP_SIZE
 from workloads import baselines as B
 
@@ -534,8 +536,9 @@ def plan_points(c):
 class _Arrays:
     """Arrays opened on paths, reused while a point needs the same path settings."""
 
-    def __init__(self, source_for):
+    def __init__(self, source_for, trace=None):
         self._source_for = source_for
+        self._trace = trace   # the gids paths' trace= files, one per Runtime (or None)
         self._open = {}   # path name -> (key, path, array)
 
     def get(self, name, options):
@@ -546,7 +549,7 @@ class _Arrays:
         if held is not None:
             held[2].close()
             del self._open[name]
-        path = B.make_path(name, **options)
+        path = B.make_path(name, **options, trace=self._trace)
         src, dtype = self._source_for(name)
         arr = path.open(src, dtype=dtype)
         self._open[name] = (key, path, arr)
@@ -561,7 +564,7 @@ class _Arrays:
 class Runner:
     """Runs the points of a :class:`BenchConfig` and collects the results."""
 
-    def __init__(self, config, log=None):
+    def __init__(self, config, log=None, trace=None):
         self.c = config
         self.log = log or (lambda msg: None)
         self.data = make_data(config.data_bytes, config.seed)
@@ -573,7 +576,7 @@ class Runner:
             self._tmpdir = tempfile.TemporaryDirectory(dir=config.dir, prefix="gids-bench-")
             self._file = os.path.join(self._tmpdir.name, "data.bin")
             self.data.tofile(self._file)
-        self.arrays = _Arrays(self._source_for)
+        self.arrays = _Arrays(self._source_for, trace)
         self.ceilings = None
 
     def _source_for(self, path_name):
@@ -800,44 +803,6 @@ class Runner:
 
 # ------------------------------------------------------------------ progress, machine
 
-class Progress:
-    """A progress bar on a stream (stderr): redrawn in place on a terminal; elsewhere (a log)
-    one line per finished step."""
-
-    def __init__(self, total, stream=None, width=28, enabled=True):
-        self.total, self.done, self.width = total, 0, width
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.start = time.perf_counter()
-
-    def _line(self, label):
-        frac = self.done / self.total if self.total else 1.0
-        bar = "#" * int(self.width * frac)
-        secs = time.perf_counter() - self.start
-        return (f"gids bench [{bar:<{self.width}}] {self.done}/{self.total} {secs:5.0f}s "
-                f"{label[:56]:<56}")
-
-    def update(self, label):
-        """Show the step now running (terminals only)."""
-        if self.enabled and self.tty:
-            self.stream.write("\r" + self._line(label))
-            self.stream.flush()
-
-    def step(self, label=""):
-        """One step done."""
-        self.done += 1
-        if self.enabled:
-            self.stream.write(("\r" if self.tty else "") + self._line(label)
-                              + ("" if self.tty else "\n"))
-            self.stream.flush()
-
-    def finish(self):
-        if self.enabled and self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 def _git_commit():
     """The checkout's short commit hash, or None (no git, not a checkout)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -871,7 +836,7 @@ def machine_info():
 
 # ------------------------------------------------------------------ the whole run
 
-def run_bench(config, command="gids bench", progress=True, stream=None):
+def run_bench(config, command="gids bench", progress=True, stream=None, trace=None):
     """Measure the ceilings and every point of ``config``; return the JSON-ready dict.
 
     Parameters
@@ -881,6 +846,9 @@ def run_bench(config, command="gids bench", progress=True, stream=None):
         Recorded as ``command``.
     progress : bool
         Draw a progress bar on ``stream`` (default stderr).
+    trace : callable, optional
+        The ``trace=`` file of each Runtime the gids and nvme paths open
+        (:class:`gids.cli.TraceRecorder`); None: no trace.
     """
     if SIMULATOR:
         sys.setswitchinterval(1e-4)   # simulator kernel <-> daemon handshakes go faster
@@ -894,20 +862,22 @@ def run_bench(config, command="gids bench", progress=True, stream=None):
         "results": [], "plots": [], "targets": [],
     }
     points = plan_points(config)
-    bar = Progress(len(points) + 1, stream=stream, enabled=progress)
-    bar.update("ceilings")
-    runner = Runner(config)
+    steps = len(points) + 1
+    bar = Progress("gids bench", stream=stream, enabled=progress)
+    bar(0, steps, "ceilings")
+    runner = Runner(config, trace=trace)
     try:
         ceiling_bytes = (1 << 20) if SIMULATOR else (1 << 30)
         runner.ceilings = result["ceilings"] = measure_ceilings(ceiling_bytes)
-        bar.step("ceilings")
-        for pt in points:
+        for done, pt in enumerate(points, start=1):
             label = f"{pt.sweep} {pt.workload} {pt.path}" + (
                 f" {pt.x_name}={pt.x:g}" if pt.x is not None else "")
-            bar.update(label)
+            bar(done, steps, label)
             row = runner.run_point(pt)
             result["results"].append(row)
-            bar.step(label + ("" if row["correct"] else " (NOT CORRECT)"))
+            if not row["correct"]:
+                say(f"gids bench: {label}: NOT CORRECT", stream=stream)
+        bar(steps, steps, "done")
     finally:
         runner.close()
         bar.finish()
@@ -1007,9 +977,8 @@ def format_targets(result):
     rows = {(r["workload"], r["path"]): r for r in result["results"] if r["sweep"] == "workloads"}
     paths = ["memory", "zero_copy", "gids", "cpu_batch"]
     lines = ["", "Issue 4's targets (gids's bytes/s over the named path's, same requests; "
-                 "requests/s per path):", "",
-             "| workload | " + " | ".join(paths) + " | target (ratio) | met |",
-             "|---" * (len(paths) + 3) + "|"]
+                 "requests/s per path):", ""]
+    table_rows = []
     for t in targets:
         cells = []
         for p in paths:
@@ -1023,7 +992,9 @@ def format_targets(result):
             for x in t["ratios"])
         met = {True: "**yes**", False: "no", None: "-"}[t["met"]]
         name = t["setting"] + ("" if t["issue_setting"] else " (not the issue's setting)")
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {goal} | {met} |")
+        table_rows.append([name, *cells, goal, met])
+    lines += table(["workload", *paths, "target (ratio)", "met"], table_rows,
+                   markdown=True).splitlines()
     return lines
 
 
@@ -1057,9 +1028,7 @@ def format_table(result):
         lines.append(f"Ceilings in this run{' (simulator figures)' if sim else ''}: pinned H2D "
                      f"copy {c['h2d_pinned_Bps'] / 1e9:.3g} GB/s; device-to-device copy "
                      f"{c['d2d_Bps'] / 1e9:.3g} GB/s (read + write).")
-    lines += ["", "| sweep | workload | path | x | gids cache | requests/s | bytes/s | of H2D | "
-                  "of D2D | hit rate | p50 / p99 us | ok | figure |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for r in result["results"]:
         x = "" if r["x"] is None else f"{r['x_name']}={r['x']:g}"
         lat = r["latency_us"]
@@ -1068,10 +1037,13 @@ def format_table(result):
         hit = "-" if r["hit_rate"] is None else f"{r['hit_rate']:.2f}"
         cache = r["params"]["cache_bytes"]     # of the data, for the paths with a page cache
         cache_s = "-" if cache is None else f"{100 * cache / r['params']['data_bytes']:.3g} %"
-        lines.append(f"| {r['sweep']} | {r['workload']} | {r['path']} | {x} | {cache_s} | "
-                     f"{_fmt_rate(r['requests_per_s'])} | {_fmt_rate(r['bytes_per_s'], 'B/s')} | "
-                     f"{_fmt_frac(r['fraction_of_h2d'])} | {_fmt_frac(r['fraction_of_d2d'])} | "
-                     f"{hit} | {lat_s} | {ok} | {'simulator' if sim else 'GPU'} |")
+        rows.append([r["sweep"], r["workload"], r["path"], x, cache_s,
+                     _fmt_rate(r["requests_per_s"]), _fmt_rate(r["bytes_per_s"], "B/s"),
+                     _fmt_frac(r["fraction_of_h2d"]), _fmt_frac(r["fraction_of_d2d"]), hit, lat_s,
+                     ok, "simulator" if sim else "GPU"])
+    lines += ["", table(["sweep", "workload", "path", "x", "gids cache", "requests/s", "bytes/s",
+                         "of H2D", "of D2D", "hit rate", "p50 / p99 us", "ok", "figure"], rows,
+                        markdown=True)]
     errors = [r for r in result["results"] if r["error"]]
     for r in errors:
         lines.append(f"\nerror in {r['sweep']}/{r['workload']}/{r['path']} x={r['x']}: "
@@ -1246,14 +1218,16 @@ def add_bench_arguments(subparsers):
     p.add_argument("--latency-requests", type=int, help="latency sweep: requests timed")
     p.add_argument("--store", choices=["memory", "file"], default=None,
                    help="where the data live: RAM (default) or a file in --dir")
-    p.add_argument("--dir", default=None, help="folder for the data file (default: temp)")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--dir", type=existing_dir, default=None,
+                   help="folder for the data file (default: temp)")
+    p.add_argument("--seed", type=nonnegative_int, default=None)
     p.add_argument("--out", default=None,
                    help="write bench.json, bench.md and one PNG per sweep into this folder")
     p.add_argument("--quick", action="store_true",
                    help="smaller GPU sizes and fewer sweep points (a first run)")
     p.add_argument("--json", action="store_true", help="print the JSON, not the table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_trace_argument(p)
     from workloads.file_bench import add_files_arguments
     add_files_arguments(p)
     p.set_defaults(func=cmd_bench)
@@ -1286,7 +1260,9 @@ def cmd_bench(args):
         return 2
     command = getattr(args, "command", None) or " ".join(
         ["gids"] + [shlex.quote(a) for a in sys.argv[1:]])
-    result = run_bench(config, command=command, progress=not args.no_progress)
+    with TraceRecorder(getattr(args, "trace", None)) as trace:
+        result = run_bench(config, command=command, progress=not args.no_progress,
+                           trace=trace if trace.path else None)
     if args.out:
         write_outputs(result, args.out)
     if args.json:

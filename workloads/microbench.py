@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 import gids
+from gids import console
 from numba import cuda
 from kernels.sync import make_load, now_ns
 from kernels.platform import WARP_SIZE
@@ -395,34 +396,37 @@ def bench_hits(n_elems, cache_bytes, reads_per_thread, log, caps=(), threads=256
 
 
 def format_cap_rows(hits):
-    """Markdown rows of the register-cap comparison (``bench_hits(..., caps=...)``)."""
-    lines = []
+    """Table rows (figure, measured, plain reads, ratio, target) of the register-cap
+    comparison (``bench_hits(..., caps=...)``)."""
+    rows = []
     for row in hits.get("caps", []):
         rk, sk = row["random_kernel"], row["sequential_kernel"]
-        lines.append(
-            f"| all-hit reads, {row['label']} (random kernel {rk['registers']} registers, "
+        rows.append([
+            f"all-hit reads, {row['label']} (random kernel {rk['registers']} registers, "
             f"{rk['local_bytes']} B local, {rk['blocks_per_sm']} blocks/SM; sequential "
-            f"{sk['registers']} / {sk['local_bytes']} B / {sk['blocks_per_sm']}) | random "
-            f"{row['random']['gids_Greads_per_s']:.2f} G reads/s, sequential "
-            f"{row['sequential']['gids_GBps']:.0f} GB/s | plain {row['random']['plain_Greads_per_s']:.2f} "
-            f"G reads/s, {row['sequential']['plain_GBps']:.0f} GB/s | {row['random']['ratio']:.2f} / "
-            f"{row['sequential']['ratio']:.2f} | >= 0.30 / >= 0.60 |")
+            f"{sk['registers']} / {sk['local_bytes']} B / {sk['blocks_per_sm']})",
+            f"random {row['random']['gids_Greads_per_s']:.2f} G reads/s, sequential "
+            f"{row['sequential']['gids_GBps']:.0f} GB/s",
+            f"plain {row['random']['plain_Greads_per_s']:.2f} G reads/s, "
+            f"{row['sequential']['plain_GBps']:.0f} GB/s",
+            f"{row['random']['ratio']:.2f} / {row['sequential']['ratio']:.2f}",
+            ">= 0.30 / >= 0.60"])
         pk = row.get("paged_kernel")
         for key, per_warp in PAGED_VARIANTS:
             pg = row.get("paged", {}).get(key)
             if pg is None or pk is None:
                 continue
-            lines.append(
-                f"| all-hit coalesced sequential reads, {per_warp} page(s) per warp call "
+            rows.append([
+                f"all-hit coalesced sequential reads, {per_warp} page(s) per warp call "
                 f"(`gids.pin_page`), {row['label']} ({pk['registers']} registers, "
-                f"{pk['local_bytes']} B local, {pk['blocks_per_sm']} blocks/SM) | "
-                f"{pg['gids_GBps']:.0f} GB/s | plain {pg['plain_GBps']:.0f} GB/s | "
-                f"{pg['ratio']:.2f} | >= 0.60 |")
-    return lines
+                f"{pk['local_bytes']} B local, {pk['blocks_per_sm']} blocks/SM)",
+                f"{pg['gids_GBps']:.0f} GB/s", f"plain {pg['plain_GBps']:.0f} GB/s",
+                f"{pg['ratio']:.2f}", ">= 0.60"])
+    return rows
 
 
-def paged_row(res):
-    """The table row of the page-per-warp sequential reads (``bench_hits``'s
+def paged_rows(res):
+    """Table rows of the page-per-warp sequential reads (``bench_hits``'s
     ``paged_sequential``)."""
     rows = []
     for key, per_warp in PAGED_VARIANTS:
@@ -431,11 +435,11 @@ def paged_row(res):
         pg = res.get(key)
         if pg is None:
             continue
-        rows.append(f"| all-hit coalesced sequential reads, {label} (`gids.pin_page`, kernel "
-                    f"capped at {PAGED_MAX_REGISTERS} registers) | "
-                    f"{pg['gids_GBps']:.0f} GB/s | plain {pg['plain_GBps']:.0f} GB/s | "
-                    f"{pg['ratio']:.2f} | >= 0.60 |")
-    return "\n".join(rows)
+        rows.append([f"all-hit coalesced sequential reads, {label} (`gids.pin_page`, kernel "
+                     f"capped at {PAGED_MAX_REGISTERS} registers)",
+                     f"{pg['gids_GBps']:.0f} GB/s", f"plain {pg['plain_GBps']:.0f} GB/s",
+                     f"{pg['ratio']:.2f}", ">= 0.60"])
+    return rows
 
 
 def hits_suite(out_dir, caps=HIT_CAPS, quick=False):
@@ -456,16 +460,18 @@ def hits_suite(out_dir, caps=HIT_CAPS, quick=False):
                + (" --quick" if quick else ""))
     res["meta"] = {"date": time.strftime("%Y-%m-%d"), "gpu": gpu, "command": command,
                    "default_max_registers": gids.MAX_REGISTERS}
+    rows = [["all-hit reads, default cap",
+             f"random {res['random']['gids_Greads_per_s']:.2f} G reads/s, sequential "
+             f"{res['sequential']['gids_GBps']:.0f} GB/s",
+             f"plain {res['random']['plain_Greads_per_s']:.2f} G reads/s, "
+             f"{res['sequential']['plain_GBps']:.0f} GB/s",
+             f"{res['random']['ratio']:.2f} / {res['sequential']['ratio']:.2f}",
+             ">= 0.30 / >= 0.60"],
+            *paged_rows(res), *format_cap_rows(res)]
     lines = [f"Measured {res['meta']['date']} on {gpu} with `{command}` (default cap "
              f"{gids.MAX_REGISTERS}).", "",
-             "| figure | measured | plain reads in the same run | ratio random / sequential | target |",
-             "|---|---|---|---|---|",
-             f"| all-hit reads, default cap | random {res['random']['gids_Greads_per_s']:.2f} G reads/s, "
-             f"sequential {res['sequential']['gids_GBps']:.0f} GB/s | plain "
-             f"{res['random']['plain_Greads_per_s']:.2f} G reads/s, {res['sequential']['plain_GBps']:.0f} "
-             f"GB/s | {res['random']['ratio']:.2f} / {res['sequential']['ratio']:.2f} | >= 0.30 / >= 0.60 |",
-             paged_row(res)]
-    lines += format_cap_rows(res) + [""]
+             console.table(["figure", "measured", "plain reads in the same run",
+                            "ratio random / sequential", "target"], rows, markdown=True), ""]
     table = "\n".join(lines)
     _write_suite(out_dir, "hits", res, table)
     return res
@@ -584,10 +590,11 @@ def loads_suite(out_dir, quick=False):
         where = _gpu_name()
     command = "python -m workloads.microbench loads" + (" --quick" if quick else "")
     meta = {"date": time.strftime("%Y-%m-%d"), "gpu": where, "command": command}
+    cells = [[r["pattern"], f"`{r['flavor']}`", f"{r['GBps']:.1f}", f"{r['of_plain']:.2f}",
+              "ok" if r["correct"] else "WRONG"] for r in rows]
     lines = [f"Measured {meta['date']} on {where} with `{command}`.", "",
-             "| pattern | load | GB/s | of plain | values |", "|---|---|---|---|---|"]
-    lines += [f"| {r['pattern']} | `{r['flavor']}` | {r['GBps']:.1f} | {r['of_plain']:.2f} | "
-              f"{'ok' if r['correct'] else 'WRONG'} |" for r in rows]
+             console.table(["pattern", "load", "GB/s", "of plain", "values"], cells,
+                           markdown=True)]
     table = "\n".join(lines) + "\n"
     _write_suite(out_dir, "loads", {"meta": meta, "rows": rows}, table)
     return rows
@@ -721,16 +728,18 @@ def launch_suite(out_dir, n_launches=200):
             "cheap_handle_launches": cheap_launch.installed()}
     lines = [f"Measured {meta['date']} on {where} with `{command}` (numba {meta['numba']}, "
              f"numba-cuda {numba_cuda_version}; handle launches kept per handle object "
-             f"(kernels/launch.py): {meta['cheap_handle_launches']}).", "",
-             "| launch | host us (median) | host us (p90) | us per launch with one sync | "
-             "GPU us (latch-timed) | us by events around one launch | values |",
-             "|---|---|---|---|---|---|---|"]
+             f"(kernels/launch.py): {meta['cheap_handle_launches']}).", ""]
+    cells = []
     for r in rows:
         sync = "-" if r["with_sync_us_per_launch"] is None else f"{r['with_sync_us_per_launch']:.1f}"
         gpu = "-" if r["gpu_us_median"] is None else f"{r['gpu_us_median']:.1f}"
         event = "-" if r["event_us_median"] is None else f"{r['event_us_median']:.1f}"
-        lines.append(f"| {r['case']} | {r['host_us_median']:.1f} | {r['host_us_p90']:.1f} | "
-                     f"{sync} | {gpu} | {event} | {'ok' if r['correct'] else 'WRONG'} |")
+        cells.append([r["case"], f"{r['host_us_median']:.1f}", f"{r['host_us_p90']:.1f}", sync,
+                      gpu, event, "ok" if r["correct"] else "WRONG"])
+    lines.append(console.table(["launch", "host us (median)", "host us (p90)",
+                                "us per launch with one sync", "GPU us (latch-timed)",
+                                "us by events around one launch", "values"], cells,
+                               markdown=True))
     table = "\n".join(lines) + "\n"
     _write_suite(out_dir, "launch", {"meta": meta, "rows": rows}, table)
     return rows
@@ -755,12 +764,12 @@ def misses_suite(out_dir, quick=False):
     # at once), so that a slow pattern does not spend the call.
     quarter = data[:max(1, n_pages // 4) * page_size // 8]
     rows += bench_all_miss(quarter, page_size, counts, True, cache, print, per_warp=True)
-    lines = ["| pages in flight per warp | daemon threads | M pages/s | mean I/O us | mean miss us "
-             "| slot retries | values |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {1 if r['per_warp'] else 32} | {r['daemon_threads']} | {r['Mpages_per_s']:.3f} | "
-              f"{r['io_latency_us']:.1f} | {r['miss_latency_us']:.1f} | {r['slot_retries']:,} | "
-              f"{'equal' if r['correct'] else 'WRONG'} |" for r in rows]
-    table = "\n".join(lines) + "\n"
+    cells = [[1 if r["per_warp"] else 32, r["daemon_threads"], f"{r['Mpages_per_s']:.3f}",
+              f"{r['io_latency_us']:.1f}", f"{r['miss_latency_us']:.1f}",
+              f"{r['slot_retries']:,}", "equal" if r["correct"] else "WRONG"] for r in rows]
+    table = console.table(["pages in flight per warp", "daemon threads", "M pages/s",
+                           "mean I/O us", "mean miss us", "slot retries", "values"], cells,
+                          markdown=True) + "\n"
     _write_suite(out_dir, "misses", {"date": time.strftime("%Y-%m-%d"), "rows": rows}, table)
     return rows
 
@@ -904,22 +913,27 @@ def latency_suite(out_dir, variants=LATENCY_VARIANTS, n_misses=2000, quick=False
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
-    lines = ["| variant | zero-copy p10 / p25 / p50 / p75 / p90 / p99 us | copy p50 us | zero-copy mean miss = I/O "
-             "(submit) + copy + claim + rest, us | bulk (early) copies / I/Os | values | settings |",
-             "|---|---|---|---|---|---|---|"]
+    cells = []
     for r in rows:
         z, c, st = r["zero_copy"], r["copy"], r["settings"]
         ok = z["values_ok"] and c["values_ok"]
         rest = z["miss_us"] - z["io_us"] - z["copy_us"] - z["claim_us"]
-        lines.append(f"| {r['variant']} | {z['p10_us']:.1f} / {z['p25_us']:.1f} / {z['p50_us']:.1f} / "
-                     f"{z['p75_us']:.1f} / {z['p90_us']:.1f} / {z['p99_us']:.1f} "
-                     f"| {c['p50_us']:.1f} | {z['miss_us']:.1f} = {z['io_us']:.1f} "
-                     f"({z['submit_us']:.1f}) + {z['copy_us']:.1f} + {z['claim_us']:.1f} + "
-                     f"{rest:.1f} | {z['bulk_copies']} ({z.get('early_copies', 0)}) / {z['ios']} | "
-                     f"{'equal' if ok else 'WRONG'} | lanes {st['bulk_copy_lanes']}, early "
-                     f"{'on' if st.get('early_copy', False) else 'off'}, poll "
-                     f"{st['poll_ns']}, hot {st['hot_queue_every']} |")
-    table = "\n".join(lines) + "\n"
+        cells.append([
+            r["variant"],
+            f"{z['p10_us']:.1f} / {z['p25_us']:.1f} / {z['p50_us']:.1f} / {z['p75_us']:.1f} / "
+            f"{z['p90_us']:.1f} / {z['p99_us']:.1f}",
+            f"{c['p50_us']:.1f}",
+            f"{z['miss_us']:.1f} = {z['io_us']:.1f} ({z['submit_us']:.1f}) + {z['copy_us']:.1f} "
+            f"+ {z['claim_us']:.1f} + {rest:.1f}",
+            f"{z['bulk_copies']} ({z.get('early_copies', 0)}) / {z['ios']}",
+            "equal" if ok else "WRONG",
+            f"lanes {st['bulk_copy_lanes']}, early {'on' if st.get('early_copy', False) else 'off'}"
+            f", poll {st['poll_ns']}, hot {st['hot_queue_every']}"])
+    table = console.table(["variant", "zero-copy p10 / p25 / p50 / p75 / p90 / p99 us",
+                           "copy p50 us",
+                           "zero-copy mean miss = I/O (submit) + copy + claim + rest, us",
+                           "bulk (early) copies / I/Os", "values", "settings"], cells,
+                          markdown=True) + "\n"
     _write_suite(out_dir, "latency", {"date": time.strftime("%Y-%m-%d"), "rows": rows}, table)
     return rows
 
@@ -1095,39 +1109,48 @@ def format_table(r):
     best_cp = max(r["all_miss_copy"], key=lambda x: x["Mpages_per_s"])
     best_nv = max(r["all_miss_nvme"], key=lambda x: x["Mpages_per_s"])
     pcie_pages = c["h2d_pinned_GBps"] * 1e9 / 4096 / 1e6
+    rows = [
+        ["all-miss random 4 KiB pages, RAM store, zero-copy serve",
+         f"{best_zc['Mpages_per_s']:.2f} M pages/s ({best_zc['daemon_threads']} daemon threads)",
+         f"pinned H2D copy {c['h2d_pinned_GBps']:.1f} GB/s = {pcie_pages:.1f} M pages/s",
+         f"{best_zc['Mpages_per_s'] / pcie_pages:.2f}", ">= 8 M pages/s"],
+        ["all-miss random 4 KiB pages, RAM store, daemon copies to staging",
+         f"{best_cp['Mpages_per_s']:.2f} M pages/s ({best_cp['daemon_threads']} daemon threads)",
+         "same", f"{best_cp['Mpages_per_s'] / pcie_pages:.2f}", "(info)"],
+        ["all-miss NVMe commands/s, ideal profile (4 KiB reads, direct NVMe path, emulated "
+         "controller)",
+         f"{best_nv['Mpages_per_s']:.2f} M commands/s ({best_nv['daemon_threads']} controller "
+         "threads)", "same", f"{best_nv['Mpages_per_s'] / pcie_pages:.2f}", ">= 5 M commands/s"],
+        *([f"all-miss, one page per warp (the BFS and search kernels' pattern)",
+           f"{x['Mpages_per_s']:.2f} M pages/s ({x['daemon_threads']} daemon threads; mean I/O "
+           f"{x['io_latency_us']:.1f} us, mean miss {x['miss_latency_us']:.1f} us)", "same",
+           f"{x['Mpages_per_s'] / pcie_pages:.2f}", "(info)"]
+          for x in r.get("all_miss_per_warp", [])),
+        ["all-hit random 8-byte reads", f"{r['hits']['random']['gids_Greads_per_s']:.2f} G reads/s",
+         f"plain gather {r['hits']['random']['plain_Greads_per_s']:.2f} G reads/s",
+         f"{r['hits']['random']['ratio']:.2f}", ">= 0.30"],
+        ["all-hit coalesced sequential reads", f"{r['hits']['sequential']['gids_GBps']:.0f} GB/s",
+         f"plain {r['hits']['sequential']['plain_GBps']:.0f} GB/s (D2D copy "
+         f"{c['d2d_GBps_read_plus_write']:.0f} GB/s)", f"{r['hits']['sequential']['ratio']:.2f}",
+         ">= 0.60"],
+        *paged_rows(r["hits"]),
+        *format_cap_rows(r["hits"]),
+        [f"one thread, one miss at a time (zero-copy; {_copy_path(r['latency']['zero_copy'])})",
+         f"p50 {r['latency']['zero_copy']['p50_us']:.1f} us, "
+         f"p99 {r['latency']['zero_copy']['p99_us']:.1f} us", "", "", "p50 <= 10 us"],
+        [f"one thread, one miss at a time (copy; {_copy_path(r['latency']['copy'])})",
+         f"p50 {r['latency']['copy']['p50_us']:.1f} us, p99 {r['latency']['copy']['p99_us']:.1f} us",
+         "", "", "(info)"],
+        ["one thread, one NVMe command at a time (no SSD model)",
+         f"p50 {r['latency']['nvme']['p50_us']:.1f} us, p99 {r['latency']['nvme']['p99_us']:.1f} us",
+         "", "", "(info)"],
+    ]
     lines = [
         f"Measured {r['meta']['date']} on {r['meta']['gpu']} ({r['meta']['cpu_cores']} CPU cores) "
         f"with `{r['meta']['command']}`.",
         "",
-        "| figure | measured | reference in the same run | ratio | target |",
-        "|---|---|---|---|---|",
-        f"| all-miss random 4 KiB pages, RAM store, zero-copy serve | {best_zc['Mpages_per_s']:.2f} M pages/s "
-        f"({best_zc['daemon_threads']} daemon threads) | pinned H2D copy {c['h2d_pinned_GBps']:.1f} GB/s = "
-        f"{pcie_pages:.1f} M pages/s | {best_zc['Mpages_per_s'] / pcie_pages:.2f} | >= 8 M pages/s |",
-        f"| all-miss random 4 KiB pages, RAM store, daemon copies to staging | {best_cp['Mpages_per_s']:.2f} M pages/s "
-        f"({best_cp['daemon_threads']} daemon threads) | same | {best_cp['Mpages_per_s'] / pcie_pages:.2f} | (info) |",
-        f"| all-miss NVMe commands/s, ideal profile (4 KiB reads, direct NVMe path, emulated "
-        f"controller) | {best_nv['Mpages_per_s']:.2f} M commands/s ({best_nv['daemon_threads']} "
-        f"controller threads) | same | {best_nv['Mpages_per_s'] / pcie_pages:.2f} | >= 5 M commands/s |",
-        *(f"| all-miss, one page per warp (the BFS and search kernels' pattern) | "
-          f"{x['Mpages_per_s']:.2f} M pages/s ({x['daemon_threads']} daemon threads; mean I/O "
-          f"{x['io_latency_us']:.1f} us, mean miss {x['miss_latency_us']:.1f} us) | same | "
-          f"{x['Mpages_per_s'] / pcie_pages:.2f} | (info) |" for x in r.get("all_miss_per_warp", [])),
-        f"| all-hit random 8-byte reads | {r['hits']['random']['gids_Greads_per_s']:.2f} G reads/s | plain gather "
-        f"{r['hits']['random']['plain_Greads_per_s']:.2f} G reads/s | {r['hits']['random']['ratio']:.2f} | >= 0.30 |",
-        f"| all-hit coalesced sequential reads | {r['hits']['sequential']['gids_GBps']:.0f} GB/s | plain "
-        f"{r['hits']['sequential']['plain_GBps']:.0f} GB/s (D2D copy {c['d2d_GBps_read_plus_write']:.0f} GB/s) | "
-        f"{r['hits']['sequential']['ratio']:.2f} | >= 0.60 |",
-        paged_row(r["hits"]),
-        *format_cap_rows(r["hits"]),
-        f"| one thread, one miss at a time (zero-copy; {_copy_path(r['latency']['zero_copy'])}) "
-        f"| p50 {r['latency']['zero_copy']['p50_us']:.1f} us, "
-        f"p99 {r['latency']['zero_copy']['p99_us']:.1f} us | | | p50 <= 10 us |",
-        f"| one thread, one miss at a time (copy; {_copy_path(r['latency']['copy'])}) | p50 "
-        f"{r['latency']['copy']['p50_us']:.1f} us, "
-        f"p99 {r['latency']['copy']['p99_us']:.1f} us | | | (info) |",
-        f"| one thread, one NVMe command at a time (no SSD model) | p50 "
-        f"{r['latency']['nvme']['p50_us']:.1f} us, p99 {r['latency']['nvme']['p99_us']:.1f} us | | | (info) |",
+        console.table(["figure", "measured", "reference in the same run", "ratio", "target"], rows,
+                      markdown=True),
         "",
         "Real-time emulation, recorded then replayed (predicted / measured wall time): " + ", ".join(
             f"{e['profile']} x{e['n_ssd']}: {e['predicted_s']:.3f} / {e['wall_s']:.3f} s "
@@ -1154,13 +1177,10 @@ def format_thread_rows(r):
         f"{n}: " + " / ".join(f"{by_series[short][n]:.2f} {short}"
                               for short, _, _ in _THREAD_SERIES if n in by_series[short])
         for n in counts)
-    table = ["| threads | " + " | ".join(name for _, _, name in _THREAD_SERIES) + " |",
-             "|---" * (1 + len(_THREAD_SERIES)) + "|"]
-    for n in counts:
-        table.append(f"| {n} | " + " | ".join(
-            f"{by_series[short][n]:.2f}" if n in by_series[short] else "-"
-            for short, _, _ in _THREAD_SERIES) + " |")
-    return [line, "", "All-miss M pages/s by thread count:", "", *table, ""]
+    rows = [[n] + [f"{by_series[short][n]:.2f}" if n in by_series[short] else "-"
+                   for short, _, _ in _THREAD_SERIES] for n in counts]
+    by_threads = console.table(["threads"] + [name for _, _, name in _THREAD_SERIES], rows, markdown=True)
+    return [line, "", "All-miss M pages/s by thread count:", "", *by_threads.splitlines(), ""]
 
 
 def build_parser():

@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 import gids  # first: it picks the GPU or the simulator before numba loads
+from gids import console
 from kernels.platform import WARP_SIZE
 from numba import cuda
 
@@ -241,6 +242,7 @@ def run(args):
 
 
 def table(r):
+    """The run's result as a two-column table (measure, value)."""
     per_round = (r["writes"] + r["reads"]) / max(r["rounds"], 1)
     rate = (f"{(r['rounds'] - 1) * per_round / r['run_s']:,.0f}/s after round 1"
             if r["rounds"] > 1 and r["run_s"] > 0 else "one round")
@@ -267,8 +269,7 @@ def table(r):
         ("hangs", f"{r['hangs']} (every round returned; a timeout would have raised)"),
         ("result", "PASS" if r["ok"] else "FAIL"),
     ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return console.table(["measure", "value"], rows, left=(0, 1))
 
 
 def main(argv=None):

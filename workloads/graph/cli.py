@@ -14,6 +14,11 @@ Examples::
     gids bfs --scale 20 --roots 64 --data-path gids,memory --cache-fractions 1,0.5,0.25,0.1
     gids bfs --scale 18 --data-path gids,nvme --cache-fractions 0.25 --ssd p5800x --n-ssd 1,4
     gids cc --graph twitter.csr --data-path gids --cache-fractions 0.1 --json cc.json
+    gids bfs --graph roadNet-CA.txt --root 0 --root 17 --data-path gids --trace bfs.trace
+
+``--graph`` takes the project's CSR format (``docs/formats.md``), a SNAP edge list (text: two
+ids a line, ``#`` comments) or a ``.npy`` edge array; the last two are converted once, into
+``PATH.csr`` beside the input, and that file is used from then on.
 """
 from __future__ import annotations
 
@@ -28,13 +33,18 @@ import tempfile
 
 import numpy as np
 
+from gids.cli import (ArgumentParser, TraceRecorder, UsageError, add_trace_argument,
+                      existing_dir, nonnegative_int, output_file, page_size,
+                      positive_int, run)
+from gids.console import Progress, say, table
 from ..ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_cell, emulation_record,
                            emulations)
 from .bfs import connected_components_reference, sample_bfs_roots
-from .csr_file import GraphFormatError, open_csr
+from .csr_file import MAGIC, GraphFormatError, open_csr
 from .gpu_bfs import DIRECTIONS, ReferenceMismatchError, validate_bfs_result
 from .gpu_cc import ComponentsMismatchError, validate_cc_result
 from .gpu_graph import DATA_PATHS, open_device_graph
+from .importers import import_edge_list, import_npy_edges
 from .kronecker import generate_kronecker_csr
 from .validate import BFSValidationError, teps_statistics
 
@@ -48,26 +58,7 @@ _DATA_PATH_WHERE = (" in the simulator; gids,nvme,memory,zero_copy,cpu_batch on 
                     if gids.SIMULATOR else "")
 
 
-def _progress_bar(label: str, width: int = 30):
-    """A ``progress(done, total)`` callback drawing one line on stderr (ended once, at 100 %)."""
-    finished = False
-
-    def progress(done: int, total: int) -> None:
-        nonlocal finished
-        if finished:
-            return
-        frac = done / total if total else 1.0
-        sys.stderr.write(f"\r{label} [{'#' * int(width * frac):<{width}}] {frac:6.1%}")
-        if done >= total:
-            sys.stderr.write("\n")
-            finished = True
-        sys.stderr.flush()
-
-    return progress
-
-
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+_say = say
 
 
 def _names(text: str) -> list[str]:
@@ -77,6 +68,13 @@ def _names(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(f"unknown data path(s) {unknown or text!r}; known: "
                                          f"{', '.join(DATA_PATHS)}")
     return names
+
+
+def _scale(text: str) -> int:
+    value = positive_int(text)
+    if value > 40:
+        raise argparse.ArgumentTypeError(f"must be at most 40 (2**40 vertices), got {value}")
+    return value
 
 
 def _fractions(text: str) -> list[float]:
@@ -113,15 +111,17 @@ def add_bfs_arguments(subparsers) -> None:
                 description="Connected components (union-find hooking + pointer jumping), "
                             "checked against a CPU reference; time per data path and cache size.")
         graph = p.add_mutually_exclusive_group(required=True)
-        graph.add_argument("--scale", type=int, help="generate a Graph500 Kronecker graph of "
+        graph.add_argument("--scale", type=_scale, help="generate a Graph500 Kronecker graph of "
                                                      "2**SCALE vertices")
-        graph.add_argument("--graph", metavar="PATH", help="a CSR graph file (docs/formats.md)")
-        p.add_argument("--edgefactor", type=int, default=16, help="with --scale (default 16)")
-        p.add_argument("--seed", type=int, default=0, help="generator and root seed (default 0)")
-        p.add_argument("--save-graph", metavar="PATH",
+        graph.add_argument("--graph", metavar="PATH",
+                           help="a CSR graph file (docs/formats.md), a SNAP edge list (.txt) or a "
+                                ".npy edge array (the last two converted once to PATH.csr)")
+        p.add_argument("--edgefactor", type=positive_int, default=16, help="with --scale (default 16)")
+        p.add_argument("--seed", type=nonnegative_int, default=0, help="generator and root seed (default 0)")
+        p.add_argument("--save-graph", metavar="PATH", type=output_file,
                        help="with --scale: write the graph here and keep it (default: a "
                             "temporary file)")
-        p.add_argument("--dir", default=None, help="with --scale: where the temporary graph goes")
+        p.add_argument("--dir", type=existing_dir, default=None, help="with --scale: where the temporary graph goes")
         p.add_argument("--verify", action="store_true",
                        help="scan the whole graph file (checksum, ids, order) before running")
         p.add_argument("--data-path", type=_names, default=list(DEFAULT_DATA_PATHS),
@@ -132,7 +132,7 @@ def add_bfs_arguments(subparsers) -> None:
                        metavar="LIST", help="cache sizes over the neighbours array, for data "
                                             "paths with a cache (gids, nvme; default "
                                             "1,0.5,0.25,0.1)")
-        p.add_argument("--page-size", type=int, default=0,
+        p.add_argument("--page-size", type=page_size, default=0,
                        help="page size of gids, nvme and cpu_batch's reads (default 512 in the "
                             "simulator, else 4096)")
         p.add_argument("--storage", choices=["file", "mmap", "memory"], default="file",
@@ -143,12 +143,16 @@ def add_bfs_arguments(subparsers) -> None:
                        help="keep cached pages between searches, the first one included: it "
                             "follows the untimed warm-up search (default: each search, and "
                             "each cc run, starts cold)")
-        p.add_argument("--json", metavar="OUT", help="write every result to this JSON file")
+        p.add_argument("--json", metavar="OUT", type=output_file, help="write every result to this JSON file")
+        add_trace_argument(p)
         if name == "bfs":
             where = " in the simulator; 64 on a GPU" if gids.SIMULATOR else ", as Graph500"
-            p.add_argument("--roots", type=int, default=DEFAULT_ROOTS,
+            p.add_argument("--roots", type=positive_int, default=DEFAULT_ROOTS,
                            help=f"searches per data path and cache size (default "
                                 f"{DEFAULT_ROOTS}{where})")
+            p.add_argument("--root", type=nonnegative_int, action="append", metavar="VERTEX",
+                           help="search from this vertex (repeatable; instead of --roots "
+                                "sampled ones)")
             p.add_argument("--direction", choices=DIRECTIONS, default="top-down",
                            help="top-down every level (BaM), or auto: bottom-up steps while the "
                                 "frontier is large (Beamer)")
@@ -166,15 +170,59 @@ def add_bfs_arguments(subparsers) -> None:
 
 # ---------------------------------------------------------------------------------- helpers
 def _open_graph(args, tmp: str):
-    """The graph to run on: a file given, or one generated now."""
+    """The graph to run on: a file given (converted first if it is an edge list), or one
+    generated now."""
     if args.graph:
-        return open_csr(args.graph, verify=args.verify)
+        return open_csr(_csr_of(args.graph), verify=args.verify)
     path = args.save_graph or os.path.join(tmp, f"kronecker-{args.scale}.csr")
     _say(f"generating a Graph500 Kronecker graph, scale {args.scale}, edge factor "
          f"{args.edgefactor}, seed {args.seed} -> {path}")
     generate_kronecker_csr(path, args.scale, args.edgefactor, seed=args.seed,
-                           progress=_progress_bar("generating"))
+                           progress=Progress("generating"))
     return open_csr(path, verify=args.verify)
+
+
+def _csr_of(path: str) -> str:
+    """``path`` if it is a CSR file; for a SNAP edge list or a ``.npy`` edge array, the CSR file
+    converted from it beside it (``PATH.csr``), made now unless one newer than ``path`` is there.
+
+    Ids are kept as they are (vertex ``v`` of the file is vertex ``v`` of the graph, so
+    ``--root`` takes the file's ids); an edge listed both ways is kept twice.
+    """
+    with open(path, "rb") as f:
+        if f.read(len(MAGIC)) == MAGIC:
+            return path
+    csr = path + ".csr"
+    if os.path.exists(csr) and os.path.getmtime(csr) >= os.path.getmtime(path):
+        _say(f"using {csr}, converted from {path} before")
+        return csr
+    kind = "npy edge array" if path.endswith(".npy") else "edge list"
+    _say(f"converting the {kind} {path} to the CSR format: {csr}")
+    convert = import_npy_edges if path.endswith(".npy") else import_edge_list
+    part = csr + ".part"   # a conversion cut short leaves no CSR file that looks whole
+    try:
+        convert(path, part, progress=Progress("converting"))
+        os.replace(part, csr)
+    except BaseException:
+        if os.path.exists(part):
+            os.remove(part)
+        raise
+    return csr
+
+
+def _roots(args, graph) -> np.ndarray:
+    """The roots to search from: ``--root`` (each a vertex of the graph), else ``--roots``
+    sampled among the vertices with an edge other than a self loop."""
+    if args.root:
+        bad = [r for r in args.root if r >= graph.n_vertices]
+        if bad:
+            raise UsageError(f"--root {bad[0]} is not a vertex: the graph has vertices 0 to "
+                             f"{graph.n_vertices - 1:,}")
+        return np.array(args.root, dtype=np.int64)
+    roots = sample_bfs_roots(graph, args.roots, seed=args.seed)
+    if roots.size == 0:
+        raise UsageError("no vertex has an edge other than a self loop: nothing to search")
+    return roots
 
 
 def _graph_info(graph) -> dict:
@@ -209,14 +257,21 @@ def _runs(args, arrays):
             yield name, options, None
 
 
-def _emulations_or_none(args, command: str):
-    """The emulated SSD arrays asked for, or None after saying why the options are wrong."""
+def _emulations(args):
+    """The emulated SSD arrays asked for (a :class:`UsageError` where the options are wrong)."""
     try:
         return emulations(args, any(DATA_PATHS[name].runtime for name in args.data_path))
     except ValueError as exc:
-        _say(f"gids {command}: {exc}")
-        return None
+        raise UsageError(str(exc)) from None
 
+
+def _traced(options: dict, trace: TraceRecorder) -> dict:
+    """``options`` for :func:`open_device_graph`, its Runtime recording to the trace's next
+    part when ``--trace`` is given (the JSON record keeps ``options`` without it)."""
+    part = trace()
+    if part is None or "cache_fraction" not in options:
+        return options
+    return {**options, "runtime_options": {**options.get("runtime_options", {}), "trace": part}}
 
 
 def _world() -> str:
@@ -226,14 +281,6 @@ def _world() -> str:
 
 def _fmt_rate(x) -> str:
     return "-" if x is None or not np.isfinite(x) else f"{x:.3g}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w)   # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
 def _cache_cells(dg) -> tuple[str, str]:
@@ -273,12 +320,13 @@ def _warm_up_search(dg, label: str, root: int, direction: str) -> None:
          f"{'' if ios is None else f', {ios:,} I/Os'}")
 
 
-def _bfs_run(args, graph, roots, name: str, options: dict,
-             emulation) -> tuple[dict, list[str], int]:
+def _bfs_run(args, graph, roots, name: str, options: dict, emulation,
+             trace: TraceRecorder) -> tuple[dict, list[str], int]:
     """All searches of one data path and cache size: its JSON record, table row, failures."""
     failed = 0
     searches = []
-    with open_device_graph(graph, name, cold_cache=not args.warm_cache, **options) as dg:
+    with open_device_graph(graph, name, cold_cache=not args.warm_cache,
+                           **_traced(options, trace)) as dg:
         label = dg.source.label
         cache_pct, pages = _cache_cells(dg)
         if roots.size:
@@ -324,18 +372,13 @@ def _bfs_run(args, graph, roots, name: str, options: dict,
 
 def cmd_bfs(args) -> int:
     """Run ``gids bfs``; returns the exit status (0, 1 if a search was invalid, 2 on error)."""
-    arrays = _emulations_or_none(args, "bfs")
-    if arrays is None:
-        return 2
+    arrays = _emulations(args)
     if gids.SIMULATOR:
         sys.setswitchinterval(1e-4)   # host <-> simulated-kernel handshakes go faster
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp, TraceRecorder(args.trace) as trace:
         try:
             graph = _open_graph(args, tmp)
-            roots = sample_bfs_roots(graph, args.roots, seed=args.seed)
-            if roots.size == 0:
-                _say("gids bfs: no vertex has an edge other than a self loop: nothing to search")
-                return 2
+            roots = _roots(args, graph)
             report = {"command": "bfs", "world": _world(), "simulator": gids.SIMULATOR,
                       "graph": _graph_info(graph),
                       "config": {"roots": roots.tolist(), "direction": args.direction,
@@ -344,20 +387,19 @@ def cmd_bfs(args) -> int:
                       "runs": []}
             rows, failed = [], 0
             for name, options, emulation in _runs(args, arrays):
-                record, row, bad = _bfs_run(args, graph, roots, name, options, emulation)
+                record, row, bad = _bfs_run(args, graph, roots, name, options, emulation, trace)
                 report["runs"].append(record)
                 rows.append(row)
                 failed += bad
         except (GraphFormatError, gids.GidsError, OSError) as exc:
-            _say(f"gids bfs: {exc}")
-            return 2
+            raise UsageError(str(exc)) from None
     info = report["graph"]
     print(f"gids bfs on {_world()}")
     print(f"graph: {info['n_vertices']:,} vertices, {info['n_input_edges']:,} input edges, "
           f"{info['n_entries']:,} entries ({info['neighbour_bytes']:,} bytes of neighbours); "
           f"{roots.size} roots, {args.direction}, cache {'warm' if args.warm_cache else 'cold'} "
           "at each search")
-    print(_table(["data path", "SSDs", "cache", "pages", "searches", "hmean TEPS", "min TEPS",
+    print(table(["data path", "SSDs", "cache", "pages", "searches", "hmean TEPS", "min TEPS",
                   "median TEPS", "max TEPS", "mean s", "I/Os/search", "hit rate", "valid"], rows))
     if arrays:
         print(EMULATION_NOTE)
@@ -370,10 +412,11 @@ def cmd_bfs(args) -> int:
 
 
 # ---------------------------------------------------------------------------------- cc
-def _cc_run(args, graph, expected, name: str, options: dict,
-            emulation) -> tuple[dict, list[str], bool]:
+def _cc_run(args, graph, expected, name: str, options: dict, emulation,
+            trace: TraceRecorder) -> tuple[dict, list[str], bool]:
     """Components through one data path and cache size: JSON record, table row, validity."""
-    with open_device_graph(graph, name, cold_cache=not args.warm_cache, **options) as dg:
+    with open_device_graph(graph, name, cold_cache=not args.warm_cache,
+                           **_traced(options, trace)) as dg:
         # One untimed run first, as for bfs (_warm_up_search): first-touch costs out of the
         # timed run, and with --warm-cache a cache that holds what a whole run read.
         dg.connected_components()
@@ -420,12 +463,10 @@ def _miss_path(stats) -> str:
 
 def cmd_cc(args) -> int:
     """Run ``gids cc``; returns the exit status (0, 1 if a result was wrong, 2 on error)."""
-    arrays = _emulations_or_none(args, "cc")
-    if arrays is None:
-        return 2
+    arrays = _emulations(args)
     if gids.SIMULATOR:
         sys.setswitchinterval(1e-4)
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp, TraceRecorder(args.trace) as trace:
         try:
             graph = _open_graph(args, tmp)
             expected = None
@@ -439,18 +480,18 @@ def cmd_cc(args) -> int:
                       "runs": []}
             rows, failed = [], 0
             for name, options, emulation in _runs(args, arrays):
-                record, row, valid = _cc_run(args, graph, expected, name, options, emulation)
+                record, row, valid = _cc_run(args, graph, expected, name, options, emulation,
+                                             trace)
                 report["runs"].append(record)
                 rows.append(row)
                 failed += valid is False
         except (GraphFormatError, gids.GidsError, OSError) as exc:
-            _say(f"gids cc: {exc}")
-            return 2
+            raise UsageError(str(exc)) from None
     info = report["graph"]
     print(f"gids cc on {_world()}")
     print(f"graph: {info['n_vertices']:,} vertices, {info['n_input_edges']:,} input edges, "
           f"{info['n_entries']:,} entries ({info['neighbour_bytes']:,} bytes of neighbours)")
-    print(_table(["data path", "SSDs", "cache", "pages", "seconds", "edges/s", "components", "I/Os",
+    print(table(["data path", "SSDs", "cache", "pages", "seconds", "edges/s", "components", "I/Os",
                   "hit rate", "valid"], rows))
     if arrays:
         print(EMULATION_NOTE)
@@ -464,10 +505,9 @@ def cmd_cc(args) -> int:
 
 def main(argv=None) -> int:
     """``python -m workloads.graph.cli {bfs,cc} ...`` (the same as ``gids bfs`` / ``gids cc``)."""
-    parser = argparse.ArgumentParser(prog="gids", description="GPU graph traversal through gids")
+    parser = ArgumentParser(prog="gids", description="GPU graph traversal through gids")
     add_bfs_arguments(parser.add_subparsers(dest="cmd", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return run(parser, argv)
 
 
 if __name__ == "__main__":

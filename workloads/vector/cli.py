@@ -25,6 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
+from gids.cli import (ArgumentParser, TraceRecorder, UsageError, add_trace_argument,
+                      nonnegative_int, output_file, page_size, positive_int, run)
+from gids.console import Progress, table
 from workloads.ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_cell,
                                    emulation_record, emulations, positive_ints)
 
@@ -49,8 +52,11 @@ def _name_list(text: str) -> list[str]:
 
 
 def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 < value:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
@@ -79,16 +85,16 @@ def add_search_arguments(subparsers) -> argparse.ArgumentParser:
     one.add_argument("--index", metavar="PATH", help="search an existing IVF index file")
     one.add_argument("--vectors", metavar="FILE",
                      help="build an index from a .fvecs, .bvecs or .npy file")
-    src.add_argument("--n", type=int, help="synthetic vectors (default 200,000; 2,000 in the simulator)")
-    src.add_argument("--dim", type=int, help="synthetic dimension (default 96; 16 in the simulator)")
-    src.add_argument("--lists", type=int, help="IVF lists to build (default 256; 16 in the simulator)")
-    src.add_argument("--clusters", type=int, help="synthetic clusters (default: --lists)")
-    src.add_argument("--spread", type=float, default=1.0,
+    src.add_argument("--n", type=positive_int, help="synthetic vectors (default 200,000; 2,000 in the simulator)")
+    src.add_argument("--dim", type=positive_int, help="synthetic dimension (default 96; 16 in the simulator)")
+    src.add_argument("--lists", type=positive_int, help="IVF lists to build (default 256; 16 in the simulator)")
+    src.add_argument("--clusters", type=positive_int, help="synthetic clusters (default: --lists)")
+    src.add_argument("--spread", type=_fraction, default=1.0,
                      help="synthetic noise around cluster centres (default 1.0; larger is harder)")
     src.add_argument("--metric", choices=["l2", "ip"], default="l2", help="for a built index")
-    src.add_argument("--save-index", metavar="PATH", help="keep the built index here")
+    src.add_argument("--save-index", metavar="PATH", type=output_file, help="keep the built index here")
     q = p.add_argument_group("queries")
-    q.add_argument("--queries", type=int, help="queries (default 10,000; 8 in the simulator)")
+    q.add_argument("--queries", type=positive_int, help="queries (default 10,000; 8 in the simulator)")
     q.add_argument("--query-file", metavar="FILE", help="read the queries from a vector file")
     q.add_argument("--recall-queries", type=int,
                    help="recall is measured over the first N queries (default 1,000; all in the "
@@ -103,7 +109,7 @@ def add_search_arguments(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--nprobe", type=_nprobe_list, default=[1, 2, 4, 8, 16],
                    help="lists probed per query, comma-separated (default 1,2,4,8,16; values "
                         "above the number of lists are dropped)")
-    s.add_argument("--k", type=int, default=10, help="results per query (default 10)")
+    s.add_argument("--k", type=positive_int, default=10, help="results per query (default 10)")
     s.add_argument("--data-path", type=_name_list, default=["gids", "memory"],
                    help="comma-separated data paths: gids (host daemon), nvme (gids over the "
                         "direct NVMe path), memory, or a baseline of workloads/baselines.py "
@@ -111,7 +117,7 @@ def add_search_arguments(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--cache-fraction", type=_fraction, default=0.25,
                    help="gids / nvme cache size as a fraction of the vectors section "
                         "(default 0.25)")
-    s.add_argument("--page-size", type=int,
+    s.add_argument("--page-size", type=page_size,
                    help="page size of a built index and of the cache (default 4096; 512 in the "
                         "simulator; for --index, the index's)")
     s.add_argument("--storage", choices=["file", "mmap", "memory"], default="file",
@@ -120,23 +126,28 @@ def add_search_arguments(subparsers) -> argparse.ArgumentParser:
     add_ssd_arguments(s)
     s.add_argument("--probe", choices=["gpu", "host"], default="gpu",
                    help="pick the lists on the GPU (default) or on the host")
-    s.add_argument("--threads", type=int, help="threads per block (default 128; 32 in the simulator)")
+    s.add_argument("--threads", type=positive_int, help="threads per block (default 128; 32 in the simulator)")
     s.add_argument("--no-faiss", action="store_true", help="skip the faiss-cpu column")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    s.add_argument("--seed", type=nonnegative_int, default=0)
+    s.add_argument("--json", metavar="OUT", type=output_file, help="also write the results as JSON")
+    add_trace_argument(s)
     p.set_defaults(func=cmd_search)
     return p
 
 
 # ------------------------------------------------------------------ helpers
 
-def _progress(stage: str, done: int, total: int) -> None:
-    """One updating line per stage on stderr."""
-    frac = done / total if total else 1.0
-    sys.stderr.write(f"\r  {stage}: {done:,}/{total:,} ({frac:.0%})")
-    if done >= total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
+class _StageProgress:
+    """``progress(stage, done, total)``, as the index builder reports: one
+    :class:`gids.console.Progress` per stage on stderr."""
+
+    def __init__(self):
+        self._bars = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage not in self._bars:
+            self._bars[stage] = Progress(f"  {stage}")
+        self._bars[stage](done, total)
 
 
 _START = time.perf_counter()
@@ -199,25 +210,42 @@ def sample_queries(index, n_queries: int, seed: int = 0, *, skewed: bool = False
 
 def _build_index(args, defaults, tmp_dir: Path):
     """The index to search and, for synthetic data, the data source (for its query generator)."""
-    from workloads.vector import SyntheticClusters, build_ivf, load_vectors, open_ivf, train_kmeans
+    from workloads.vector import SyntheticClusters, build_ivf, open_ivf, train_kmeans
 
     if args.index:
         _say(f"opening index {args.index}")
-        return open_ivf(args.index), None
+        try:
+            return open_ivf(args.index), None
+        except (ValueError, OSError) as exc:   # IndexFormatError is a ValueError
+            raise UsageError(f"cannot open the index: {exc}") from None
     page_size = args.page_size or defaults["page_size"]
     lists = args.lists or defaults["lists"]
     if args.vectors:
         _say(f"loading {args.vectors}")
-        data = load_vectors(args.vectors)
+        data = _load_vectors(args.vectors)
     else:
         n, dim = args.n or defaults["n"], args.dim or defaults["dim"]
         data = SyntheticClusters(n, dim, args.clusters or lists, seed=args.seed, spread=args.spread)
         _say(f"synthetic data: {data}")
     path = Path(args.save_index) if args.save_index else tmp_dir / "search.ivf"
     _say(f"training {lists} centroids ({args.metric}) and writing {path}")
-    centroids = train_kmeans(data, lists, metric=args.metric, seed=args.seed, progress=_progress)
-    index = build_ivf(path, data, centroids, metric=args.metric, page_size=page_size, progress=_progress)
+    if data.shape[0] < lists:
+        raise UsageError(f"{data.shape[0]:,} vectors cannot fill {lists} lists: give --n of at "
+                         f"least {lists} or fewer --lists")
+    progress = _StageProgress()
+    centroids = train_kmeans(data, lists, metric=args.metric, seed=args.seed, progress=progress)
+    index = build_ivf(path, data, centroids, metric=args.metric, page_size=page_size,
+                      progress=progress)
     return index, (data if not args.vectors else None)
+
+
+def _load_vectors(path, **options):
+    """``load_vectors(path)``; a malformed or unreadable file is a :class:`UsageError`."""
+    from workloads.vector import load_vectors
+    try:
+        return load_vectors(path, **options)
+    except (ValueError, OSError) as exc:   # VectorFileError is a ValueError
+        raise UsageError(f"cannot read vectors from {path}: {exc}") from None
 
 
 #: Queries recall is measured over on a GPU (``--recall-queries``): the standard error of a
@@ -299,10 +327,7 @@ def _table(rows, faiss_rows, k_recall, simulator) -> str:
             cells += [_cell(f and f["recall"], ".4f"), _cell(f and f["qps"], ",.0f")]
         shown.add(row["nprobe"])
         lines.append(cells)
-    widths = [max(len(h), *(len(c[i]) for c in lines)) if lines else len(h) for i, h in enumerate(head)]
-    fmt = lambda cells: "  ".join(c.rjust(w) if i != 1 else c.ljust(w)    # noqa: E731
-                                  for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(c) for c in lines])
+    return table(head, lines, left=(1,))
 
 
 # ------------------------------------------------------------------ the command
@@ -311,7 +336,7 @@ def cmd_search(args) -> int:
     """Run ``gids search`` with parsed arguments; returns the exit status."""
     import gids
     from kernels.platform import WARP_SIZE
-    from workloads.vector import ivf_search, load_vectors, recall_at_k
+    from workloads.vector import ivf_search, recall_at_k
     from workloads.vector.gpu_search import MAX_K, GPUSearcher, get_data_path
 
     simulator = bool(gids.SIMULATOR)
@@ -320,26 +345,31 @@ def cmd_search(args) -> int:
     defaults = _DEFAULTS["simulator" if simulator else "gpu"]
     world = ("the CUDA simulator (no GPU: kernels run as Python threads; times and QPS are "
              "simulator figures, not GPU ones)" if simulator else "the GPU")
-    print(f"gids search: running on {world}")
     try:
         paths = [get_data_path(name) for name in args.data_path]
         arrays = emulations(args, any(path.backend for path in paths))
     except ValueError as exc:
-        print(f"gids search: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     if args.recall_queries is not None and args.recall_queries < 0:
-        print(f"gids search: --recall-queries must be >= 0, got {args.recall_queries}",
-              file=sys.stderr)
-        return 2
-    if not 1 <= args.k <= MAX_K:
-        print(f"gids search: --k must be from 1 to {MAX_K}, got {args.k}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--recall-queries must be >= 0, got {args.recall_queries}")
+    if args.threads and (args.threads & (args.threads - 1) or args.threads % WARP_SIZE):
+        raise UsageError(f"--threads must be a power of two and a multiple of the warp size "
+                         f"({WARP_SIZE}), got {args.threads}")
+    if args.k > MAX_K:
+        raise UsageError(f"--k must be from 1 to {MAX_K}, got {args.k}")
+    lists = args.lists or defaults["lists"]
+    if not (args.index or args.vectors) and (args.n or defaults["n"]) < lists:
+        raise UsageError(f"--n {args.n or defaults['n']} vectors cannot fill {lists} lists: give "
+                         f"--n of at least {lists} or fewer --lists")
+    print(f"gids search: running on {world}")
 
-    with tempfile.TemporaryDirectory(prefix="gids-search-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gids-search-") as tmp, \
+            TraceRecorder(args.trace) as trace:
         index, synthetic = _build_index(args, defaults, Path(tmp))
         n_queries = args.queries or defaults["queries"]
         if args.query_file:
-            queries = np.asarray(load_vectors(args.query_file, mmap=False), dtype=np.float32)
+            queries = np.asarray(_load_vectors(args.query_file, mmap=False),
+                                 dtype=np.float32)
             if args.queries:
                 queries = queries[:n_queries]
         elif synthetic is not None:
@@ -347,16 +377,14 @@ def cmd_search(args) -> int:
         else:
             queries = sample_queries(index, n_queries, seed=args.seed + 1, skewed=args.skewed)
         if queries.ndim != 2 or queries.shape[1] != index.dim:
-            print(f"gids search: dimension mismatch: the queries have dimension "
-                  f"{queries.shape[-1]} but the index has dimension {index.dim}", file=sys.stderr)
-            return 2
+            raise UsageError(f"dimension mismatch: the queries have dimension "
+                             f"{queries.shape[-1]} but the index has dimension {index.dim}")
         nprobes = sorted({p for p in args.nprobe if p <= index.n_lists})
         dropped = sorted(set(args.nprobe) - set(nprobes))
         if dropped:
             _say(f"nprobe {dropped} dropped: the index has {index.n_lists} lists")
         if not nprobes:
-            print("gids search: no --nprobe value fits the index", file=sys.stderr)
-            return 2
+            raise UsageError(f"no --nprobe value fits the index ({index.n_lists} lists)")
         k = args.k
         k_recall = min(10, k)
         page_size = args.page_size if (args.page_size and args.index) else min(index.page_size, 64 << 10)
@@ -382,7 +410,7 @@ def cmd_search(args) -> int:
                 runtime = None
                 if path.backend:
                     runtime = gids.Runtime(path.backend, cache_pages=cache_pages,
-                                           page_size=page_size,
+                                           page_size=page_size, trace=trace(),
                                            **(emulation.runtime_options if emulation else {}))
                 name = path.name if emulation is None else f"{path.name} ({emulation.label})"
                 try:
@@ -451,11 +479,10 @@ def cmd_search(args) -> int:
 
 def main(argv=None) -> int:
     """``python -m workloads.vector.cli search ...``: the subcommand without the ``gids`` entry point."""
-    parser = argparse.ArgumentParser(prog="python -m workloads.vector.cli")
+    parser = ArgumentParser(prog="python -m workloads.vector.cli")
     sub = parser.add_subparsers(dest="cmd", required=True)
     add_search_arguments(sub)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return run(parser, argv)
 
 
 if __name__ == "__main__":
