@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gids.cli import page_size, positive_int
 from workloads.ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_record,
                                    emulations)
 
@@ -65,43 +66,29 @@ def _paths(text):
     return names
 
 
-def _page_size(text):
-    value = _positive(text)
-    if value & (value - 1) or not 512 <= value <= 65536:
-        raise argparse.ArgumentTypeError(f"a power of two from 512 to 65536, got {text!r}")
-    return value
-
-
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def add_gnn_arguments(subparsers):
     p = subparsers.add_parser(
         "gnn", help="GraphSAGE training from storage: gids vs. GPU memory, zero-copy, the mmap "
                     "loader and CPU batches (or --gather-only: feature rows/s)",
         description=__doc__.split("\n\n")[1])
     d = p.add_argument_group("data set")
-    d.add_argument("--scale", type=_positive, default=7 if SIM else 20,
+    d.add_argument("--scale", type=positive_int, default=7 if SIM else 20,
                    help="2**scale vertices (default 20; 7 in the simulator)")
-    d.add_argument("--edgefactor", type=_positive, default=8, help="edges per vertex (default 8)")
-    d.add_argument("--dim", type=_positive, default=16 if SIM else 1024,
+    d.add_argument("--edgefactor", type=positive_int, default=8, help="edges per vertex (default 8)")
+    d.add_argument("--dim", type=positive_int, default=16 if SIM else 1024,
                    help="float32 features per vertex (default 1024; 16 in the simulator)")
-    d.add_argument("--classes", type=_positive, default=16)
+    d.add_argument("--classes", type=positive_int, default=16)
     d.add_argument("--dir", default=None, help="where the data set is made or found "
                                                "(default: a temporary directory)")
     t = p.add_argument_group("training")
     t.add_argument("--fanouts", type=_ints, default=(15, 10, 5),
                    help="neighbours per hop (default 15,10,5; the layer count)")
-    t.add_argument("--batch-size", type=_positive, default=8 if SIM else 1024)
-    t.add_argument("--epochs", type=_positive, default=1)
-    t.add_argument("--train-seeds", type=_positive, default=16 if SIM else 1 << 16,
+    t.add_argument("--batch-size", type=positive_int, default=8 if SIM else 1024)
+    t.add_argument("--epochs", type=positive_int, default=1)
+    t.add_argument("--train-seeds", type=positive_int, default=16 if SIM else 1 << 16,
                    help="training vertices (default 65,536; 16 in the simulator)")
-    t.add_argument("--eval-seeds", type=_positive, default=16 if SIM else 8192)
-    t.add_argument("--hidden", type=_positive, default=16 if SIM else 256)
+    t.add_argument("--eval-seeds", type=positive_int, default=16 if SIM else 8192)
+    t.add_argument("--hidden", type=positive_int, default=16 if SIM else 256)
     t.add_argument("--lr", type=float, default=0.003)
     s = p.add_argument_group("data paths")
     s.add_argument("--data-path", type=_paths, default=PATHS,
@@ -111,7 +98,7 @@ def add_gnn_arguments(subparsers):
     s.add_argument("--storage", choices=["memory", "file", "mmap"], default="memory",
                    help="how gids, zero_copy and cpu_batch read the feature file (default "
                         "memory: RAM-backed; file: pread)")
-    s.add_argument("--page-size", type=_page_size, default=512 if SIM else 4096,
+    s.add_argument("--page-size", type=page_size, default=512 if SIM else 4096,
                    help="gids page size and the cpu_batch path's read size (default 4096)")
     add_ssd_arguments(s)
     t.add_argument("--no-loader", dest="loader", action="store_false",
@@ -120,7 +107,7 @@ def add_gnn_arguments(subparsers):
     g = p.add_argument_group("gather-only benchmark")
     g.add_argument("--gather-only", action="store_true",
                    help="time the feature gather alone (no training)")
-    g.add_argument("--batches", type=_positive, default=2 if SIM else 16,
+    g.add_argument("--batches", type=positive_int, default=2 if SIM else 16,
                    help="batches of random seeds whose node lists are gathered (default 16)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON")
@@ -262,7 +249,7 @@ def _print_table(args, results):
     if args.gather_only:
         base = {r["path"]: r["rows_per_s"] for r in results if r["path"] != "gids"}
         print("feature rows gathered per second (the same node lists on every path)\n")
-        print(f"| path | rows/s | GB/s | x mmap | x zero_copy | x memory |")
+        print("| path | rows/s | GB/s | x mmap | x zero_copy | x memory |")
         print("|---|---:|---:|---:|---:|---:|")
         for r in results:
             ratios = [f"{r['rows_per_s'] / base[k]:.2f}" if k in base else "-"
