@@ -1,48 +1,5 @@
-"""The exceptions gids raises. Every one derives from :class:`GidsError` and from the builtin
-exception a caller would already catch for that kind of failure."""
-
-
-class GidsError(Exception):
-    """Base class of every gids error."""
-
-
-class ConfigError(GidsError, ValueError):
-    """A Runtime or array parameter is invalid (checked before any kernel runs)."""
-
-
-class StorageIOError(GidsError, OSError):
-    """The store could not read or write a page. ``path`` and ``page`` say which."""
-
-    def __init__(self, message, path=None, page=None):
-        super().__init__(message)
-        self.path = path
-        self.page = page
-
-
-class ReadOnlyError(GidsError, PermissionError):
-    """A write to an array opened read-only (``mode="r"``, the default) or to a store that
-    cannot be written."""
-
-
-class IndexOutOfRangeError(GidsError, IndexError):
-    """A kernel asked for an element outside the array (recorded in the kernel, raised after)."""
-
-
-class GidsTimeoutError(GidsError, TimeoutError):
-    """A bounded wait inside a kernel or the host ran out. ``what`` names the wait."""
-
-    def __init__(self, message, what=None):
-        super().__init__(message)
-        self.what = what
-
-
-class CacheExhaustedError(GidsTimeoutError):
-    """No cache slot could be freed in time: more pages were in use at once than the cache has."""
-
-
-class DaemonError(GidsError, RuntimeError):
-    """A host daemon thread died or would not stop."""
-
-
-class AbortedError(GidsError):
-    """The kernels were stopped by :meth:`gids.Runtime.abort` (Ctrl-C raises KeyboardInterrupt)."""
+"""The exceptions gids raises, defined in :mod:`kernels.errors` (below every layer, so that
+host_daemon raises them too)."""
+from kernels.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError,  # noqa: F401
+                            GidsError, GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError,
+                            StorageIOError)

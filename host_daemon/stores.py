@@ -25,8 +25,8 @@ import os
 
 import numpy as np
 
-from gids import layout as L
-from gids.errors import ConfigError
+from kernels import layout as L
+from kernels.errors import ConfigError
 
 # Columns of the daemon's store table (host-only, so defined here rather than in gids.layout).
 T_KIND = 0

@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 import gids  # first: it picks the GPU or the simulator before numba loads
-from kernels.platform import WARP_SIZE
+from gids.device import WARP_SIZE
 from numba import cuda
 
 #: Checks counted by the kernel (int64 counters in device memory).
