@@ -49,7 +49,8 @@ Name (environment variable, when; default on a GPU / in the simulator): what it 
 - ``commit`` (GIDS_COMMIT, run; None: ask git): the commit benchmarks record (a copy of the
   tree on another machine may carry a stale .git).
 
-This module imports nothing from the project: kernels, host_daemon and gids all read it.
+This module imports nothing from the project but :mod:`kernels.errors`: kernels, host_daemon
+and gids all read it.
 """
 import contextlib
 import os
@@ -66,7 +67,6 @@ def _gpu_daemon_threads():
 
 #: name -> (GPU default, simulator default). A callable default is called when read.
 _WORLD_DEFAULTS = {
-    "page_size": (4096, 4096),
     "cache_bytes": (1 << 30, 256 << 10),
     "daemon_threads": (_gpu_daemon_threads, 1),
     "queues": (None, 4),    # None: default_queues(page_size, queue_depth)
@@ -123,7 +123,7 @@ def _registers(text):
 
 #: name -> (default or _WORLD, parser of the environment's text, "run" or "import").
 _TABLE = {
-    "page_size": (_WORLD, _int(512, 64 << 10), "run"),
+    "page_size": (4096, _int(512, 64 << 10), "run"),
     "cache_bytes": (_WORLD, _int(1), "run"),
     "daemon_threads": (_WORLD, _int(1), "run"),
     "queues": (_WORLD, _int(1), "run"),
