@@ -19,6 +19,9 @@ In your own kernels::
 
     kernel[blocks, threads](a.handle, out); rt.sync()
 
+Warp helpers, atomics and ordered loads for your own kernels are in :mod:`gids.device`; every
+setting (``gids.defaults``) is listed in :mod:`kernels.settings`.
+
 A warp that reads much of a page looks it up once (``k = gids.pin_page(h, i)``; then
 ``gids.pinned(h, k + j)`` for ``j < gids.page_room(h, i)``; ``gids.unpin_page(h, i, k)``, or
 ``gids.unpin_page_after(h, i, k, used)`` with a value computed from every element read, which
