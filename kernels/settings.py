@@ -27,6 +27,11 @@ Name (environment variable, when; default on a GPU / in the simulator): what it 
 - ``queue_depth`` (GIDS_QUEUE_DEPTH, run; 128 / 32): entries per queue (>= a warp), same trade.
 - ``timeout`` (GIDS_TIMEOUT, run; 10 s / 60 s): bound on any one wait inside a kernel; a stuck
   wait becomes an error sooner vs a slow one is not mistaken for stuck.
+- ``engine`` (GIDS_ENGINE, run; io_uring): the host daemon's file I/O: ``io_uring`` (a ring
+  per daemon thread, many reads in flight each; ``threads`` where the kernel refuses it) or
+  ``threads`` (one synchronous pread/pwrite per thread at a time).
+- ``engine_depth`` (GIDS_ENGINE_DEPTH, run; 256): entries of each daemon thread's ring
+  (rounded up to a power of two): I/Os in flight per thread vs memory pinned for them.
 - ``max_registers`` (GIDS_MAX_REGISTERS, import; 128): register cap of ``gids.jit`` kernels
   (0: none): spills on the miss path vs blocks per SM (128: 2 of 256 threads, 80: 3, 64: 4).
 - ``sim_warp_size`` (GIDS_SIM_WARP_SIZE, import; 1): simulator only. 32 emulates whole warps,
@@ -129,6 +134,8 @@ _TABLE = {
     "queues": (_WORLD, _int(1), "run"),
     "queue_depth": (_WORLD, _int(1), "run"),
     "timeout": (_WORLD, _positive_float, "run"),
+    "engine": ("io_uring", _one_of("io_uring", "threads"), "run"),
+    "engine_depth": (256, _int(1), "run"),
     "max_registers": (128, _registers, "import"),
     "sim_warp_size": (1, _warp_size, "import"),
     "bulk_copy_lanes": (8, _int(0), "import"),
