@@ -1,5 +1,3 @@
 """The exceptions gids raises, defined in :mod:`kernels.errors` (below every layer, so that
 host_daemon raises them too)."""
-from kernels.errors import (  # noqa: F401
-    AbortedError, CacheExhaustedError, ConfigError, DaemonError, GidsError, GidsTimeoutError,
-    IndexOutOfRangeError, ReadOnlyError, StorageIOError)
+from kernels.errors import *  # noqa: F401,F403  (every GidsError subclass)

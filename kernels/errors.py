@@ -49,7 +49,9 @@ class AbortedError(GidsError):
     """The kernels were stopped by :meth:`gids.Runtime.abort` (Ctrl-C raises KeyboardInterrupt)."""
 
 
+__all__ = [name for name, value in list(globals().items())
+           if isinstance(value, type) and issubclass(value, GidsError)]
+
 # Users meet these as gids.errors.X (the public module re-exports them): say so in tracebacks.
-for _error in (GidsError, ConfigError, StorageIOError, ReadOnlyError, IndexOutOfRangeError,
-               GidsTimeoutError, CacheExhaustedError, DaemonError, AbortedError):
-    _error.__module__ = "gids.errors"
+for _name in __all__:
+    globals()[_name].__module__ = "gids.errors"
