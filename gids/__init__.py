@@ -19,6 +19,9 @@ In your own kernels::
 
     kernel[blocks, threads](a.handle, out); rt.sync()
 
+Warp helpers, atomics and ordered loads for your own kernels are in :mod:`gids.device`; every
+setting (``gids.defaults``) is listed in :mod:`kernels.settings`.
+
 A warp that reads much of a page looks it up once (``k = gids.pin_page(h, i)``; then
 ``gids.pinned(h, k + j)`` for ``j < gids.page_room(h, i)``; ``gids.unpin_page(h, i, k)``, or
 ``gids.unpin_page_after(h, i, k, used)`` with a value computed from every element read, which
@@ -31,7 +34,7 @@ Writes (arrays opened with ``mode="r+"``): ``gids.write(h, i, value)`` in a kern
 dirty page back and makes it durable.
 """
 from gids import _platform  # noqa: F401  (first: picks GPU or simulator before numba loads)
-from gids import defaults, layout
+from gids import defaults, device, errors, host, layout   # device, host: toolkits (see each)
 from gids.array import StorageArray
 from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError, GidsError,
                          GidsTimeoutError, ImportOrderError, IndexOutOfRangeError, ReadOnlyError,
@@ -41,6 +44,8 @@ from gids.stats import FileStats, Stats
 from host_daemon.ssd_model import PROFILES as _SSD_PROFILES
 from host_daemon.stores import FaultyStore, FileStore, MemoryStore, MmapStore, StripedStore
 from host_daemon.trace import read_trace, replay
+from kernels.access import (page_room, pin_page, pin_page_if_resident, pinned, read, unpin_page,
+                            unpin_page_after, write)
 from kernels.platform import MAX_REGISTERS, SIMULATOR, jit
 
 # A launch with a closed Runtime's handle raises StaleHandleError before it starts; on a GPU a
@@ -61,26 +66,13 @@ def ssd_profiles():
     return sorted(_SSD_PROFILES)
 
 
-_DEVICE_FUNCTIONS = ("read", "write", "pin_page", "pin_page_if_resident", "pinned", "unpin_page",
-                     "unpin_page_after", "page_room")
-
-
-def __getattr__(name):
-    # The device functions (``gids.read``, ``gids.write``, the page-level ones) are loaded on
-    # first use: device modules import gids.layout, so importing kernels.access here would make
-    # ``import kernels.cache`` (before gids) circular.
-    if name in _DEVICE_FUNCTIONS:
-        from kernels import access
-        return getattr(access, name)
-    raise AttributeError(f"module 'gids' has no attribute {name!r}")
-
 __all__ = [
     "Runtime", "StorageArray", "Stats", "FileStats", "read", "write", "pin_page",
     "pin_page_if_resident",
     "pinned", "unpin_page",
     "unpin_page_after",
     "page_room", "jit", "MAX_REGISTERS", "defaults",
-    "layout", "SIMULATOR",
+    "layout", "errors", "device", "host", "SIMULATOR",
     "FileStore", "MemoryStore", "MmapStore", "FaultyStore", "StripedStore", "ssd_profiles",
     "read_trace", "replay",
     "GidsError", "ConfigError", "StorageIOError", "IndexOutOfRangeError", "GidsTimeoutError",

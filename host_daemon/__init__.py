@@ -1,5 +1,6 @@
 """Host side of gids: the daemon threads that serve the queues, and the backing stores.
 
-Internal package: users ``import gids``. Nothing here imports device code; queue layouts come
-from :mod:`gids.layout`, the one module shared with :mod:`kernels`.
+Internal package: users ``import gids``. Nothing here imports device code: of :mod:`kernels`,
+only its three project-free modules, :mod:`kernels.layout` (the record layouts shared with the
+kernels), :mod:`kernels.settings` and :mod:`kernels.errors`.
 """

@@ -36,7 +36,6 @@ Two options, both off by default:
   the device's part done, completion posted; see :mod:`host_daemon.trace`) into a ring per
   thread, which a Python thread drains to the file.
 """
-import os
 import threading
 import warnings
 from collections import namedtuple
@@ -44,7 +43,9 @@ from collections import namedtuple
 import numpy as np
 from numba import njit, types
 
-from gids import layout as L
+from kernels import layout as L
+from kernels import settings
+from kernels.errors import DaemonError
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
 from host_daemon.stores import (DIRECT_ALIGN, F_COLUMNS, FAULT_CRASH, FAULT_EIO, FAULT_SHORT,
@@ -117,11 +118,9 @@ NAP_US = 50
 #: Requests served from one queue before the thread looks at its next queue (fairness).
 BATCH = 32
 #: While a single queue of a thread has requests, the thread looks at it again every this many
-#: queues of a pass (see :func:`serve_queues`). ``GIDS_HOT_QUEUE_EVERY=N`` sets it, read at
-#: import (0: never), for measuring.
-HOT_QUEUE_EVERY = int(os.environ.get("GIDS_HOT_QUEUE_EVERY", "32"))
-if HOT_QUEUE_EVERY < 0:
-    raise ValueError(f"GIDS_HOT_QUEUE_EVERY must be >= 0, got {HOT_QUEUE_EVERY}")
+#: queues of a pass (see :func:`serve_queues`; 0: never). The setting ``hot_queue_every``
+#: (``GIDS_HOT_QUEUE_EVERY``), read at import.
+HOT_QUEUE_EVERY = settings.get("hot_queue_every")
 
 
 @njit(nogil=True, cache=True)
@@ -1025,7 +1024,6 @@ class HostDaemon:
 
     def check(self):
         """Raise if a daemon thread died (the kernels it served would time out)."""
-        from gids.errors import DaemonError   # host_daemon -> gids.errors only: a leaf module
         if self._errors:
             k, exc = self._errors[0]
             raise DaemonError(f"gids: daemon thread {k} died: {exc!r}") from exc
@@ -1040,7 +1038,6 @@ class HostDaemon:
         the Runtime stops); the trace is drained to its file. Threads that did not stop stay in
         the list, so that a later ``stop`` waits for them again.
         """
-        from gids.errors import DaemonError
         self._stop[0] = 1
         stuck = []
         for t in self._threads:

@@ -51,7 +51,7 @@ cache line (``private_array``), two clock reads per batch, no reference counting
 import numpy as np
 from numba import njit
 
-from gids import layout as L
+from kernels import layout as L
 from host_daemon.daemon import (
     _CRASH,
     _QUEUED,

@@ -26,9 +26,9 @@ import os
 import numpy as np
 from numba import njit
 
-from gids import layout as L
-from gids.errors import ConfigError
 from host_daemon.sync import load_word
+from kernels import layout as L
+from kernels.errors import ConfigError
 
 # Columns of the daemon's store table (host-only, so defined here rather than in gids.layout).
 T_KIND = 0

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from gids.layout import OP_READ, OP_WRITE  # one definition: the queue's op word
+from kernels.layout import OP_READ, OP_WRITE  # one definition: the queue's op word
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import (DEFAULT_HOST_LINK_GBPS, DEFAULT_STRIPE_BYTES, PROFILES,
                                    SsdModel, get_profile, model_submit)

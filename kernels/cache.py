@@ -38,7 +38,7 @@ dirty (:func:`keep_dirty_victim`): a failed write-back loses nothing.
 import numpy as np
 from numba import cuda
 
-from gids import layout as L
+from kernels import layout as L
 from kernels.sync import (atomic_add, atomic_add_relaxed_gpu, atomic_add_release_gpu, atomic_and,
                           atomic_cas, atomic_exch, atomic_or, ld_acquire_gpu, ld_pair,
                           ld_relaxed_gpu, red_add, red_add_release_gpu)

@@ -46,21 +46,19 @@ lane reads (the ``t``-th completion the queue posts: see step 4). Steps, for the
    has its own completion.
 
 Every wait is bounded: by the Runtime's deadline (or abort), with the timeout errors of
-:mod:`gids.layout`. No lock is taken, and nothing waits on a later ticket: the ``t``-th CQE is
+:mod:`kernels.layout`. No lock is taken, and nothing waits on a later ticket: the ``t``-th CQE is
 posted only once ``t + 1`` commands have completed, and the commands rung are a prefix of the
 tickets, so ticket ``t`` was rung by then and its lane is there to read it (a lane leaves only
 after reading its CQE and its warp handing the CQ head on). ``docs/architecture.md`` has the
 rest of the argument: why a stale CQE is never taken for a new one, why SQHD unwraps.
 """
-from gids import layout as L
+from kernels import layout as L
 from kernels.platform import WARP_SIZE, device_helper
 from kernels.queue import (
     POLL_MAX_NS,
     POLL_MIN_NS,
     back_off,
     expired,
-    highest_lane,
-    lowest_lane,
     wait_turn,
 )
 from kernels.sync import (
@@ -71,7 +69,8 @@ from kernels.sync import (
     st_relaxed_sys,
     st_release_gpu,
 )
-from kernels.warp import ballot_sync, laneid, nanosleep, popc, shfl_sync, syncwarp
+from kernels.warp import (ballot_sync, highest_lane, laneid, lowest_lane, nanosleep, popc,
+                          shfl_sync, syncwarp)
 
 _CID_MASK = 0xFFFF
 _STATUS_MASK = 0x7FFF

@@ -1,7 +1,7 @@
 """Which world the device code is compiled for: a real GPU, or Numba's CUDA simulator."""
-import os
-
 from numba import config
+
+from kernels import settings
 
 #: True when ``NUMBA_ENABLE_CUDASIM=1``: kernels run as Python threads, one per CUDA thread.
 SIMULATOR = bool(config.ENABLE_CUDASIM)
@@ -11,9 +11,7 @@ SIMULATOR = bool(config.ENABLE_CUDASIM)
 #: ``GIDS_SIM_WARP_SIZE=32`` makes the simulator emulate 32-lane warps instead (slow, and every
 #: thread of a warp must call ``gids.read`` together), so that tests reach the multi-lane paths:
 #: coalescing, per-warp tickets, the cooperative copy. See :mod:`kernels.warp`.
-WARP_SIZE = int(os.environ.get("GIDS_SIM_WARP_SIZE", "1")) if SIMULATOR else 32
-if WARP_SIZE not in (1, 32):
-    raise ValueError(f"GIDS_SIM_WARP_SIZE must be 1 or 32, got {WARP_SIZE}")
+WARP_SIZE = settings.get("sim_warp_size") if SIMULATOR else 32
 
 #: Register cap for kernels that call ``gids.read``. Its miss path took a kernel to 137
 #: registers, one 256-thread block per SM; at 128 two fit and hits run faster. The miss path is a
@@ -23,18 +21,7 @@ if WARP_SIZE not in (1, 32):
 #: 2). ``GIDS_MAX_REGISTERS=N`` in the environment, read once at import, sets another default
 #: (0: no cap), for measuring; ``gids.jit(max_registers=N)`` sets it for one kernel, and
 #: ``python -m workloads.microbench hits --caps 128,80,64`` compares caps in one run.
-MAX_REGISTERS = int(os.environ.get("GIDS_MAX_REGISTERS", "128")) or None
-
-
-def _ints(name, default):
-    """Comma-separated non-negative integers from environment variable ``name`` (read once,
-    at import: the settings below are for measuring, an A/B in one GPU call)."""
-    text = os.environ.get(name, "")
-    values = tuple(int(v) for v in text.split(",")) if text.strip() else default
-    if len(values) != len(default) or min(values) < 0:
-        raise ValueError(f"{name} must be {len(default)} non-negative integers separated by "
-                         f"commas, got {text!r}")
-    return values
+MAX_REGISTERS = settings.get("max_registers")
 
 
 #: A warp whose active lanes number at most this copies each page that arrived from host memory
@@ -44,19 +31,19 @@ def _ints(name, default):
 #: read at import. Why 8: a page takes ~44 us / lanes by the lanes' own loads and ~2 us by one bulk
 #: copy, but a block has one buffer, so its warps take turns; at 16 lanes the gain is under a
 #: microsecond (docs/design-notes.md, "Copying a page in").
-BULK_COPY_LANES = _ints("GIDS_BULK_COPY_LANES", (8,))[0]
+BULK_COPY_LANES = settings.get("bulk_copy_lanes")
 
 #: Whether a miss on a read-only zero-copy array starts its page's bulk copy while its request
 #: is out (:func:`kernels.cache.start_early_copy`; the Runtime sets each handle's
 #: ``early_base``). ``GIDS_EARLY_COPY=0`` turns it off (read at import, for the A/B of
 #: ``python -m workloads.microbench latency``).
-EARLY_COPY = _ints("GIDS_EARLY_COPY", (1,))[0] != 0
+EARLY_COPY = settings.get("early_copy")
 
 #: The completion poll's schedule (ns): ``(first, min, max)``. A warp's polling lane sleeps
 #: ``first`` after its submission before its first poll of a completion, then polls with
 #: back-off from ``min`` doubling to ``max``. ``GIDS_POLL_NS=first,min,max`` sets it, read at
 #: import (docs/design-notes.md, "The completion poll's schedule").
-POLL_FIRST_NS, POLL_MIN_NS, POLL_MAX_NS = _ints("GIDS_POLL_NS", (1024, 1024, 8192))
+POLL_FIRST_NS, POLL_MIN_NS, POLL_MAX_NS = settings.get("poll_ns")
 
 
 def jit(func=None, **options):

@@ -11,10 +11,11 @@ than its own, or on the host.
 """
 from numba import cuda
 
-from gids import layout as L
+from kernels import layout as L
 from kernels.sync import (atomic_add, ld_acquire_gpu, ld_acquire_sys, now_ns, st_relaxed_gpu,
                           st_relaxed_sys, st_release_gpu)
-from kernels.warp import ballot_sync, lanemask_lt, laneid, nanosleep, popc, shfl_sync, syncwarp
+from kernels.warp import (ballot_sync, highest_lane, lanemask_lt, laneid, lowest_lane, nanosleep,
+                          popc, shfl_sync, syncwarp)
 from kernels.platform import (POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS, SIMULATOR, WARP_SIZE,
                               device_helper)
 
@@ -26,7 +27,7 @@ from kernels.platform import (POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS, SIMULATOR
 #: (and whose emulated warps sleep at least 10 ms per nap), so that it runs as before.
 FIRST_POLL_NS = 0 if SIMULATOR else POLL_FIRST_NS
 
-# The queue records' words, compiled from their one definition in gids.layout.
+# The queue records' words, compiled from their one definition in kernels.layout.
 _sq_tag = device_helper(L.sq_tag)
 _sq_word = device_helper(L.sq_word)
 _cq_seq = device_helper(L.cq_seq)
@@ -37,22 +38,6 @@ _cq_fields = device_helper(L.cq_fields)
 #: a time (docs/design-notes.md). Every 1,024th poll is still at least a millisecond apart, soon
 #: enough for Ctrl-C. The simulator polls a thousand times slower, so it looks every 8th.
 ABORT_POLL_MASK = 7 if SIMULATOR else 1023
-
-
-@device_helper
-def lowest_lane(bits):
-    """Index of the lowest set bit of a non-zero lane mask (0-based)."""
-    return popc((bits & (~bits + 1)) - 1)
-
-
-@device_helper
-def highest_lane(bits):
-    """Index of the highest set bit of a non-zero lane mask."""
-    n = 0
-    while bits > 1:
-        bits >>= 1
-        n += 1
-    return n
 
 
 @cuda.jit(device=True)

@@ -7,7 +7,7 @@ the mask is one bit, every thread leads its own group, a shuffle returns the cal
 """
 import time
 
-from kernels.platform import SIMULATOR, WARP_SIZE
+from kernels.platform import SIMULATOR, WARP_SIZE, device_helper
 
 if SIMULATOR and WARP_SIZE == 1:
     def activemask():
@@ -154,3 +154,19 @@ else:
         # int64, so that index arithmetic never mixes signed and unsigned (which Numba types
         # as float64).
         return np.int64(cuda.popc(x))
+
+
+@device_helper
+def lowest_lane(bits):
+    """Index of the lowest set bit of a non-zero lane mask (0-based)."""
+    return popc((bits & (~bits + 1)) - 1)
+
+
+@device_helper
+def highest_lane(bits):
+    """Index of the highest set bit of a non-zero lane mask."""
+    n = 0
+    while bits > 1:
+        bits >>= 1
+        n += 1
+    return n

@@ -23,12 +23,13 @@ from workloads.graph import (EdgeArray, GraphFormatError, connected_components_r
                              generate_kronecker_csr, open_csr, sample_bfs_roots, scipy_bfs,
                              traversed_edges, write_csr)
 from workloads.graph.cli import add_bfs_arguments, main as cli_main
-from workloads.graph.gpu_bfs import make_bfs_kernels, run_bfs, validate_bfs_result
-from workloads.graph.gpu_cc import make_cc_kernels, run_cc, validate_cc_result
+from workloads.graph.gpu_bfs import make_bfs_kernels, validate_bfs_result
+from workloads.graph.gpu_cc import make_cc_kernels, validate_cc_result
 from workloads.graph.gpu_graph import (DATA_PATHS, WHOLE_CACHE_REGISTERS, Access,
                                        DeviceArraySource, data_path_options,
                                        launch_geometry, open_device_graph,
-                                       read_device_array, read_gids, register_data_path)
+                                       read_device_array, read_gids, register_data_path,
+                                       run_bfs, run_cc)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = 512

@@ -157,7 +157,8 @@ def test_helpers_called_in_loops_skip_the_simulators_call_wrapper():
 
     from kernels.cache import _store_pair, check_wait, unpin
     from kernels.platform import device_helper
-    from kernels.queue import back_off, expired, highest_lane, lowest_lane
+    from kernels.queue import back_off, expired
+    from kernels.warp import highest_lane, lowest_lane
     for helper in (_store_pair, check_wait, unpin, back_off, expired, lowest_lane, highest_lane):
         assert inspect.isfunction(helper), helper
 

@@ -70,12 +70,12 @@ import numpy as np
 from numba import cuda, njit, prange
 
 from gids import layout as L
-from gids._platform import host_view
+from gids import SIMULATOR
 from gids.array import SUPPORTED_DTYPES
+from gids.device import device_helper
 from gids.errors import ConfigError, IndexOutOfRangeError, StorageIOError
-from host_daemon.daemon import serve_page
-from host_daemon.stores import T_COLUMNS, FileStore, MemoryStore, MmapStore, Store, open_file_store
-from kernels.platform import SIMULATOR, device_helper
+from gids.host import (T_COLUMNS, FileStore, MemoryStore, MmapStore, Store, host_view,
+                       open_file_store, serve_page)
 from workloads.pager import GIDS_PAGER, element_pager, room_in_page
 
 #: Lanes of a warp, which read requests together (also in the simulator, where they are just 32
@@ -134,7 +134,7 @@ else:
             return builder.call(asm, [args[0]])
         return sig, codegen
 
-from kernels.sync import atomic_add, atomic_cas  # noqa: E402
+from gids.device import atomic_add, atomic_cas  # noqa: E402
 
 
 # ------------------------------------------------------------------ kernel templates

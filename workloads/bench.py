@@ -113,9 +113,10 @@ import numpy as np
 from numba import cuda
 
 from gids.errors import ConfigError, GidsError
+from gids import SIMULATOR
 from gids.cli import TraceRecorder, add_trace_argument, existing_dir, nonnegative_int
 from gids.console import Progress, say, table
-from kernels.platform import SIMULATOR, WARP_SIZE
+from gids.device import WARP_SIZE
 from workloads import baselines as B
 
 SCHEMA_VERSION = 1
@@ -825,9 +826,9 @@ def machine_info():
         numba_cuda = version("numba-cuda")
     except Exception:
         numba_cuda = None
-    # GIDS_COMMIT wins: a copy of the working tree on another machine may carry a stale .git
-    # (a bench report once named the commit before the one that ran).
-    commit = os.environ.get("GIDS_COMMIT") or _git_commit()
+    # The setting ``commit`` (GIDS_COMMIT) wins: a copy of the working tree on another machine
+    # may carry a stale .git.
+    commit = gids.defaults.get("commit") or _git_commit()
     return {"hostname": platform.node(), "gpu": gpu, "cpu_cores": os.cpu_count() or 0,
             "python": platform.python_version(), "numpy": np.__version__,
             "numba": numba.__version__, "numba_cuda": numba_cuda, "gids": gids.__version__,

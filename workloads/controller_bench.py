@@ -39,10 +39,7 @@ from numba import njit, types
 
 import gids
 from gids import layout as L
-from host_daemon.nvme_controller import NvmeController
-from host_daemon.ssd_model import SsdModel
-from host_daemon.stores import T_COLUMNS
-from host_daemon.sync import load_acquire, store_release
+from gids.host import NvmeController, SsdModel, T_COLUMNS, load_acquire, store_release
 
 #: Commands a driver submits to one queue per visit: one warp's worth, one doorbell write.
 WARP = 32

@@ -37,12 +37,10 @@ from numba import njit
 
 import gids
 from gids import layout as L
-from host_daemon.daemon import (HostDaemon, _now_ns,   # the daemon's clock (CLOCK_MONOTONIC)
-                                cq_fields, cq_seq, sq_tag, sq_word)
-from host_daemon.ssd_model import SsdModel
-from host_daemon.stores import T_COLUMNS
-from host_daemon.sync import load_acquire, store_release
-from host_daemon.trace import TraceWriter, read_trace, replay
+from gids import read_trace, replay
+from gids.host import (T_COLUMNS, HostDaemon, SsdModel, TraceWriter, cq_fields, cq_seq,
+                       load_acquire, sq_tag, sq_word, store_release)
+from gids.host import now_ns as _now_ns   # the daemon's clock (CLOCK_MONOTONIC)
 
 #: Tickets a driver submits to one queue at a time: one warp's.
 WARP = 32

@@ -36,8 +36,7 @@ import numpy as np
 import gids
 from gids import console
 from numba import cuda
-from kernels.sync import make_load, now_ns
-from kernels.platform import WARP_SIZE
+from gids.device import WARP_SIZE, make_load, now_ns
 from workloads import timing
 
 
@@ -709,7 +708,6 @@ def launch_suite(out_dir, n_launches=200):
     """``python -m workloads.microbench launch``: :func:`bench_launch`, a Markdown table
     (printed, and OUT/launch_suite.md) and OUT/launch_suite.json. In the simulator it runs a
     few launches (the times mean nothing there)."""
-    from kernels import launch as cheap_launch
     os.makedirs(out_dir, exist_ok=True)
     if gids.SIMULATOR:
         rows = bench_launch(min(n_launches, 3), print, n_elems=1 << 10, threads=1, gpu_repeat=2)
@@ -725,7 +723,7 @@ def launch_suite(out_dir, n_launches=200):
     command = f"python -m workloads.microbench launch --launches {n_launches}"
     meta = {"date": time.strftime("%Y-%m-%d"), "gpu": where, "command": command,
             "numba": numba.__version__, "numba_cuda": numba_cuda_version,
-            "cheap_handle_launches": cheap_launch.installed()}
+            "cheap_handle_launches": gids.host.cheap_launches_installed()}
     lines = [f"Measured {meta['date']} on {where} with `{command}` (numba {meta['numba']}, "
              f"numba-cuda {numba_cuda_version}; handle launches kept per handle object "
              f"(kernels/launch.py): {meta['cheap_handle_launches']}).", ""]
@@ -778,12 +776,9 @@ def latency_settings():
     """The settings of one miss's path in this process (read at import, compiled into the
     kernels: kernels/platform.py, host_daemon/daemon.py): the bulk copy's lane threshold, the
     completion poll schedule, the daemon's hot-queue stride."""
-    from host_daemon.daemon import HOT_QUEUE_EVERY
-    from kernels.platform import (BULK_COPY_LANES, EARLY_COPY, POLL_FIRST_NS, POLL_MAX_NS,
-                                  POLL_MIN_NS)
-    return {"bulk_copy_lanes": BULK_COPY_LANES, "early_copy": EARLY_COPY,
-            "poll_ns": [POLL_FIRST_NS, POLL_MIN_NS, POLL_MAX_NS],
-            "hot_queue_every": HOT_QUEUE_EVERY}
+    get = gids.defaults.get
+    return {"bulk_copy_lanes": get("bulk_copy_lanes"), "early_copy": get("early_copy"),
+            "poll_ns": list(get("poll_ns")), "hot_queue_every": get("hot_queue_every")}
 
 
 def bench_latency(data, page_size, n_misses, log, keys=("zero_copy", "copy", "nvme")):

@@ -42,7 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 import gids  # first: picks GPU or simulator before numba.cuda loads
-from kernels.platform import device_helper
+from gids.device import device_helper
 
 __all__ = ["Pager", "ELEMENT_PAGE", "element_pager", "GIDS_PAGER", "room_in_page"]
 

@@ -35,7 +35,7 @@ import numpy as np
 
 import gids  # first: it picks the GPU or the simulator before numba loads
 from gids import console
-from kernels.platform import WARP_SIZE
+from gids.device import WARP_SIZE
 from numba import cuda
 
 #: Checks counted by the kernel (int64 counters in device memory).

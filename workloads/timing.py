@@ -37,9 +37,8 @@ import gids  # noqa: F401  (first: picks the GPU or the simulator before numba.c
 import numpy as np
 from numba import cuda
 
-from kernels.platform import SIMULATOR
-from kernels.sync import ld_acquire_sys, now_ns, st_release_sys
-from kernels.warp import nanosleep
+from gids import SIMULATOR
+from gids.device import ld_acquire_sys, nanosleep, now_ns, st_release_sys
 
 #: The latch gives up after this long (GPU global timer) and the host raises LatchTimeout.
 TIMEOUT_S = 10.0

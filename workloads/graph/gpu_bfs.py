@@ -14,14 +14,14 @@ GPU, with the simulator's warps of one, and with its emulated 32-lane warps, whe
 a warp must reach each ``gids.read`` together.
 
 Kernels are made per reader by :func:`make_bfs_kernels`; :func:`bfs` runs a search on a
-:class:`~.gpu_graph.DeviceGraph`, :func:`run_bfs` opens a graph file, searches and closes.
+:class:`~.gpu_graph.DeviceGraph` (``DeviceGraph.bfs``); :func:`~.gpu_graph.run_bfs` opens a graph
+file, searches and closes.
 """
 from __future__ import annotations
 
 import gids  # first: picks GPU or simulator before numba.cuda loads
 
 import functools
-import os
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -29,15 +29,13 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda
 
-from kernels.platform import WARP_SIZE, register_copy
-from kernels.queue import lowest_lane
-from kernels.sync import atomic_add, atomic_cas
-from kernels.warp import ballot_sync, lanemask_lt, laneid, popc, shfl_sync
+from gids.device import (WARP_SIZE, atomic_add, atomic_cas, ballot_sync, lanemask_lt, laneid,
+                         lowest_lane, popc, register_copy, shfl_sync)
 
 from .bfs import UNREACHED
 from .csr_file import CSRGraph
-from .gpu_graph import (FULL_MASK, LANE_BITS, THREADS_PER_BLOCK, Access, DeviceGraph,
-                        data_path_options, launch_geometry, open_device_graph, report_bad_entry)
+from .gpu_launch import (FULL_MASK, LANE_BITS, THREADS_PER_BLOCK, Access, launch_geometry,
+                         report_bad_entry)
 from .validate import scipy_bfs, traversed_edges, validate_bfs_tree
 from workloads.pager import Pager, element_pager
 
@@ -97,9 +95,9 @@ LONG_SLICE = 1024
 #: at each definition and reload it at each use, taken or not. With the call, at 64 registers,
 #: the warm top-down kernel had a 672-byte stack frame and spilled on every list; without it, it
 #: needs 56 registers and spills nothing (docs/design-notes.md, "BFS over the cache").
-#: ``GIDS_BFS_RESIDENT_FIRST=0`` (read at import) keeps the miss path in, to measure the
-#: difference.
-RESIDENT_FIRST = os.environ.get("GIDS_BFS_RESIDENT_FIRST", "1") != "0"
+#: The setting ``bfs_resident_first`` (``GIDS_BFS_RESIDENT_FIRST=0``, read at import) keeps
+#: the miss path in, to measure the difference.
+RESIDENT_FIRST = gids.defaults.get("bfs_resident_first")
 
 #: Registers per SM (every GPU since compute capability 5.0): with THREADS_PER_BLOCK, how many
 #: warps an SM runs at once at a register cap (128 -> 2 blocks of 256, 16 warps; 80 -> 3, 24).
@@ -462,7 +460,7 @@ def _collect_frontier(levels, depth, frontier, counters):
         _append_warp(frontier, counters, v < n and levels[v] == depth, v)
 
 
-def _warm_up(dg: DeviceGraph, kernels: BFSKernels, counters) -> None:
+def _warm_up(dg, kernels: BFSKernels, counters) -> None:
     """Compile every BFS kernel for this graph's argument types with launches that do nothing.
 
     Numba compiles a kernel at its first launch (seconds for one that inlines ``gids.read``), so
@@ -531,7 +529,7 @@ class BFSResult:
         return self.traversed_edges / self.seconds if self.traversed_edges else 0.0
 
 
-def bfs(device_graph: DeviceGraph, root: int, *, direction: str = "top-down",
+def bfs(device_graph, root: int, *, direction: str = "top-down",
         alpha: float = ALPHA, beta: float = BETA) -> BFSResult:
     """Breadth-first search from ``root`` on the GPU.
 
@@ -692,51 +690,3 @@ def validate_bfs_result(graph: CSRGraph, result: BFSResult, *, against_scipy: bo
             raise ReferenceMismatchError(
                 f"BFS from {result.root}: vertex {v} at level {int(result.levels[v])}, scipy "
                 f"says {int(expected[v])} ({differ.size} vertices differ)")
-
-
-def run_bfs(graph_path: str | os.PathLike | CSRGraph, root: int, runtime=None,
-            data_path: str = "gids", cache_fraction: float | None = None, *,
-            direction: str = "top-down", validate: bool = False, page_size: int | None = None,
-            storage: str = "file") -> BFSResult:
-    """Open a graph, run one GPU BFS from ``root`` through a data path, close.
-
-    Parameters
-    ----------
-    graph_path : str, os.PathLike or CSRGraph
-        A CSR graph file (``docs/formats.md``), or a graph opened with ``open_csr``.
-    root : int
-    runtime : gids.Runtime, optional
-        For ``data_path="gids"`` (or ``"nvme"``, with a ``backend="nvme"`` Runtime): read
-        through this Runtime (its cache size); it stays open.
-    data_path : str
-        ``"gids"`` (through the page cache, misses served by the host daemon), ``"nvme"`` (the
-        same over the direct NVMe path), ``"memory"`` (all in GPU memory), or another
-        registered path (:func:`~.gpu_graph.register_data_path`).
-    cache_fraction : float, optional
-        For ``"gids"`` / ``"nvme"`` without ``runtime``: cache size over the neighbours array
-        (default 1).
-    direction : {"top-down", "auto"}
-    validate : bool
-        Check the result by Graph500's five rules (raises ``BFSValidationError``).
-    page_size : int, optional
-        For ``"gids"`` / ``"nvme"`` without ``runtime``.
-    storage : {"file", "mmap", "memory"}
-        For ``"gids"`` / ``"nvme"``: how the daemon (or NVMe controller) reads the file.
-
-    Returns
-    -------
-    BFSResult
-        ``parents``, ``levels``, ``seconds``, ``traversed_edges`` (and ``teps``).
-
-    Raises
-    ------
-    GraphFormatError
-        The file is truncated or corrupt.
-    """
-    options = data_path_options(data_path, runtime, cache_fraction, page_size, storage)
-    with open_device_graph(graph_path, data_path, **options) as dg:
-        result = bfs(dg, root, direction=direction)
-    if validate:
-        validate_bfs_result(dg.graph, result)
-    return result
-

@@ -20,20 +20,16 @@ from __future__ import annotations
 import gids  # first: picks GPU or simulator before numba.cuda loads
 
 import functools
-import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda
 
-from kernels.platform import WARP_SIZE
-from kernels.sync import atomic_cas
-from kernels.warp import ballot_sync, laneid
+from gids.device import WARP_SIZE, atomic_cas, ballot_sync, laneid
 
 from .csr_file import FLAG_SORTED, CSRGraph
-from .gpu_graph import (FULL_MASK, Access, DeviceGraph, data_path_options, launch_geometry,
-                        open_device_graph, report_bad_entry)
+from .gpu_launch import FULL_MASK, Access, launch_geometry, report_bad_entry
 from .validate import same_partition, scipy_components
 
 
@@ -159,7 +155,7 @@ def _input_edges(graph: CSRGraph) -> int:
     return (graph.n_edges + loops) // 2
 
 
-def connected_components(device_graph: DeviceGraph) -> CCResult:
+def connected_components(device_graph) -> CCResult:
     """Connected components on the GPU (hook once over the edges, then pointer jumping).
 
     Parameters
@@ -239,18 +235,3 @@ def validate_cc_result(graph: CSRGraph, result: CCResult) -> None:
         raise ComponentsMismatchError(
             f"vertex {v} has label {int(result.labels[v])}, not the smallest vertex of its "
             f"component, {int(smallest[expected[v]])}")
-
-
-def run_cc(graph_path: str | os.PathLike | CSRGraph, runtime=None, data_path: str = "gids",
-           cache_fraction: float | None = None, *, validate: bool = False,
-           page_size: int | None = None, storage: str = "file") -> CCResult:
-    """Open a graph, find its connected components on the GPU through a data path, close.
-
-    Parameters as :func:`~.gpu_bfs.run_bfs`; ``validate`` compares with scipy.
-    """
-    options = data_path_options(data_path, runtime, cache_fraction, page_size, storage)
-    with open_device_graph(graph_path, data_path, **options) as dg:
-        result = connected_components(dg)
-    if validate:
-        validate_cc_result(dg.graph, result)
-    return result

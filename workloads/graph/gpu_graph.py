@@ -40,41 +40,31 @@ the next launch reads (an :class:`Access`); its reader then resolves ``k`` in wh
 """
 from __future__ import annotations
 
-import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda loads)
+import gids  # first: picks GPU or simulator before numba.cuda loads
 
 import inspect
 import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import numba
 import numpy as np
 from numba import cuda
 
-from kernels.access import read as gids_read
-from kernels.platform import SIMULATOR, WARP_SIZE
-from kernels.sync import atomic_cas
+from gids import SIMULATOR
+from gids import read as gids_read
+from gids.device import WARP_SIZE
 from workloads.pager import GIDS_PAGER
 
 from ..ssd_options import runtime_emulation
 from .csr_file import CSRGraph, GraphFormatError, open_csr
-
-#: Threads per block. The simulator runs one Python thread per CUDA thread and one block at a
-#: time: a few small blocks keep it fast while still interleaving threads.
-THREADS_PER_BLOCK = 32 if SIMULATOR else 256
-#: Most blocks per launch; the kernels are grid-stride, so any grid is correct.
-MAX_BLOCKS = 2 if SIMULATOR else 8192
-
-#: Every lane of a warp: the loops below are warp-uniform, so the whole warp reaches each
-#: collective (named explicitly rather than ``activemask()``, which need not be the whole warp
-#: on a GPU with independent thread scheduling, even where every lane will arrive).
-FULL_MASK = (1 << WARP_SIZE) - 1
-#: numba-cuda types ``ballot_sync`` as int32: a ballot with lane 31 is negative, and Numba's
-#: integer promotion would sign-extend it into bits 32-63. Masking makes it a plain bit set.
-LANE_BITS = 0xFFFFFFFF
-
+from .gpu_bfs import BFSResult, validate_bfs_result
+from .gpu_bfs import bfs as _bfs
+from .gpu_cc import CCResult, validate_cc_result
+from .gpu_cc import connected_components as _connected_components
+from .gpu_launch import Access, launch_geometry  # noqa: F401  (Access: part of this API)
 
 # ---------------------------------------------------------------------------------- readers
 @cuda.jit(device=True)
@@ -91,73 +81,7 @@ def read_device_array(neighbours, k):
 read_gids = gids_read
 
 
-# ---------------------------------------------------------------------------------- geometry
-def launch_geometry(n_warps: int, *, whole: bool = False) -> tuple[int, int]:
-    """``(blocks, threads)`` for a grid-stride kernel with ``n_warps`` warps' worth of work.
-
-    Every kernel here gives one warp a vertex (a warp is one thread in the simulator unless it
-    emulates 32-lane warps), so the grid is sized in warps and always whole warps: the warp-
-    cooperative loops need every lane of a warp present. At most :data:`MAX_BLOCKS` blocks,
-    unless ``whole`` (on a GPU): a warp for each of the ``n_warps``, so that the work is done in
-    about the order of the warps (blocks start in order), not in ``MAX_BLOCKS``-sized stripes.
-    """
-    n_warps = max(1, int(n_warps))
-    if SIMULATOR and WARP_SIZE == 1:
-        # Python threads are expensive: no more than the work needs.
-        threads = min(THREADS_PER_BLOCK, n_warps)
-    else:
-        threads = THREADS_PER_BLOCK
-    warps_per_block = threads // WARP_SIZE
-    blocks = math.ceil(n_warps / warps_per_block)
-    if not whole or SIMULATOR:
-        blocks = min(MAX_BLOCKS, blocks)
-    return max(1, blocks), threads
-
-
-# ---------------------------------------------------------------------------------- corrupt ids
-#: ``bad`` record layout (int64[2], device memory): first bad entry index (-1: none), its value.
-BAD_ENTRY, BAD_VALUE = 0, 1
-
-
-@cuda.jit(device=True)
-def report_bad_entry(bad, k, value):
-    """Record a neighbour id outside ``0 .. n-1`` (the first one wins); the kernel skips it.
-
-    A corrupt neighbours section must not make a kernel write outside its arrays (on a GPU
-    that corrupts memory silently): the id is checked before it indexes anything, and the host
-    raises :class:`GraphFormatError` after the launch.
-    """
-    if atomic_cas(bad, BAD_ENTRY, -1, k) == -1:
-        bad[BAD_VALUE] = value
-
-
 # ---------------------------------------------------------------------------------- data paths
-@dataclass(frozen=True)
-class Access:
-    """Which adjacency lists the next launch reads (told to :meth:`NeighbourSource.before_launch`).
-
-    Attributes
-    ----------
-    kind : {"frontier", "unvisited", "all"}
-        ``"frontier"``: the lists of ``vertices[:count]`` (top-down BFS);
-        ``"unvisited"``: the lists of vertices whose ``levels`` entry is -1, each possibly only a
-        prefix (bottom-up BFS stops at the first parent found); ``"all"``: every list, possibly
-        only the prefix of entries below the vertex itself when lists are sorted (connected
-        components).
-    vertices : device array, optional
-        int64 vertex ids (``"frontier"``).
-    count : int
-        Vertices in ``vertices`` (``"frontier"``).
-    levels : device array, optional
-        int64 BFS levels, -1 where unvisited (``"unvisited"``).
-    """
-
-    kind: str
-    vertices: Any = None
-    count: int = 0
-    levels: Any = None
-
-
 class NeighbourSource:
     """The neighbours array of one graph, made readable by kernels through one data path.
 
@@ -251,17 +175,19 @@ class DeviceArraySource(NeighbourSource):
 
 #: Register cap of the BFS kernels over a gids cache that holds the whole neighbours array.
 #: There a miss is only a page's first touch and the hit path sets the pace, so more blocks an
-#: SM pay: at scale 24 on the H200 (``gpu_session bfs-warm``) warm searches ran fastest at cap 64 (four blocks of 256 threads an SM; 80 and 128 slower or within
-#: the spread between runs). Through a quarter-size cache, where misses are many and the slow
-#: path spills, a low cap costs (80: 11 % slower at scale 22), so it applies to the whole cache
-#: only (docs/design-notes.md, "Register caps and the out-of-line miss path").
-#: ``GIDS_WHOLE_CACHE_REGISTERS=N`` (read at import) sets it; 0 keeps the default cap everywhere.
-WHOLE_CACHE_REGISTERS = int(os.environ.get("GIDS_WHOLE_CACHE_REGISTERS", "64")) or None
+#: SM pay: at scale 24 on the H200 (``gpu_session bfs-warm``) warm searches ran fastest at cap 64
+#: (four blocks of 256 threads an SM; 80 and 128 slower or within the spread between runs).
+#: Through a quarter-size cache, where misses are many and the slow path spills, a low cap costs
+#: (80: 11 % slower at scale 22), so it applies to the whole cache only (docs/design-notes.md,
+#: "Register caps and the out-of-line miss path"). The setting ``whole_cache_registers``
+#: (``GIDS_WHOLE_CACHE_REGISTERS=N``, read at import); 0 keeps the default cap everywhere.
+WHOLE_CACHE_REGISTERS = gids.defaults.get("whole_cache_registers") or None
 
 
-#: ``GIDS_BFS_TOUCH=always`` (read at import) keeps the top-down kernel's touches ahead even
-#: when every page is resident (:attr:`NeighbourSource.touch_ahead`), to measure what they cost.
-TOUCH_AHEAD = os.environ.get("GIDS_BFS_TOUCH", "auto")
+#: The setting ``bfs_touch``: ``GIDS_BFS_TOUCH=always`` (read at import) keeps the top-down
+#: kernel's touches ahead even when every page is resident (:attr:`NeighbourSource.touch_ahead`),
+#: to measure what they cost.
+TOUCH_AHEAD = gids.defaults.get("bfs_touch")
 
 
 class GidsSource(NeighbourSource):
@@ -831,13 +757,11 @@ class DeviceGraph:
 
     def bfs(self, root: int, **options):
         """Breadth-first search from ``root``: see :func:`.gpu_bfs.bfs`."""
-        from .gpu_bfs import bfs
-        return bfs(self, root, **options)
+        return _bfs(self, root, **options)
 
     def connected_components(self):
         """Connected components: see :func:`.gpu_cc.connected_components`."""
-        from .gpu_cc import connected_components
-        return connected_components(self)
+        return _connected_components(self)
 
     def close(self) -> None:
         self._scratch.clear()
@@ -901,3 +825,65 @@ def open_device_graph(graph: CSRGraph | str | os.PathLike, data_path: str = "gid
     except BaseException:
         source.close()
         raise
+
+
+def run_bfs(graph_path: str | os.PathLike | CSRGraph, root: int, runtime=None,
+            data_path: str = "gids", cache_fraction: float | None = None, *,
+            direction: str = "top-down", validate: bool = False, page_size: int | None = None,
+            storage: str = "file") -> BFSResult:
+    """Open a graph, run one GPU BFS from ``root`` through a data path, close.
+
+    Parameters
+    ----------
+    graph_path : str, os.PathLike or CSRGraph
+        A CSR graph file (``docs/formats.md``), or a graph opened with ``open_csr``.
+    root : int
+    runtime : gids.Runtime, optional
+        For ``data_path="gids"`` (or ``"nvme"``, with a ``backend="nvme"`` Runtime): read
+        through this Runtime (its cache size); it stays open.
+    data_path : str
+        ``"gids"`` (through the page cache, misses served by the host daemon), ``"nvme"`` (the
+        same over the direct NVMe path), ``"memory"`` (all in GPU memory), or another
+        registered path (:func:`~.gpu_graph.register_data_path`).
+    cache_fraction : float, optional
+        For ``"gids"`` / ``"nvme"`` without ``runtime``: cache size over the neighbours array
+        (default 1).
+    direction : {"top-down", "auto"}
+    validate : bool
+        Check the result by Graph500's five rules (raises ``BFSValidationError``).
+    page_size : int, optional
+        For ``"gids"`` / ``"nvme"`` without ``runtime``.
+    storage : {"file", "mmap", "memory"}
+        For ``"gids"`` / ``"nvme"``: how the daemon (or NVMe controller) reads the file.
+
+    Returns
+    -------
+    BFSResult
+        ``parents``, ``levels``, ``seconds``, ``traversed_edges`` (and ``teps``).
+
+    Raises
+    ------
+    GraphFormatError
+        The file is truncated or corrupt.
+    """
+    options = data_path_options(data_path, runtime, cache_fraction, page_size, storage)
+    with open_device_graph(graph_path, data_path, **options) as dg:
+        result = dg.bfs(root, direction=direction)
+    if validate:
+        validate_bfs_result(dg.graph, result)
+    return result
+
+
+def run_cc(graph_path: str | os.PathLike | CSRGraph, runtime=None, data_path: str = "gids",
+           cache_fraction: float | None = None, *, validate: bool = False,
+           page_size: int | None = None, storage: str = "file") -> CCResult:
+    """Open a graph, find its connected components on the GPU through a data path, close.
+
+    Parameters as :func:`run_bfs`; ``validate`` compares with scipy.
+    """
+    options = data_path_options(data_path, runtime, cache_fraction, page_size, storage)
+    with open_device_graph(graph_path, data_path, **options) as dg:
+        result = dg.connected_components()
+    if validate:
+        validate_cc_result(dg.graph, result)
+    return result

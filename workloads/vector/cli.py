@@ -335,7 +335,7 @@ def _table(rows, faiss_rows, k_recall, simulator) -> str:
 def cmd_search(args) -> int:
     """Run ``gids search`` with parsed arguments; returns the exit status."""
     import gids
-    from kernels.platform import WARP_SIZE
+    from gids.device import WARP_SIZE
     from workloads.vector import ivf_search, recall_at_k
     from workloads.vector.gpu_search import MAX_K, GPUSearcher, get_data_path
 

@@ -106,7 +106,7 @@ import numpy as np
 import gids  # first: picks GPU or simulator before numba.cuda loads
 from numba import cuda, float32, float64, int64
 
-from kernels.platform import WARP_SIZE
+from gids.device import WARP_SIZE
 from workloads.pager import ELEMENT_PAGE, GIDS_PAGER, Pager, element_pager  # noqa: F401
 
 from .reference import _as_queries, _check_k, probe_lists
