@@ -6,7 +6,7 @@ import pytest
 
 import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
 from gids.cli import build_parser as gids_parser
-from workloads import bench, microbench, stress
+from workloads import bench, microbench, stress, stripe_bench
 from workloads.gpu_session import GIDS, STAGES
 
 
@@ -19,7 +19,7 @@ def _parse(argv):
     assert argv[0] == sys.executable, argv
     if argv[:len(GIDS)] == GIDS:
         args = gids_parser().parse_args(argv[len(GIDS):])
-        if args.cmd == "bench":                   # its sweeps and workloads are checked here
+        if args.cmd == "bench" and "files" not in args.sweeps:   # its sweeps and workloads
             options = {k: getattr(args, k) for k in bench._CONFIG_ARGS
                        if getattr(args, k, None) is not None}
             bench.make_config(quick=args.quick, sweeps=list(args.sweeps) or ["all"],
@@ -30,6 +30,8 @@ def _parse(argv):
         microbench.build_parser().parse_args(args)
     elif module == "workloads.stress":
         stress.parse_args(args)
+    elif module == "workloads.stripe_bench":
+        stripe_bench.build_parser().parse_args(args)
     elif module == "pytest":
         assert "gpu" in args                      # the GPU tests
     else:

@@ -33,6 +33,13 @@ Stages, in order of priority (default: all, in this order):
   under real-time emulation of 1 and 4 modelled P5800X drives;
 - ``search``: ``gids search`` on synthetic vectors over the data paths, and a smaller index over
   gids and the NVMe path, unemulated and emulated the same way;
+- ``regress``: the RAM-store figures no new back end may move (all-miss pages, QD1
+  latency, hits at the default register cap);
+- ``engine``: ``gids bench files`` on the machine's disk (the disk's ceiling, each storage
+  engine at 1-8 daemon threads, page-cached file vs the MemoryStore copy, emulated drives
+  through each engine), the write stress run on io_uring, one file against four stripe files;
+- ``gnn``: ``gids gnn --gather-only`` (feature rows/s on every data path) and two GraphSAGE
+  epochs on every feature path;
 - ``stress``: the write path under load (``python -m workloads.stress``): 60 s of 1 M threads
   writing and reading a sparse 16 GiB file through a cache of 1 % of it, then flush, fsync and
   a check of the whole file against the model (table of operations, bytes, evictions,
@@ -67,9 +74,10 @@ STAGES = {
                   [*GIDS, "bfs", "--scale", "18", "--roots", "2", "--storage", "memory",
                    "--data-path", "gids,memory", "--cache-fractions", "0.25,1.0",
                    "--json", "{dir}/bfs_small.json"]], 420),
-    # 420 s: 46 tests took 162 s on the H200 (173 s with the process), mostly compiling.
+    # 46 tests took 162 s on the H200 (173 s with the process), mostly compiling; 340 s leaves
+    # room for the "regress" stage in the same device call.
     "tests": ([[sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                "tests"]], 420),
+                "tests"]], 340),
     "core": ([[sys.executable, "-m", "workloads.microbench", "gpu-suite", "--no-tests",
                "--out", "{dir}"]], 540),
     # Issue 2's hit figures, re-measured now that kernel times hold out a launch's host cost
@@ -163,6 +171,39 @@ STAGES = {
                 [*GIDS, "search", "--n", "1000000", "--dim", "128", "--lists", "1024",
                  "--skewed", "--storage", "memory", "--nprobe", "8,16,32",
                  "--data-path", "gids,memory,cpu_batch", "--json", "{dir}/search.json"]], 480),
+    # The RAM-store figures that no new back end may move: all-miss pages (host daemon and
+    # NVMe path against the H2D ceiling), QD1 latency, and the hit path at the default cap.
+    "regress": ([([sys.executable, "-m", "workloads.microbench", "misses", "--out",
+                   "{dir}/misses"], 110),
+                 ([sys.executable, "-m", "workloads.microbench", "latency", "--quick",
+                   "--out", "{dir}/latency"], 60),
+                 [sys.executable, "-m", "workloads.microbench", "hits", "--caps", "128",
+                  "--out", "{dir}/hits"]], 240),
+    # The storage engines on the machine's real disk: `gids bench files` (the disk's ceiling,
+    # each engine at 1-8 daemon threads, O_DIRECT all-miss; page-cached file against the
+    # MemoryStore copy; emulated 980pro x1/x4 through each engine), its data file under
+    # /var/tmp (on the disk; 4 GiB must not be sent back); then the write stress run on the
+    # io_uring engine, and one file against four stripe files of the same bytes.
+    "engine": ([([*GIDS, "bench", "files", "--dir", "/var/tmp", "--pages", "100000",
+                  "--no-progress", "--out", "{dir}/files"], 300),
+                ([sys.executable, "-m", "workloads.stress", "--seconds", "45", "--file-gib", "8",
+                  "--cache-fraction", "0.01", "--engine", "io_uring", "--dir", "/var/tmp",
+                  "--json", "{dir}/stress_io_uring.json"], 110),
+                [sys.executable, "-m", "workloads.stripe_bench", "--files", "4", "--bytes",
+                 str(1 << 30), "--pages", "100000", "--reps", "1", "--daemon-threads", "1,4",
+                 "--backends", "host", "--dir", "/var/tmp", "--json", "{dir}/stripe.json"]],
+               560),
+    # The GNN path: the feature gather alone (1024-float rows, batches of 1024 seeds x fan-out
+    # 10,5,5, the cache at 25 % and 100 %, RAM-backed), then two epochs of GraphSAGE on every
+    # feature path. The data set goes to /var/tmp/gnn (made by the first command).
+    "gnn": ([([*GIDS, "gnn", "--gather-only", "--scale", "20", "--fanouts", "10,5,5",
+               "--batch-size", "1024", "--batches", "16", "--cache-fractions", "0.25,1",
+               "--storage", "memory", "--dir", "/var/tmp/gnn", "--json",
+               "{dir}/gnn_gather.json"], 170),
+             [*GIDS, "gnn", "--scale", "20", "--fanouts", "15,10,5", "--batch-size", "1024",
+              "--epochs", "2", "--train-seeds", "16384", "--eval-seeds", "4096",
+              "--cache-fractions", "0.25,1", "--dir", "/var/tmp/gnn", "--json",
+              "{dir}/gnn_train.json"]], 400),
     # The file goes to the temp dir, not under {dir}: 16 GiB must not be sent back.
     "stress": ([[sys.executable, "-m", "workloads.stress", "--seconds", "60", "--file-gib", "16",
                  "--cache-fraction", "0.01", "--json", "{dir}/stress.json"]], 480),
