@@ -92,7 +92,10 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     if d_rows.size == 0:
         return result
     warps = THREADS // 32
-    blocks = max(1, min(-(-d_rows.size // (warps * ROWS_PER_WARP)), MAX_BLOCKS))
+    # A warp holds up to ROWS_PER_WARP pages pinned at once: the grid's pins stay within half
+    # the cache, so that the pages its warps wait for can still be evicted into.
+    pin_cap = max(1, rt.cache_slots // (2 * warps * ROWS_PER_WARP))
+    blocks = max(1, min(-(-d_rows.size // (warps * ROWS_PER_WARP)), MAX_BLOCKS, pin_cap))
     s = numba_stream(handle)
     gather_rows_kernel()[blocks, THREADS, s](array.handle, d_rows, np.int64(width), target)
     # the row indices copied here live until the launch is known to be done

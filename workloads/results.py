@@ -8,8 +8,9 @@ against), a short list of what changed (latest first) and one record per figure,
     python -m workloads.results render                                         # write the page
     python -m workloads.results update --change "what moved, in a line" OUT/*.json
 
-``update`` reads what the benchmarks write (``gids bench``'s bench.json, ``gids bfs --json``,
-``gids search --json``, ``workloads.microbench``'s ``*_suite.json``) or a file of records in
+``update`` reads what the benchmarks write (``gids bench``'s bench.json and files.json,
+``gids bfs --json``, ``gids search --json``, ``gids gnn --json``, ``workloads.microbench``'s
+``*_suite.json``, ``workloads.stress --json``, ``workloads.stripe_bench --json``) or a file of records in
 this module's own format (``{"figures": [record, ...]}``, see :func:`record`), replaces the
 records with the same area and figure, stamps date, commit and machine, and renders the page.
 A benchmark that is not read here emits records itself with :func:`record` and
@@ -37,6 +38,8 @@ FIELDS = ("area", "figure", "value", "unit", "target", "reference", "ratio", "co
 CORE, HITS, NVME, EMULATION, WORKLOADS, BFS, SEARCH = (
     "core I/O path", "hit path", "NVMe path", "emulation and replay", "workloads vs baselines",
     "BFS", "vector search")
+ENGINES, GNN, WRITES = "storage engines on a real disk", "GNN training", \
+    "writes, stress and GPU tests"
 
 
 def record(area, figure, value, unit="", target="", reference="", ratio=None, command="",
@@ -266,6 +269,98 @@ def _nvme(d):
                    "python -m workloads.microbench nvme")]
 
 
+def _files(d):
+    """``gids bench files`` (files.json): each engine against the disk's ceiling, the page
+    cache against the MemoryStore copy, emulated drives against their model."""
+    cmd = re.sub(r" --out \S+", "", d.get("command", "gids bench files"))
+    rows = d["rows"]
+    ceiling = d.get("ceiling_pages_per_s") or max(r["pages_per_s"] for r in rows
+                                                  if r["kind"] == "ceiling")
+    recs = [record(ENGINES, "the disk's ceiling, 4 KiB random O_DIRECT reads", ceiling / 1e3,
+                   "k IOPS", "", "", None, cmd)]
+    direct = {(r["engine"], r["threads"]): r for r in rows if r["kind"] == "direct"}
+    most = max((t for e, t in direct if e == "io_uring"), default=None)
+    for engine, threads, target in (("io_uring", 1, ">= 0.90x"), ("io_uring", most, ">= 0.95x"),
+                                    ("threads", 1, ""), ("threads", most, "")):
+        r = direct.get((engine, threads))
+        if r:
+            recs.append(record(ENGINES, f"gids all-miss from an O_DIRECT file, {engine}, "
+                               f"{threads} daemon thread(s)", r["pages_per_s"] / 1e3, "k pages/s",
+                               target, "the disk's ceiling", r["pages_per_s"] / ceiling, cmd))
+    cached = {r["engine"]: r for r in rows if r["kind"] == "cached"}
+    if "memcpy" in cached:
+        for engine in ("io_uring", "threads"):
+            r = cached.get(engine)
+            if r:
+                recs.append(record(ENGINES, f"page-cached file, {engine}, {r['threads']} threads",
+                                   r["pages_per_s"] / 1e6, "M pages/s",
+                                   ">= 0.8x" if engine == "io_uring" else "",
+                                   "MemoryStore copy", r["pages_per_s"] /
+                                   cached["memcpy"]["pages_per_s"], cmd))
+    for r in rows:
+        if r["kind"] == "emulated":
+            target = ">= 0.90x" if r["engine"] == "io_uring" and r["n_ssd"] == 1 else ""
+            recs.append(record(ENGINES, f"emulated {r['profile']} x{r['n_ssd']}, {r['engine']}, "
+                               f"{r['threads']} threads", r["pages_per_s"] / 1e3, "k pages/s",
+                               target, "the model at that concurrency", r["of_model"], cmd))
+    kvikio = next((r for r in rows if r["kind"] == "kvikio"), None)
+    if kvikio and direct.get(("io_uring", most)):
+        g = direct[("io_uring", most)]["pages_per_s"]
+        recs.append(record(ENGINES, "KvikIO (POSIX compat mode), one pread future a page",
+                           kvikio["pages_per_s"] / 1e3, "k pages/s", "", "", None, cmd))
+        recs.append(record(ENGINES, f"gids io_uring, {most} threads / KvikIO", g /
+                           kvikio["pages_per_s"], "x", "", "KvikIO", g / kvikio["pages_per_s"],
+                           cmd))
+    return recs
+
+
+def _stress(d):
+    """``workloads.stress --json``: mismatches of the write stress run, and its engine."""
+    bad = d["bad_own_reads"] + d["bad_reads"] + d["file_mismatches"]
+    return [record(WRITES, f"stress run ({d.get('engine', 'threads')} engine): mismatches",
+                   bad, "", "0", "", None,
+                   f"python -m workloads.stress --seconds {round(d['run_s'])} "
+                   f"--engine {d.get('engine', 'threads')}")]
+
+
+def _stripe(d):
+    """``workloads.stripe_bench --json``: striped over N files against one file."""
+    cmd = re.sub(r" --(json|dir) \S+", "", d.get("command", "python -m workloads.stripe_bench"))
+    recs = []
+    for r in d["results"]:
+        if r["layout"] != "one file":
+            recs.append(record(ENGINES, f"{r['layout']} on one disk, {r['daemon_threads']} "
+                               f"daemon thread(s): pages/s / one file", r["vs_one_file"], "x", "",
+                               "one file", r["vs_one_file"], cmd))
+    return recs
+
+
+def _gnn(d):
+    """``gids gnn --json``: the feature gather alone (rows/s) or the training epoch's time,
+    gids against the mmap loader, zero-copy and GPU memory."""
+    cmd = re.sub(r" --(json|dir) \S+", "", d.get("command", "gids gnn"))
+    cmd = re.sub(r"^\S*gids/cli.py", "gids", cmd)
+    rows = {r["label"]: r for r in d["rows"] if not r.get("emulation")}
+    recs = []
+    if d.get("mode") == "gather":
+        rate = {k: r["rows_per_s"] for k, r in rows.items()}
+        for label, ref, target in (("gids 25%", "mmap", ">= 3x"), ("gids 25%", "zero_copy",
+                                   ">= 0.8x"), ("gids 100%", "memory", ">= 0.8x")):
+            if label in rate and ref in rate:
+                recs.append(record(GNN, f"feature gather, scale {d['scale']}, {label} cache / "
+                                   f"{ref}", rate[label] / rate[ref], "x", target, ref,
+                                   rate[label] / rate[ref], cmd))
+        return recs
+    epoch = {k: r["epochs"][-1]["epoch_s"] for k, r in rows.items()}
+    for label, ref, target in (("gids 25% loader", "mmap", ">= 2x"),
+                               ("gids 100% loader", "memory", ">= 0.8x")):
+        if label in epoch and ref in epoch:
+            recs.append(record(GNN, f"epoch, scale {d['scale']}, {label} / {ref}: speed-up",
+                               epoch[ref] / epoch[label], "x", target, ref,
+                               epoch[ref] / epoch[label], cmd))
+    return recs
+
+
 def from_json(d):
     """The records a benchmark's JSON holds, by its shape (see the module's docstring)."""
     if "figures" in d:
@@ -275,6 +370,14 @@ def from_json(d):
         raise ValueError("a simulator run: not a performance figure")
     if "schema_version" in d and "targets" in d:
         return _bench(d)
+    if d.get("sweep") == "files":
+        return _files(d)
+    if "file_mismatches" in d:
+        return _stress(d)
+    if "results" in d and "vs_one_file" in (d["results"] or [{}])[0]:
+        return _stripe(d)
+    if d.get("mode") in ("gather", "train") and "fanouts" in d:
+        return _gnn(d)
     if d.get("command") == "bfs" and "runs" in d:
         return _bfs(d)
     if "faiss" in d and "rows" in d:

@@ -34,6 +34,9 @@ from workloads.ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_
                                    emulations)
 
 SIM = gids.SIMULATOR
+#: How far the paths' results may differ (GPU training sums in no fixed order).
+ACCURACY_TOLERANCE = 0.01
+LOSS_TOLERANCE = 0.01
 PATHS = ("gids", "memory", "zero_copy", "mmap", "cpu_batch")
 
 
@@ -120,12 +123,16 @@ def _say(text):
     sys.stderr.flush()
 
 
-def _progress(stage, done, total, width=30):
-    frac = done / total if total else 1.0
-    sys.stderr.write(f"\r  {stage} [{'#' * int(width * frac):<{width}}] {frac:6.1%}")
-    if done >= total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
+def _progress():
+    """A ``progress(stage, done, total)`` for make_dataset: one gids.console report a stage."""
+    from gids.console import Progress
+    reports = {}
+
+    def progress(stage, done, total):
+        if stage not in reports:
+            reports[stage] = Progress(f"  {stage}")
+        reports[stage](done, total)
+    return progress
 
 
 def _variants(args, arrays):
@@ -174,7 +181,7 @@ def cmd_gnn(args):
         directory = Path(args.dir) if args.dir else Path(tmp)
         t0 = time.perf_counter()
         data = make_dataset(directory, args.scale, args.dim, edgefactor=args.edgefactor,
-                            classes=args.classes, seed=args.seed, progress=_progress)
+                            classes=args.classes, seed=args.seed, progress=_progress())
         _say(f"data set: {data.n_vertices:,} vertices, {data.graph.n_edges:,} adjacency "
              f"entries, features {data.feature_bytes / 2**30:.2f} GiB "
              f"({time.perf_counter() - t0:.1f} s)")
@@ -187,16 +194,18 @@ def cmd_gnn(args):
         graph = train.GraphSampler(data, args.fanouts, args.seed, page_size=args.page_size)
         results = []
         try:
-            node_lists = None
+            node_lists = warm_lists = None
             if args.gather_only:
-                node_lists = []
-                for b in range(args.batches):
+                # Timed batches and, before them, as many other batches that warm the cache.
+                lists = []
+                for b in range(2 * args.batches):
                     seeds = rng.choice(n, size=min(args.batch_size, n), replace=False)
-                    node_lists.append(graph.sampler.sample(seeds, batch=b).nodes)
+                    lists.append(graph.sampler.sample(seeds, batch=b).nodes)
                 graph.rt.sync()
+                warm_lists, node_lists = lists[:args.batches], lists[args.batches:]
             # The most rows one batch can have (buffers of the mmap and cpu_batch paths).
             if node_lists:
-                max_rows = max(int(x.numel()) for x in node_lists)
+                max_rows = max(int(x.numel()) for x in [*node_lists, *warm_lists])
             else:
                 reach, width = 1, 1
                 for k in args.fanouts:
@@ -212,7 +221,7 @@ def cmd_gnn(args):
                                          max_rows=max_rows)
                 try:
                     if args.gather_only:
-                        row = train.gather_benchmark(data, path, node_lists)
+                        row = train.gather_benchmark(data, path, node_lists, warm_lists)
                         _say(f"    {row['rows_per_s']:,.0f} rows/s ({row['gb_per_s']:.2f} GB/s)")
                     else:
                         run = train.run_loader_epochs if name == "gids_loader" \
@@ -267,9 +276,14 @@ def _print_table(args, results):
                             for k in ("sample_s", "gather_s", "train_s"))
         print(f"| {r['label']} | {e['epoch_s']:.2f} | {phases} | {ratio} | {e['last_loss']:.4f} "
               f"| {r['accuracy']:.4f} |")
-    same = len({(round(r["accuracy"], 6), round(r["epochs"][-1]["loss"], 4))
-                for r in results}) == 1
-    print(f"\nsame loss and accuracy on every path: {'yes' if same else 'NO'}")
+    # Every path gathers the same bytes, but a GPU's training steps add in no fixed order
+    # (PyG's scatter): paths agree to within that noise, not to the bit.
+    accuracies = [r["accuracy"] for r in results]
+    losses = [r["epochs"][-1]["loss"] for r in results]
+    same = (max(accuracies) - min(accuracies) <= ACCURACY_TOLERANCE
+            and max(losses) - min(losses) <= LOSS_TOLERANCE * max(abs(x) for x in losses))
+    print(f"\nsame loss and accuracy on every path (accuracy within {ACCURACY_TOLERANCE}, last "
+          f"loss within {LOSS_TOLERANCE:.0%}): {'yes' if same else 'NO'}")
 
 
 def main(argv=None):

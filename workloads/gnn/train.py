@@ -164,12 +164,14 @@ def evaluate(data, path, graph, model, seeds, batch_size):
     return right / max(1, seeds.size)
 
 
-def gather_benchmark(data, path, node_lists, *, repeats=1):
-    """Rows/s of ``path`` over the batches' node lists (one untimed pass first)."""
+def gather_benchmark(data, path, node_lists, warm_lists, *, repeats=1):
+    """Rows/s of ``path`` over the batches' node lists, after an untimed pass over other
+    batches (``warm_lists``: it compiles and fills a cache to its steady state without
+    holding the timed batches' rows)."""
     width = data.dim
-    out = torch.empty((max(int(n.numel()) for n in node_lists), width), dtype=torch.float32,
-                      device=torch_device())
-    for nodes in node_lists:   # untimed: compiles, and fills the cache to its steady state
+    out = torch.empty((max(int(n.numel()) for n in [*node_lists, *warm_lists]), width),
+                      dtype=torch.float32, device=torch_device())
+    for nodes in warm_lists:
         path.gather(nodes, out[:int(nodes.numel())])
     _sync()
     path.check()
