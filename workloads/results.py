@@ -339,7 +339,7 @@ def _gnn(d):
     """``gids gnn --json``: the feature gather alone (rows/s) or the training epoch's time,
     gids against the mmap loader, zero-copy and GPU memory."""
     cmd = re.sub(r" --(json|dir) \S+", "", d.get("command", "gids gnn"))
-    cmd = re.sub(r"^\S*gids/cli.py", "gids", cmd)
+    cmd = re.sub(r"^\S*gids/(cli|__main__)\.py", "gids", cmd)
     rows = {r["label"]: r for r in d["rows"] if not r.get("emulation")}
     recs = []
     if d.get("mode") == "gather":
