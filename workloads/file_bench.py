@@ -79,7 +79,7 @@ def _uring_random_reads(r, fd, buf, n_reads, n_pages, page, depth, seed):
             x = _next(x)
             slot = issued % depth
             ring_prep(r, IORING_OP_READ, fd, buf + slot * page, page,
-                        (x % n_pages) * page, 0, slot)
+                      (x % n_pages) * page, 0, slot)
             issued += 1
         ring_submit(r)
         if ring_ready(r) == 0:
