@@ -19,8 +19,13 @@ shared with the host), ``make_load(qualifiers)`` (a load with the given PTX qual
 Compiling: ``device_helper`` (a small device function called in loops: the plain Python
 function in the simulator, whose device-call wrapper takes locks on every call),
 ``register_copy(x)`` (``x`` as a fresh register, for a call-free loop inside one that calls).
+
+Loops: ``rows_template(pin, value, unpin_after, page_elems)``: the kernel of
+``Runtime.gather_rows`` (a warp per row, a page at a time) over another reader's page
+functions, so that other data paths run the same loop (``workloads.pager``'s pagers).
 """
 from kernels.platform import WARP_SIZE, device_helper, register_copy
+from kernels.rows import rows_template
 from kernels.sync import (atomic_add, atomic_and, atomic_cas, atomic_exch, atomic_or,
                           ld_acquire_sys, make_load, now_ns, st_release_sys)
 from kernels.warp import (activemask, ballot_sync, highest_lane, lanemask_lt, laneid, lowest_lane,
@@ -30,4 +35,4 @@ __all__ = ["WARP_SIZE", "activemask", "laneid", "lanemask_lt", "ballot_sync", "s
            "match_any_sync", "syncwarp", "popc", "lowest_lane", "highest_lane", "nanosleep",
            "atomic_add", "atomic_cas", "atomic_or", "atomic_and", "atomic_exch",
            "ld_acquire_sys", "st_release_sys", "make_load", "now_ns", "device_helper",
-           "register_copy"]
+           "register_copy", "rows_template"]

@@ -23,6 +23,7 @@ from gids.errors import ConfigError
 from gids.interop import current_device_id, numba_stream
 from gids.rows import note_launch
 from kernels.platform import SIMULATOR
+from kernels.sampling import MAX_FANOUT
 
 
 def _torch():
@@ -102,7 +103,6 @@ class NeighbourSampler:
     """
 
     def __init__(self, rt, offsets, neighbours, fanouts, seed=0):
-        from kernels.sampling import MAX_FANOUT
         rt._check_array(neighbours, "NeighbourSampler")
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         if offsets.ndim != 1 or offsets.size < 2:

@@ -232,9 +232,18 @@ def test_gids_stripe_round_trip(tmp_path, capsys, n, unit):
         np.testing.assert_array_equal(rt.gather(a, np.arange(raw.size)).copy_to_host(), raw)
 
 
+def _status(argv):
+    """``gids ARGV``'s exit status, whether main returned it (a UsageError) or argparse exited
+    with it (an argument's type refused it)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
 @pytest.mark.parametrize("argv, message", [
     (["{missing}", "{dst}", "--n", "2"], "no such file"),
-    (["{src}", "{dst}", "--n", "0"], "--n must be >= 1"),
+    (["{src}", "{dst}", "--n", "0"], "argument --n: must be at least 1, got 0"),
     (["{src}", "{dst}", "--n", "2", "--unit", "1000"], "--unit must be a positive multiple"),
     (["{src}", "{tmp}/nodir/d", "--n", "2"], "no such directory"),
     (["{src}", "{exists}", "--n", "2"], "exists"),
@@ -245,7 +254,7 @@ def test_gids_stripe_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, messag
     (tmp_path / "e.0").write_bytes(b"keep")
     names = dict(missing=tmp_path / "nope", dst=tmp_path / "d", src=src, tmp=tmp_path,
                  exists=tmp_path / "e")
-    assert main(["stripe"] + [a.format(**names) for a in argv]) == 2
+    assert _status(["stripe"] + [a.format(**names) for a in argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gids stripe: error: ") and message in err[0]
     assert (tmp_path / "e.0").read_bytes() == b"keep"

@@ -34,12 +34,10 @@ import numpy as np
 from numba import cuda, njit, types
 
 import gids
-from gids import defaults
-from host_daemon import uring as U
-from host_daemon.ssd_model import get_profile
-from host_daemon.stores import DIRECT_ALIGN, FileStore, MemoryStore
-from host_daemon.trace import replay, synthetic_trace
-from kernels.platform import SIMULATOR
+from gids import SIMULATOR, FileStore, MemoryStore, defaults, replay
+from gids.host import (DIRECT_ALIGN, IORING_ENTER_GETEVENTS, IORING_OP_READ, UringRing,
+                       ring_consume, ring_cqe, ring_enter, ring_prep, ring_ready, ring_room,
+                       ring_submit, ssd_profile, synthetic_trace, uring_probe)
 
 PAGE = 4096
 ENGINES = ("io_uring", "threads")
@@ -77,21 +75,21 @@ def _uring_random_reads(r, fd, buf, n_reads, n_pages, page, depth, seed):
     done = 0
     failed = 0
     while done < n_reads:
-        while issued < n_reads and U.ring_room(r) > 0:
+        while issued < n_reads and ring_room(r) > 0:
             x = _next(x)
             slot = issued % depth
-            U.ring_prep(r, U.IORING_OP_READ, fd, buf + slot * page, page,
-                        (x % n_pages) * page, 0, slot)
+            ring_prep(r, IORING_OP_READ, fd, buf + slot * page, page,
+                      (x % n_pages) * page, 0, slot)
             issued += 1
-        U.ring_submit(r)
-        if U.ring_ready(r) == 0:
-            U.ring_enter(r, 0, 1, U.IORING_ENTER_GETEVENTS)
-        n = U.ring_ready(r)
+        ring_submit(r)
+        if ring_ready(r) == 0:
+            ring_enter(r, 0, 1, IORING_ENTER_GETEVENTS)
+        n = ring_ready(r)
         for i in range(n):
-            _, res = U.ring_cqe(r, i)
+            _, res = ring_cqe(r, i)
             if res != page:
                 failed += 1
-        U.ring_consume(r, n)
+        ring_consume(r, n)
         done += n
     return failed
 
@@ -132,10 +130,10 @@ def disk_ceiling(path, n_reads, o):
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
     n_pages = os.path.getsize(path) // PAGE
     try:
-        if U.probe() is None:
+        if uring_probe() is None:
             depth = o["ceiling_depth"]
             for t in o["ceiling_threads"]:
-                rings = [U.Ring(depth) for _ in range(t)]
+                rings = [UringRing(depth) for _ in range(t)]
                 bufs = [_aligned(depth * PAGE) for _ in range(t)]
                 per = n_reads // t
                 _uring_random_reads(rings[0].args, fd, bufs[0].ctypes.data, 8, n_pages, PAGE,
@@ -255,7 +253,7 @@ def run_files(o, command="gids bench files", progress=True):
     result = {"sweep": "files", "command": command, "simulator": SIMULATOR,
               "label": "simulator figure" if SIMULATOR else "GPU figure",
               "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "options": o,
-              "uring": U.probe() or "available", "rows": []}
+              "uring": uring_probe() or "available", "rows": []}
     rows = result["rows"]
     with tempfile.TemporaryDirectory(dir=o["dir"]) as tmp:
         path = os.path.join(tmp, "files.bin")
@@ -377,7 +375,7 @@ def cmd_files(args):
             return 2
     if o["profile"] is not None:
         try:
-            get_profile(o["profile"])
+            ssd_profile(o["profile"])
         except ValueError as exc:
             sys.stderr.write(f"gids bench: error: {exc}\n")
             return 2

@@ -1116,7 +1116,7 @@ def format_table(r):
          "controller)",
          f"{best_nv['Mpages_per_s']:.2f} M commands/s ({best_nv['daemon_threads']} controller "
          "threads)", "same", f"{best_nv['Mpages_per_s'] / pcie_pages:.2f}", ">= 5 M commands/s"],
-        *([f"all-miss, one page per warp (the BFS and search kernels' pattern)",
+        *(["all-miss, one page per warp (the BFS and search kernels' pattern)",
            f"{x['Mpages_per_s']:.2f} M pages/s ({x['daemon_threads']} daemon threads; mean I/O "
            f"{x['io_latency_us']:.1f} us, mean miss {x['miss_latency_us']:.1f} us)", "same",
            f"{x['Mpages_per_s'] / pcie_pages:.2f}", "(info)"]

@@ -20,9 +20,8 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 
-import gids  # noqa: F401  (imports host_daemon.trace's dependencies in the working order)
-from host_daemon.ssd_model import PROFILES, get_profile
-from host_daemon.trace import replay, synthetic_trace
+import gids
+from gids.host import ssd_profile, synthetic_trace
 
 #: Within this relative error a row counts as predicted.
 TOLERANCE = 0.15
@@ -111,14 +110,14 @@ def model_value(row: Measurement):
     """``(figure, report)``: the model's figure for ``row``'s conditions and the
     :class:`~host_daemon.trace.ReplayReport` of the synthetic trace replayed for it."""
     trace = synthetic_trace(row.n_requests, row.queue_depth, row.nbytes)
-    report = replay(trace, row.profile, n_ssd=row.n_ssd, stripe_bytes=row.nbytes,
-                    max_in_flight=row.max_in_flight)
+    report = gids.replay(trace, row.profile, n_ssd=row.n_ssd, stripe_bytes=row.nbytes,
+                         max_in_flight=row.max_in_flight)
     return {"iops": report.iops, "latency_us_mean": report.latency_us_mean}[row.metric], report
 
 
 def fitting_sources(name: str) -> list[str]:
     """The published figures ``name``'s parameters were fitted to, with their sources."""
-    published = get_profile(name).published
+    published = ssd_profile(name).published
     return [f"{metric}: {figure.value:.4g} ({figure.source})"
             for metric, figure in vars(published).items() if figure is not None]
 
@@ -177,13 +176,13 @@ def format_table(names, results) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workloads.ssd_validation",
                                      description="SSD models against held-out measurements.")
-    parser.add_argument("--ssd", nargs="*", default=sorted(PROFILES), metavar="PROFILE",
+    parser.add_argument("--ssd", nargs="*", default=gids.ssd_profiles(), metavar="PROFILE",
                         help="profiles (default: all)")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = parser.parse_args(argv)
     try:
         for name in args.ssd:
-            get_profile(name)
+            ssd_profile(name)
     except ValueError as exc:
         parser.error(str(exc))
     results = validate(args.ssd)

@@ -31,8 +31,8 @@ import numpy as np
 
 import gids
 from gids.errors import ConfigError
-from host_daemon.stores import write_stripes
-from kernels.platform import SIMULATOR
+from gids import SIMULATOR
+from gids.host import write_stripes
 from workloads.bench import machine_info
 
 LABEL = "simulator figure" if SIMULATOR else "GPU figure"

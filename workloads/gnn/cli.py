@@ -169,7 +169,7 @@ def cmd_gnn(args):
     except ValueError as exc:
         _say(f"gids gnn: error: {exc}")
         return 2
-    from kernels.sampling import MAX_FANOUT
+    from gids.sampling import MAX_FANOUT
     if max(args.fanouts) > MAX_FANOUT:
         _say(f"gids gnn: error: fan-outs are at most {MAX_FANOUT}")
         return 2

@@ -22,9 +22,9 @@ import gids  # first: picks the GPU or the simulator before numba.cuda loads
 import numpy as np
 import torch
 
+from gids import SIMULATOR
+from gids.device import rows_template
 from gids.sampling import numba_view, torch_device
-from kernels.platform import SIMULATOR
-from kernels.rows import rows_template
 from workloads import baselines as B
 
 PATHS = ("gids", "memory", "zero_copy", "mmap", "cpu_batch")

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 import gids
+from gids import SIMULATOR
 from gids.sampling import NeighbourSampler, torch_device
-from kernels.platform import SIMULATOR
 
 
 def _sync():
