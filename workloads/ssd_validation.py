@@ -90,15 +90,22 @@ DESKTOP_OS = HostPath(
                                    "NVMe stack (Windows)",
     command_ns=None, fitted_to="none found: the stack's cost is not modelled")
 
-HOST_PATHS = (GPU_INITIATED, IO_URING_POLLED, DESKTOP_OS)
+#: A reviewer's benchmark tool through an operating system the source does not state.
+UNSTATED_OS = HostPath(
+    name="os-unstated", description="a reviewer's benchmark tool through an OS stack the "
+                                    "source does not state",
+    command_ns=None, fitted_to="none: the stack is not stated, so its cost is not modelled")
+
+HOST_PATHS = (GPU_INITIATED, IO_URING_POLLED, DESKTOP_OS, UNSTATED_OS)
 
 
 @dataclass(frozen=True)
 class Measurement:
     """One published measurement and the synthetic load that reproduces its conditions.
 
-    ``metric`` is ``"iops"`` (requests / wall time of the run) or ``"latency_us_mean"``.
-    The load: ``n_requests`` reads of ``nbytes`` at random aligned offsets, a closed loop of
+    ``metric`` is ``"iops"`` (requests / wall time of the run), ``"latency_us_mean"`` or
+    ``"bandwidth_GBps"`` (1e9 B/s).
+    The load: ``n_requests`` reads of ``nbytes`` at ``pattern`` aligned offsets, a closed loop of
     ``queue_depth`` (``queue_depth == n_requests``: all issued at once), at most
     ``max_in_flight`` in flight (None: unbounded), on ``n_ssd`` drives striped every
     ``nbytes``.
@@ -115,6 +122,7 @@ class Measurement:
     source: str
     conditions: str
     host: HostPath
+    pattern: str = "random"
 
 
 HELD_OUT = (
@@ -162,6 +170,32 @@ HELD_OUT = (
         source=_AXBOE_POST + ": 'QD16 : 2.06M IOPS per core ( 6.9 usec avg latency)'",
         conditions=_AXBOE_CONDITIONS + ", queue depth 16 (the same run as the row above: "
                    "its mean latency)", host=IO_URING_POLLED),
+    Measurement(
+        profile="micron9550", metric="iops", value=3.4e6, n_ssd=1, nbytes=4096,
+        queue_depth=262144, n_requests=262144, max_in_flight=1 * 128 * 1023,
+        source="Micron, 'Complete AI workloads faster using less power with the Micron 9550 "
+               "SSD' (blog): 'This synthetic test is like FIO (flexible IO) but initiated from "
+               "the H100 GPU. Here we see the Micron 9550 hitting 3.4 million input/output "
+               "operations per second': https://in.micron.com/about/blog/storage/ai/"
+               "complete-ai-workloads-faster-using-less-power-with-the-micron-9550-ssd",
+        conditions="BaM's synthetic random-read benchmark on an NVIDIA H100 (PCIe Gen5), one "
+                   "Micron 9550 U.2 7.68 TB, GPU-initiated; the post states neither the read "
+                   "size nor the queues, so the replay assumes BaM's nvm-block-bench load of "
+                   "the rows above (4 KiB, 262,144 at once, 128 queues x 1,023)",
+        host=GPU_INITIATED),
+    Measurement(
+        profile="micron9550", metric="bandwidth_GBps", value=14.734, n_ssd=1, nbytes=131072,
+        queue_depth=32, n_requests=20000, max_in_flight=None, pattern="sequential",
+        source="TweakTown, 'Micron 9550 Pro E1.S 15mm 7.68TB SSD review' (2026): https://www."
+               "tweaktown.com/reviews/11347/micron-9550-pro-e1-s-15mm-7-68tb-ssd-g8-flash-for-"
+               "read-intensive-ai-storage-compute/index.html; the figure as quoted from it by "
+               "https://windowsforum.com/threads/micron-9550-pro-e1-s-fast-gen5-nvme-ai-storage"
+               "-for-read-intensive-workloads.402661/ ('peaks of 14,734 MB/s on sequential "
+               "reads'); the stored copy of the review itself does not show the number",
+        conditions="128 KiB sequential reads, one Micron 9550 PRO E1.S 7.68 TB, a peak (not a "
+                   "mean); queue depth and OS not stated (replayed at QD32 as the calibration's "
+                   "sequential benchmark); MB taken as 1e6 B",
+        host=UNSTATED_OS),
 )
 
 #: Profiles for which no independent measurement was found in the sources searched (the
@@ -169,9 +203,11 @@ HELD_OUT = (
 NOT_FOUND = {
     "pm1743": "no review or paper with PM1743 random-read IOPS or latency numbers was found; "
               "only Samsung's announcement (the fitting source)",
-    "micron9550": "StorageReview's 9550 MAX and TweakTown's 9550 PRO E1.S reviews were found, "
-                  "but their stored copies give only the specification table (the fitting "
-                  "source) and prose, not their measured 4 KiB random-read results",
+    "micron9550": "only two rows (Micron's own GPU-initiated run and a review's sequential "
+                  "peak); StorageReview's 9550 MAX and TweakTown's 9550 PRO E1.S reviews were "
+                  "found, but their stored copies give only the specification table (the "
+                  "fitting source) and prose, not their measured 4 KiB random-read or QD1 "
+                  "latency results",
     "980pro": "only two rows (1 and 2 drives, one testbed); AnandTech's 980 PRO review was "
               "found but its stored copy has the charts' captions, not their numbers",
     "ideal": "not a real drive: nothing to measure",
@@ -188,6 +224,10 @@ NOT_USED = (
      "using them would need a host path fitted per kernel"),
     ("fio issue #1206 (github.com/axboe/fio/issues/1206, P5800X through io_uring and SPDK): "
      "random writes, which the model does not time"),
+    ("Micron's blog figure of 2.9 M IOPS for the 9550 training a GNN through BaM: the rate a "
+     "training workload asked for, not what the drive can serve"),
+    ("a survey note in a public repository quoting a PM1743 at 118 MB/s with 1 thread and "
+     "5,606 MB/s with 64: no source, read size or I/O engine given"),
 )
 
 
@@ -205,11 +245,13 @@ HOST_PATH_FITS = {
 def model_value(row: Measurement):
     """``(figure, report)``: the model's figure for ``row``'s conditions and the
     :class:`~host_daemon.trace.ReplayReport` of the synthetic trace replayed for it."""
-    trace = synthetic_trace(row.n_requests, row.queue_depth, row.nbytes)
+    trace = synthetic_trace(row.n_requests, row.queue_depth, row.nbytes, row.pattern)
     report = gids.replay(trace, row.profile, n_ssd=row.n_ssd, stripe_bytes=row.nbytes,
                          max_in_flight=row.max_in_flight,
                          host_command_ns=row.host.command_ns or 0.0)
-    return {"iops": report.iops, "latency_us_mean": report.latency_us_mean}[row.metric], report
+    figures = {"iops": report.iops, "latency_us_mean": report.latency_us_mean,
+               "bandwidth_GBps": report.bandwidth_GBps}
+    return figures[row.metric], report
 
 
 def fitting_sources(name: str) -> list[str]:
@@ -234,7 +276,8 @@ def validate(names) -> list[dict]:
 
 
 def _format_value(metric, value):
-    return f"{value / 1e6:.3f} M" if metric == "iops" else f"{value:.2f} us"
+    return {"iops": f"{value / 1e6:.3f} M", "latency_us_mean": f"{value:.2f} us",
+            "bandwidth_GBps": f"{value:.2f} GB/s"}[metric]
 
 
 def format_table(names, results) -> str:
