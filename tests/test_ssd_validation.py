@@ -21,7 +21,8 @@ from workloads.ssd_validation import (
 def test_every_row_cites_a_source_and_conditions():
     for row in HELD_OUT:
         assert row.profile in PROFILES
-        assert row.metric in ("iops", "latency_us_mean")
+        assert row.metric in ("iops", "latency_us_mean", "bandwidth_GBps")
+        assert row.pattern in ("random", "sequential")
         assert row.value > 0 and row.n_ssd >= 1 and row.nbytes >= 1
         assert ("http" in row.source or "github" in row.source) and len(row.conditions) > 20
 
