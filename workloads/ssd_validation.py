@@ -282,15 +282,17 @@ def _format_value(metric, value):
 
 def format_table(names, results) -> str:
     """The validation table, the fitting sources and what is missing, as text."""
-    lines = [(f"{'profile':<8} {'drives':>6} {'size':>5} {'load':>16} {'metric':<6} "
+    lines = [(f"{'profile':<10} {'drives':>6} {'size':>6} {'load':>16} {'metric':<15} "
               f"{'model':>10} {'measured':>10} {'error':>7}")]
     for r in results:
         load = ("QD1" if r["queue_depth"] == 1 else
                 f"{r['n_requests']} at once" if r["queue_depth"] == r["n_requests"] else
                 f"QD{r['queue_depth']}")
+        if r["pattern"] == "sequential":
+            load += " seq"
         flag = "" if r["within"] else "  (outside 15 %)"
-        lines.append(f"{r['profile']:<8} {r['n_ssd']:>6} {r['nbytes']:>5} {load:>16} "
-                     f"{r['metric']:<6} {_format_value(r['metric'], r['model']):>10} "
+        lines.append(f"{r['profile']:<10} {r['n_ssd']:>6} {r['nbytes']:>6} {load:>16} "
+                     f"{r['metric']:<15} {_format_value(r['metric'], r['model']):>10} "
                      f"{_format_value(r['metric'], r['value']):>10} {r['error']:>+7.1%}{flag}")
         lines.append(f"    source: {r['source']}")
         lines.append(f"    conditions: {r['conditions']}")
