@@ -64,12 +64,13 @@ GPU_INITIATED = HostPath(
     name="gpu-initiated", description="GPU threads submit NVMe commands directly (BaM)",
     command_ns=0.0, fitted_to="none: no published per-command figure of this path")
 
-_AXBOE_POST = ("Jens Axboe, 'io_uring and the Linux IO stack: what is possible today' "
-               "(linux-block mailing list, 2020, archived at "
-               "http://mail.spinics.net/lists/linux-block/msg57916.html)")
+_AXBOE_POST = ("Jens Axboe, 'io_uring and Optane2' (io-uring and linux-block mailing lists, "
+               "2020-08-21): https://lore.kernel.org/io-uring/"
+               "4af91b50-4a9c-8a16-9470-a51430bd7733@kernel.dk/")
 _AXBOE_CONDITIONS = ("t/io_uring from fio, one thread on one core of an Intel Ice Lake-SP Xeon, "
-                     "kernel 5.9.0-rc1, single Gen2 Optane SSD (P5800X), random 512 B O_DIRECT "
-                     "reads, polled I/O, registered buffers and files")
+                     "kernel 5.9.0-rc1, single Gen2 Optane SSD (a pre-release sample of the "
+                     "drive launched as the P5800X), random 512 B O_DIRECT reads, polled I/O, "
+                     "registered buffers and files")
 
 #: Linux io_uring with polled completions on one core (t/io_uring). Fitted to Axboe's QD128
 #: figure, 2.58 M IOPS per core: at QD128 the core, not the drive, is the limit (the P5800X
