@@ -1,6 +1,7 @@
 """The held-out validation's rows: each cites a source and its conditions, none is a figure a
 profile or a host path was fitted to, and every profile short of three rows says why."""
 import dataclasses
+import json
 
 import pytest
 
@@ -13,6 +14,7 @@ from workloads.ssd_validation import (
     NOT_FOUND,
     TOLERANCE,
     format_table,
+    main,
     model_value,
     validate,
 )
@@ -81,5 +83,23 @@ def test_the_table_reports_each_row_against_the_model():
     assert "kitguru" in text and "fitted to" in text and "held-out measurements missing" in text
     assert ("outside 15 %" in text) == any(abs(r["error"]) > TOLERANCE for r in rows)
     within = sum(abs(r["error"]) <= TOLERANCE for r in rows)
-    assert f"within 15 %: {within} of {len(rows)} rows" in text
+    assert f"within 15 %: {within} of {len(rows)} rows (" in text
     assert "host path:" in text and "host paths fitted to" in text
+
+
+def test_the_command_line_writes_the_rows_as_json(tmp_path, capsys):
+    path = tmp_path / "rows.json"
+    assert main(["--ssd", "micron9550", "--json", str(path)]) == 0
+    data = json.loads(path.read_text())
+    rows = [r for r in HELD_OUT if r.profile == "micron9550"]
+    assert len(data["rows"]) == len(rows) and data["tolerance"] == TOLERANCE
+    assert data["within"] == sum(r["within"] for r in data["rows"])
+    assert {p["name"] for p in data["host_paths"]} == {p.name for p in HOST_PATHS}
+    assert "micron9550" in capsys.readouterr().out
+
+
+def test_an_unknown_profile_is_one_line_and_status_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--ssd", "nosuchdrive"])
+    assert exit_info.value.code == 2
+    assert "nosuchdrive" in capsys.readouterr().err

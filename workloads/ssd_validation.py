@@ -309,7 +309,10 @@ def format_table(names, results) -> str:
         lines.append(f"980pro scaling 1 -> 2 drives: model {two['model'] / one['model']:.3f}x, "
                      f"measured {two['value'] / one['value']:.3f}x (ratio of the rows above)")
     within = sum(r["within"] for r in results)
-    lines.append(f"within 15 %: {within} of {len(results)} rows")
+    alike = [r for r in results if r["like_for_like"]]
+    lines.append(f"within 15 %: {within} of {len(results)} rows "
+                 f"({sum(r['within'] for r in alike)} of {len(alike)} like for like, their "
+                 f"host path modelled)")
     lines.append("")
     lines.append("fitted to (data sheets; not validation):")
     for name in names:
