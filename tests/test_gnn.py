@@ -19,6 +19,40 @@ def data(tmp_path_factory):
                         seed=int(np.random.default_rng().integers(1 << 20)))
 
 
+def _splitmix64(z):
+    """SplitMix64's output function over a uint64 array (numpy wraps the products)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def reference_noise(seed, first, stop, dim):
+    """The feature file's noise rows, transcribed from docs/formats.md in numpy: pair ``p`` of
+    row ``v`` is Marsaglia's polar method over the hashes of counters ``(v * pairs + p) * 64 +
+    1, 2, ...``."""
+    gamma = np.uint64(0x9E3779B97F4A7C15)
+    key = _splitmix64(np.array([(seed + 1) * int(gamma) % 2**64], dtype=np.uint64))[0]
+    pairs = (dim + 1) // 2
+    counter = np.arange(first * pairs, stop * pairs, dtype=np.uint64) * np.uint64(64)
+    u = np.zeros(counter.size)
+    v = np.zeros(counter.size)
+    s = np.zeros(counter.size)
+    pending = np.ones(counter.size, dtype=bool)
+    for _ in range(64):
+        counter += np.uint64(1)
+        x = _splitmix64(key + counter * gamma)
+        uu = (x >> np.uint64(32)).astype(np.float64) / 2**31 - 1
+        vv = (x & np.uint64(0xFFFFFFFF)).astype(np.float64) / 2**31 - 1
+        ss = uu * uu + vv * vv
+        take = pending & (ss > 0) & (ss < 1)
+        u[take], v[take], s[take] = uu[take], vv[take], ss[take]
+        pending &= ~take
+    assert not pending.any()
+    f = np.sqrt(-2 * np.log(s) / s)
+    noise = np.stack([(u * f).astype(np.float32), (v * f).astype(np.float32)], axis=1)
+    return noise.reshape(stop - first, 2 * pairs)[:, :dim]
+
+
 def test_dataset_file_and_labels(data):
     rows = np.fromfile(data.features_path, dtype=np.float32).reshape(data.n_vertices, data.dim)
     assert rows.shape == (64, 24) and np.isfinite(rows).all()
@@ -27,9 +61,40 @@ def test_dataset_file_and_labels(data):
     assert set(np.unique(data.labels)) <= set(range(4))
     # the planted rule: a row minus its class's mean is the seed's standard normal noise
     noise = rows - class_means(data.dim, 4, data.seed)[data.labels]
-    expected = np.random.default_rng([data.seed, 2, 0]).standard_normal((64, 24),
-                                                                        dtype=np.float32)
-    np.testing.assert_allclose(noise, expected, atol=1e-6)
+    np.testing.assert_allclose(noise, reference_noise(data.seed, 0, 64, data.dim), atol=1e-5)
+
+
+@pytest.mark.parametrize("dim", [7, 1024])
+def test_feature_file_is_the_same_whatever_the_slicing(tmp_path, dim, monkeypatch):
+    """Rows made by many threads in small slices equal one slice made alone, and the
+    reference; an odd width leaves out the last pair's second half."""
+    from workloads.gnn import dataset
+    from workloads.graph import parallel
+    seed = int(np.random.default_rng().integers(1 << 20))
+    n = 37
+    monkeypatch.setattr(parallel, "N_THREADS", 3)
+    dataset.write_features(tmp_path / "sliced", n, dim, 5, seed, chunk_rows=4)
+    sliced = np.fromfile(tmp_path / "sliced", dtype=np.float32).reshape(n, dim)
+    whole = dataset.feature_rows(0, n, dim, 5, seed)
+    np.testing.assert_array_equal(sliced, whole)
+    means = dataset.class_means(dim, 5, seed)[dataset.class_of(np.arange(n), seed, 5)]
+    np.testing.assert_allclose(sliced - means, reference_noise(seed, 0, n, dim), atol=1e-5)
+    assert 0.7 < np.std(sliced - means) < 1.3
+
+
+def test_dataset_is_found_again_by_its_parameters(tmp_path):
+    from workloads.gnn import dataset
+    first = make_dataset(tmp_path, 5, 8, edgefactor=2, classes=3, seed=11)
+    stamp = first.features_path.stat().st_mtime_ns
+    again = make_dataset(tmp_path, 5, 8, edgefactor=2, classes=3, seed=11)
+    assert again.features_path == first.features_path
+    assert again.features_path.stat().st_mtime_ns == stamp      # not written again
+    other = make_dataset(tmp_path, 5, 8, edgefactor=2, classes=3, seed=12)
+    assert other.features_path != first.features_path
+    graph_path, features_path = dataset.dataset_paths(tmp_path, 5, 8, edgefactor=2, classes=3,
+                                                      seed=12)
+    assert (str(graph_path), features_path) == (str(other.graph.path), other.features_path)
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 @pytest.mark.parametrize("name", PATHS)

@@ -23,7 +23,6 @@ import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda load
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,6 +37,8 @@ SIM = gids.SIMULATOR
 ACCURACY_TOLERANCE = 0.01
 LOSS_TOLERANCE = 0.01
 PATHS = ("gids", "memory", "zero_copy", "mmap", "cpu_batch")
+#: Where data sets are made and kept (files named by their parameters: a rerun skips the work).
+DEFAULT_DIR = "/var/tmp/gids-gnn"
 
 
 def _ints(text):
@@ -81,8 +82,9 @@ def add_gnn_arguments(subparsers):
     d.add_argument("--dim", type=positive_int, default=16 if SIM else 1024,
                    help="float32 features per vertex (default 1024; 16 in the simulator)")
     d.add_argument("--classes", type=positive_int, default=16)
-    d.add_argument("--dir", default=None, help="where the data set is made or found "
-                                               "(default: a temporary directory)")
+    d.add_argument("--dir", default=DEFAULT_DIR,
+                   help="where the data set is made, or found by its parameters and reused "
+                        f"(default {DEFAULT_DIR}: on the disk, kept between runs)")
     t = p.add_argument_group("training")
     t.add_argument("--fanouts", type=_ints, default=(15, 10, 5),
                    help="neighbours per hop (default 15,10,5; the layer count)")
@@ -177,68 +179,67 @@ def cmd_gnn(args):
     from workloads.gnn.paths import make_feature_path
     from workloads.gnn import train
 
-    with tempfile.TemporaryDirectory(prefix="gids-gnn-") as tmp:
-        directory = Path(args.dir) if args.dir else Path(tmp)
-        t0 = time.perf_counter()
-        data = make_dataset(directory, args.scale, args.dim, edgefactor=args.edgefactor,
-                            classes=args.classes, seed=args.seed, progress=_progress())
-        _say(f"data set: {data.n_vertices:,} vertices, {data.graph.n_edges:,} adjacency "
-             f"entries, features {data.feature_bytes / 2**30:.2f} GiB "
-             f"({time.perf_counter() - t0:.1f} s)")
-        rng = np.random.default_rng([args.seed, 3])
-        n = data.n_vertices
-        n_train = min(args.train_seeds, n)
-        order = rng.permutation(n)
-        train_seeds = order[:n_train]
-        eval_seeds = order[n_train:n_train + min(args.eval_seeds, n - n_train)]
-        graph = train.GraphSampler(data, args.fanouts, args.seed, page_size=args.page_size)
-        results = []
-        try:
-            node_lists = warm_lists = None
-            if args.gather_only:
-                # Timed batches and, before them, as many other batches that warm the cache.
-                lists = []
-                for b in range(2 * args.batches):
-                    seeds = rng.choice(n, size=min(args.batch_size, n), replace=False)
-                    lists.append(graph.sampler.sample(seeds, batch=b).nodes)
-                graph.rt.sync()
-                warm_lists, node_lists = lists[:args.batches], lists[args.batches:]
-            # The most rows one batch can have (buffers of the mmap and cpu_batch paths).
-            if node_lists:
-                max_rows = max(int(x.numel()) for x in [*node_lists, *warm_lists])
-            else:
-                reach, width = 1, 1
-                for k in args.fanouts:
-                    width *= k
-                    reach += width
-                max_rows = min(n, args.batch_size * reach)
-            for label, name, fraction, em in _variants(args, arrays):
-                _say(f"{label}:")
-                path = make_feature_path("gids" if name == "gids_loader" else name, data,
-                                         cache_fraction=fraction or 1.0,
-                                         runtime_options=em.runtime_options if em else None,
-                                         storage=args.storage, page_size=args.page_size,
-                                         max_rows=max_rows)
-                try:
-                    if args.gather_only:
-                        row = train.gather_benchmark(data, path, node_lists, warm_lists)
-                        _say(f"    {row['rows_per_s']:,.0f} rows/s ({row['gb_per_s']:.2f} GB/s)")
-                    else:
-                        run = train.run_loader_epochs if name == "gids_loader" \
-                            else train.run_epochs
-                        row = run(data, path, graph, train_seeds=train_seeds,
-                                  eval_seeds=eval_seeds, batch_size=args.batch_size,
-                                  epochs=args.epochs, hidden=args.hidden, lr=args.lr,
-                                  seed=args.seed, log=_say)
-                        _say(f"    accuracy {row['accuracy']:.4f}")
-                    if hasattr(path, "stats"):
-                        row["cache"] = path.stats()
-                finally:
-                    path.close()
-                results.append(dict(label=label, path=name, cache_fraction=fraction,
-                                    emulation=emulation_record(em), **row))
-        finally:
-            graph.close()
+    directory = Path(args.dir)
+    t0 = time.perf_counter()
+    data = make_dataset(directory, args.scale, args.dim, edgefactor=args.edgefactor,
+                        classes=args.classes, seed=args.seed, progress=_progress())
+    _say(f"data set: {data.n_vertices:,} vertices, {data.graph.n_edges:,} adjacency "
+         f"entries, features {data.feature_bytes / 2**30:.2f} GiB "
+         f"({time.perf_counter() - t0:.1f} s)")
+    rng = np.random.default_rng([args.seed, 3])
+    n = data.n_vertices
+    n_train = min(args.train_seeds, n)
+    order = rng.permutation(n)
+    train_seeds = order[:n_train]
+    eval_seeds = order[n_train:n_train + min(args.eval_seeds, n - n_train)]
+    graph = train.GraphSampler(data, args.fanouts, args.seed, page_size=args.page_size)
+    results = []
+    try:
+        node_lists = warm_lists = None
+        if args.gather_only:
+            # Timed batches and, before them, as many other batches that warm the cache.
+            lists = []
+            for b in range(2 * args.batches):
+                seeds = rng.choice(n, size=min(args.batch_size, n), replace=False)
+                lists.append(graph.sampler.sample(seeds, batch=b).nodes)
+            graph.rt.sync()
+            warm_lists, node_lists = lists[:args.batches], lists[args.batches:]
+        # The most rows one batch can have (buffers of the mmap and cpu_batch paths).
+        if node_lists:
+            max_rows = max(int(x.numel()) for x in [*node_lists, *warm_lists])
+        else:
+            reach, width = 1, 1
+            for k in args.fanouts:
+                width *= k
+                reach += width
+            max_rows = min(n, args.batch_size * reach)
+        for label, name, fraction, em in _variants(args, arrays):
+            _say(f"{label}:")
+            path = make_feature_path("gids" if name == "gids_loader" else name, data,
+                                     cache_fraction=fraction or 1.0,
+                                     runtime_options=em.runtime_options if em else None,
+                                     storage=args.storage, page_size=args.page_size,
+                                     max_rows=max_rows)
+            try:
+                if args.gather_only:
+                    row = train.gather_benchmark(data, path, node_lists, warm_lists)
+                    _say(f"    {row['rows_per_s']:,.0f} rows/s ({row['gb_per_s']:.2f} GB/s)")
+                else:
+                    run = train.run_loader_epochs if name == "gids_loader" \
+                        else train.run_epochs
+                    row = run(data, path, graph, train_seeds=train_seeds,
+                              eval_seeds=eval_seeds, batch_size=args.batch_size,
+                              epochs=args.epochs, hidden=args.hidden, lr=args.lr,
+                              seed=args.seed, log=_say)
+                    _say(f"    accuracy {row['accuracy']:.4f}")
+                if hasattr(path, "stats"):
+                    row["cache"] = path.stats()
+            finally:
+                path.close()
+            results.append(dict(label=label, path=name, cache_fraction=fraction,
+                                emulation=emulation_record(em), **row))
+    finally:
+        graph.close()
     _print_table(args, results)
     if arrays:
         print("\n" + EMULATION_NOTE)
