@@ -163,6 +163,7 @@ def test_every_path_trains_the_same(data):
     results = []
     try:
         for name, run in (("memory", train.run_epochs), ("mmap", train.run_epochs),
+                          ("direct", train.run_epochs),
                           ("gids", train.run_loader_epochs)):
             path = make_feature_path(name, data, cache_fraction=0.5, page_size=512,
                                      max_rows=64)
@@ -180,3 +181,60 @@ def test_every_path_trains_the_same(data):
 def test_ssd_count_without_profile_exits_2(capsys):
     assert main(["gnn", "--n-ssd", "2", "--data-path", "mmap"]) == 2
     assert "--n-ssd needs --ssd" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dim", [24, 1024])
+def test_direct_loader_reads_the_files_rows(tmp_path, dim):
+    """The direct loader over many slices and threads (fewer rows than threads in the last
+    slice), rows of part of a 4 KiB unit (bounce buffer) and of one whole unit (straight into
+    the pinned slice), against the file's bytes; a row out of range is a named error."""
+    from gids.errors import IndexOutOfRangeError
+    from workloads.gnn.direct import DirectRows
+    data = make_dataset(tmp_path, 7, dim, edgefactor=2, classes=3,
+                        seed=int(np.random.default_rng().integers(1 << 20)))
+    expected = np.fromfile(data.features_path, dtype=np.float32).reshape(-1, dim)
+    rng = np.random.default_rng()
+    path = DirectRows(data, threads=5, chunk_rows=7, buffers=2)
+    try:
+        assert path.info()["threads"] == 5
+        for size in (1, 23, 128):
+            nodes = torch.from_numpy(rng.choice(data.n_vertices, size=size, replace=False))
+            out = torch.full((size, dim), float("nan"))
+            path.gather(nodes, out)
+            np.testing.assert_array_equal(out.numpy(), expected[nodes.numpy()])
+        with pytest.raises(IndexOutOfRangeError):
+            path.gather(torch.tensor([0, data.n_vertices]), torch.empty((2, dim)))
+    finally:
+        path.close()
+
+
+def test_direct_loader_under_emulation(tmp_path):
+    """Emulated drives: the rows from RAM, each held for the model; still the file's rows."""
+    from workloads.gnn.direct import DirectRows
+    from workloads.ssd_options import Emulation
+    data = make_dataset(tmp_path, 6, 1024, edgefactor=2, classes=3, seed=5)
+    expected = np.fromfile(data.features_path, dtype=np.float32).reshape(-1, 1024)
+    nodes = torch.from_numpy(np.random.default_rng().permutation(data.n_vertices)[:40])
+    out = torch.full((40, 1024), float("nan"))
+    path = DirectRows(data, threads=4, chunk_rows=16, emulation=Emulation("p5800x", 2))
+    try:
+        assert path.name == "direct on 2 x p5800x" and not path.info()["o_direct"]
+        path.gather(nodes, out)
+    finally:
+        path.close()
+    np.testing.assert_array_equal(out.numpy(), expected[nodes.numpy()])
+
+
+def test_gather_only_with_direct_and_emulated_drives(tmp_path):
+    out = tmp_path / "g.json"
+    assert main(["gnn", "--gather-only", "--scale", "5", "--dim", "8", "--fanouts", "2,2",
+                 "--batch-size", "2", "--batches", "1", "--data-path", "gids,mmap,direct",
+                 "--cache-fractions", "0.5", "--ssd", "p5800x", "--n-ssd", "1,4",
+                 "--direct-threads", "3", "--dir", str(tmp_path), "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [r["label"] for r in report["rows"]] == [
+        "gids 50%", "gids 50% on 1 x p5800x", "gids 50% on 4 x p5800x", "mmap", "direct",
+        "direct on 1 x p5800x", "direct on 4 x p5800x"]
+    direct = report["rows"][4]
+    assert direct["loader"]["threads"] == 3 and direct["emulation"] is None
+    assert report["rows"][6]["emulation"] == {"ssd": "p5800x", "n_ssd": 4}

@@ -5,9 +5,10 @@ of ``2**scale`` vertices, a row of ``--dim`` float32 per vertex in a file, plant
 made once in ``--dir``. Then, per feature path (:mod:`workloads.gnn.paths`) and, for gids, per
 cache fraction: ``--epochs`` epochs of GraphSAGE (PyG ``SAGEConv``) over ``--train-seeds``
 seeds, the epoch split into sampling, feature gather and training, and the accuracy on
-held-out vertices; with ``--ssd PROFILE --n-ssd 1,4`` the gids rows again under real-time
-emulation of those drive arrays. ``--gather-only``: no training; rows/s of the feature gather alone over
-``--batches`` batches of ``--batch-size`` random seeds' sampled node lists.
+held-out vertices; with ``--ssd PROFILE --n-ssd 1,4`` the gids and direct rows again under
+real-time emulation of those drive arrays. ``--gather-only``: no training; rows/s of the
+feature gather alone over ``--batches`` batches of ``--batch-size`` random seeds' sampled node
+lists.
 Progress goes to stderr; stdout gets a table; ``--json OUT`` writes every row.
 
 ``gids/cli.py`` registers it with :func:`add_gnn_arguments`; ``python -m workloads.gnn.cli``
@@ -15,8 +16,10 @@ runs it alone.
 
 Examples::
 
-    gids gnn --scale 20 --epochs 2 --data-path gids,memory,zero_copy,mmap,cpu_batch
+    gids gnn --scale 20 --epochs 2 --data-path gids,memory,zero_copy,mmap,cpu_batch,direct
     gids gnn --gather-only --scale 20 --fanouts 10,5,5 --cache-fractions 0.25,1
+    gids gnn --gather-only --scale 22 --data-path gids,mmap,direct --cache-fractions 0.25 \
+        --ssd p5800x --n-ssd 1,4
 """
 import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda loads)
 
@@ -36,7 +39,9 @@ SIM = gids.SIMULATOR
 #: How far the paths' results may differ (GPU training sums in no fixed order).
 ACCURACY_TOLERANCE = 0.01
 LOSS_TOLERANCE = 0.01
-PATHS = ("gids", "memory", "zero_copy", "mmap", "cpu_batch")
+PATHS = ("gids", "memory", "zero_copy", "mmap", "cpu_batch", "direct")
+#: The paths ``--ssd`` emulates drives for.
+EMULATED_PATHS = ("gids", "direct")
 #: Where data sets are made and kept (files named by their parameters: a rerun skips the work).
 DEFAULT_DIR = "/var/tmp/gids-gnn"
 
@@ -73,7 +78,8 @@ def _paths(text):
 def add_gnn_arguments(subparsers):
     p = subparsers.add_parser(
         "gnn", help="GraphSAGE training from storage: gids vs. GPU memory, zero-copy, the mmap "
-                    "loader and CPU batches (or --gather-only: feature rows/s)",
+                    "loader, CPU batches and an O_DIRECT loader (or --gather-only: feature "
+                    "rows/s)",
         description=__doc__.split("\n\n")[1])
     d = p.add_argument_group("data set")
     d.add_argument("--scale", type=positive_int, default=7 if SIM else 20,
@@ -102,9 +108,13 @@ def add_gnn_arguments(subparsers):
                    help="gids cache sizes as fractions of the features (default 0.25,1)")
     s.add_argument("--storage", choices=["memory", "file", "mmap"], default="memory",
                    help="how gids, zero_copy and cpu_batch read the feature file (default "
-                        "memory: RAM-backed; file: pread)")
+                        "memory: RAM-backed; file: pread); direct always reads the file with "
+                        "O_DIRECT, or RAM under --ssd")
     s.add_argument("--page-size", type=page_size, default=512 if SIM else 4096,
                    help="gids page size and the cpu_batch path's read size (default 4096)")
+    s.add_argument("--direct-threads", type=positive_int, default=4 if SIM else 64,
+                   help="host threads reading rows on the direct path, one O_DIRECT read in "
+                        "flight each (default 64)")
     add_ssd_arguments(s)
     t.add_argument("--no-loader", dest="loader", action="store_false",
                    help="leave out the gids rows trained through gids.torch.NodeLoader (the "
@@ -148,6 +158,9 @@ def _variants(args, arrays):
                          for f in args.cache_fractions]
             rows += [(f"gids {f:.0%} on {em.label}", "gids", f, em)
                      for em in arrays for f in args.cache_fractions]
+        elif name == "direct":
+            rows += [("direct", "direct", None, None)]
+            rows += [(f"direct on {em.label}", "direct", None, em) for em in arrays]
         else:
             rows.append((name, name, None, None))
     return rows
@@ -167,7 +180,7 @@ def cmd_gnn(args):
                  "--gather-only runs without it")
             return 2
     try:
-        arrays = emulations(args, "gids" in args.data_path)
+        arrays = emulations(args, any(p in args.data_path for p in EMULATED_PATHS))
     except ValueError as exc:
         _say(f"gids gnn: error: {exc}")
         return 2
@@ -217,9 +230,9 @@ def cmd_gnn(args):
             _say(f"{label}:")
             path = make_feature_path("gids" if name == "gids_loader" else name, data,
                                      cache_fraction=fraction or 1.0,
-                                     runtime_options=em.runtime_options if em else None,
-                                     storage=args.storage, page_size=args.page_size,
-                                     max_rows=max_rows)
+                                     emulation=em, storage=args.storage,
+                                     page_size=args.page_size, max_rows=max_rows,
+                                     direct_threads=args.direct_threads)
             try:
                 if args.gather_only:
                     row = train.gather_benchmark(data, path, node_lists, warm_lists)
@@ -234,6 +247,8 @@ def cmd_gnn(args):
                     _say(f"    accuracy {row['accuracy']:.4f}")
                 if hasattr(path, "stats"):
                     row["cache"] = path.stats()
+                if hasattr(path, "info"):
+                    row["loader"] = path.info()
             finally:
                 path.close()
             results.append(dict(label=label, path=name, cache_fraction=fraction,

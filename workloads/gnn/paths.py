@@ -13,6 +13,10 @@ earlier queue their work on it). ``close()`` frees what the path holds.
 - ``mmap``: the PyTorch data loader's way: ``np.memmap`` -> ``torch.from_numpy(...)`` ->
   ``index_select`` on the CPU (torch's threads) into a pinned buffer -> ``copy_(...,
   non_blocking=True)`` to the GPU.
+- ``direct``: the CPU-initiated loader over a file outside the page cache
+  (:mod:`workloads.gnn.direct`): ``O_DIRECT`` reads by a pool of host threads into pinned
+  memory, each slice's copy to the GPU overlapped with the next slice's reads; under emulation,
+  each read held until modelled drives would have served it.
 - ``cpu_batch``: the CPU-initiated batch pattern (``workloads.baselines.CpuBatchPath``): the row
   kernel lists the pages it lacks and exits, host threads gather them from the store into pinned
   memory, one copy, the kernel runs again.
@@ -26,8 +30,9 @@ from gids import SIMULATOR
 from gids.device import rows_template
 from gids.sampling import numba_view, torch_device
 from workloads import baselines as B
+from workloads.gnn.direct import DEFAULT_THREADS, DirectRows
 
-PATHS = ("gids", "memory", "zero_copy", "mmap", "cpu_batch")
+PATHS = ("gids", "memory", "zero_copy", "mmap", "cpu_batch", "direct")
 
 
 def row_kernel_template(pager):
@@ -155,9 +160,20 @@ class MmapRows:
 
 
 def make_feature_path(name, data, *, cache_fraction=0.25, storage="memory", page_size=4096,
-                      max_rows=1 << 16, runtime_options=None):
-    """The feature path ``name`` (see :data:`PATHS`) over data set ``data``;
-    ``runtime_options``: more ``gids.Runtime`` arguments for gids (an emulated SSD array)."""
+                      max_rows=1 << 16, runtime_options=None, emulation=None,
+                      direct_threads=DEFAULT_THREADS):
+    """The feature path ``name`` (see :data:`PATHS`) over data set ``data``.
+
+    ``emulation``: a ``workloads.ssd_options.Emulation`` (an emulated SSD array) for gids
+    (``Runtime(ssd=, n_ssd=)``) or direct; ``runtime_options``: more ``gids.Runtime``
+    arguments; ``direct_threads``: the direct loader's reading threads."""
+    if name == "direct":
+        return DirectRows(data, threads=direct_threads, emulation=emulation,
+                          page_size=page_size)
+    if emulation is not None:
+        if name != "gids":
+            raise ValueError(f"feature path {name!r} has no emulated drives")
+        runtime_options = {**(runtime_options or {}), **emulation.runtime_options}
     if name == "gids":
         return GidsRows(data, cache_fraction, storage, page_size,
                         runtime_options=runtime_options)
