@@ -25,6 +25,7 @@ import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda load
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -84,7 +85,8 @@ def add_gnn_arguments(subparsers):
     d = p.add_argument_group("data set")
     d.add_argument("--scale", type=positive_int, default=7 if SIM else 20,
                    help="2**scale vertices (default 20; 7 in the simulator)")
-    d.add_argument("--edgefactor", type=positive_int, default=8, help="edges per vertex (default 8)")
+    d.add_argument("--edgefactor", type=positive_int, default=8,
+                   help="edges per vertex (default 8)")
     d.add_argument("--dim", type=positive_int, default=16 if SIM else 1024,
                    help="float32 features per vertex (default 1024; 16 in the simulator)")
     d.add_argument("--classes", type=positive_int, default=16)
@@ -196,9 +198,9 @@ def cmd_gnn(args):
     t0 = time.perf_counter()
     data = make_dataset(directory, args.scale, args.dim, edgefactor=args.edgefactor,
                         classes=args.classes, seed=args.seed, progress=_progress())
+    data_s = time.perf_counter() - t0
     _say(f"data set: {data.n_vertices:,} vertices, {data.graph.n_edges:,} adjacency "
-         f"entries, features {data.feature_bytes / 2**30:.2f} GiB "
-         f"({time.perf_counter() - t0:.1f} s)")
+         f"entries, features {data.feature_bytes / 2**30:.2f} GiB ({data_s:.1f} s)")
     rng = np.random.default_rng([args.seed, 3])
     n = data.n_vertices
     n_train = min(args.train_seeds, n)
@@ -207,6 +209,12 @@ def cmd_gnn(args):
     eval_seeds = order[n_train:n_train + min(args.eval_seeds, n - n_train)]
     graph = train.GraphSampler(data, args.fanouts, args.seed, page_size=args.page_size)
     results = []
+    report = {"command": " ".join(sys.argv), "mode": "gather" if args.gather_only else "train",
+              "simulator": SIM, "scale": args.scale, "dim": args.dim,
+              "edgefactor": args.edgefactor, "fanouts": list(args.fanouts),
+              "batch_size": args.batch_size, "storage": args.storage,
+              "n_vertices": data.n_vertices, "feature_bytes": data.feature_bytes,
+              "data_set_s": data_s, "rows": results}
     try:
         node_lists = warm_lists = None
         if args.gather_only:
@@ -253,21 +261,24 @@ def cmd_gnn(args):
                 path.close()
             results.append(dict(label=label, path=name, cache_fraction=fraction,
                                 emulation=emulation_record(em), **row))
+            if args.json:   # after every row: a run cut short keeps what it measured
+                _write_report(args.json, report)
     finally:
         graph.close()
     _print_table(args, results)
     if arrays:
         print("\n" + EMULATION_NOTE)
     if args.json:
-        report = {"command": " ".join(sys.argv), "mode": "gather" if args.gather_only
-                  else "train", "simulator": SIM, "scale": args.scale, "dim": args.dim,
-                  "edgefactor": args.edgefactor, "fanouts": list(args.fanouts),
-                  "batch_size": args.batch_size, "storage": args.storage,
-                  "n_vertices": data.n_vertices, "feature_bytes": data.feature_bytes,
-                  "rows": results}
-        Path(args.json).write_text(json.dumps(report, indent=2, default=float) + "\n")
+        _write_report(args.json, report)
         _say(f"wrote {args.json}")
     return 0
+
+
+def _write_report(path, report):
+    """The JSON report, written whole under a temporary name and renamed."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(report, indent=2, default=float) + "\n")
+    os.replace(tmp, path)
 
 
 def _print_table(args, results):

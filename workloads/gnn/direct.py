@@ -14,10 +14,11 @@ aligned units is read through a per-thread bounce buffer. Before the first batch
 dirty pages are written back (``fsync``, timed as ``flush_s``): Linux writes a dirty range
 back before an ``O_DIRECT`` read of it, which would otherwise be charged to the loader.
 
-Under emulation (``emulation``, a ``workloads.ssd_options.Emulation``), the rows come from a
-copy of the file in RAM and each read is held until an array of the modelled drives would have
-completed it (``gids.host.model_submit_locked``, the model the gids rows' host daemon uses, with
-the same stripe unit): the loader as it would run against those drives.
+Under emulation (``emulation``, a ``workloads.ssd_options.Emulation``), the rows come from
+the file's memory map (RAM: the page cache) and each read is held until an array of the
+modelled drives would have completed it (``gids.host.model_submit_locked``, the model the gids
+rows' host daemon uses, with the same stripe unit): the loader as it would run against those
+drives.
 """
 import os
 import time
@@ -91,6 +92,9 @@ class DirectRows:
     """The feature path ``direct`` (see the module's notes): ``gather(nodes, out)``, ``check()``,
     ``close()``, like the paths of :mod:`workloads.gnn.paths`."""
 
+    #: Nothing to warm: every read goes to the file (or the modelled drives).
+    cacheless = True
+
     def __init__(self, data, *, threads=DEFAULT_THREADS, chunk_rows=DEFAULT_CHUNK_ROWS,
                  buffers=DEFAULT_BUFFERS, emulation=None, page_size=4096):
         for name, value in (("threads", threads), ("chunk_rows", chunk_rows),
@@ -100,7 +104,9 @@ class DirectRows:
         self.threads, self.chunk_rows = int(threads), int(chunk_rows)
         self.row_bytes = data.dim * 4
         self.dim, self.n_rows = data.dim, data.n_vertices
-        storage = "memory" if emulation else "file"
+        # Emulated: the bytes from the file's pages in the page cache (a map, not a copy of a
+        # file as large as the features), the time from the model.
+        storage = "mmap" if emulation else "file"
         self.store, _, _, _, _ = B.open_store(str(data.features_path), np.float32,
                                               (data.n_vertices, data.dim), 0, storage)
         self.flush_s = 0.0

@@ -16,7 +16,7 @@ earlier queue their work on it). ``close()`` frees what the path holds.
 - ``direct``: the CPU-initiated loader over a file outside the page cache
   (:mod:`workloads.gnn.direct`): ``O_DIRECT`` reads by a pool of host threads into pinned
   memory, each slice's copy to the GPU overlapped with the next slice's reads; under emulation,
-  each read held until modelled drives would have served it.
+  each row read from RAM and held until modelled drives would have served it.
 - ``cpu_batch``: the CPU-initiated batch pattern (``workloads.baselines.CpuBatchPath``): the row
   kernel lists the pages it lacks and exits, host threads gather them from the store into pinned
   memory, one copy, the kernel runs again.
