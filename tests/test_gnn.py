@@ -183,18 +183,19 @@ def test_ssd_count_without_profile_exits_2(capsys):
     assert "--n-ssd needs --ssd" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("dim", [24, 1024])
-def test_direct_loader_reads_the_files_rows(tmp_path, dim):
+@pytest.mark.parametrize("dim, buffers", [(24, 3), (1024, 1), (1024, 3)])
+def test_direct_loader_reads_the_files_rows(tmp_path, dim, buffers):
     """The direct loader over many slices and threads (fewer rows than threads in the last
-    slice), rows of part of a 4 KiB unit (bounce buffer) and of one whole unit (straight into
-    the pinned slice), against the file's bytes; a row out of range is a named error."""
+    slice; one slice at a time, or two read while one is copied), rows of part of a 4 KiB unit
+    (bounce buffer) and of one whole unit (straight into the pinned slice), against the file's
+    bytes; a row out of range is a named error."""
     from gids.errors import IndexOutOfRangeError
     from workloads.gnn.direct import DirectRows
     data = make_dataset(tmp_path, 7, dim, edgefactor=2, classes=3,
                         seed=int(np.random.default_rng().integers(1 << 20)))
     expected = np.fromfile(data.features_path, dtype=np.float32).reshape(-1, dim)
     rng = np.random.default_rng()
-    path = DirectRows(data, threads=5, chunk_rows=7, buffers=2)
+    path = DirectRows(data, threads=5, chunk_rows=7, buffers=buffers)
     try:
         assert path.info()["threads"] == 5
         for size in (1, 23, 128):

@@ -6,7 +6,8 @@ list comes to the host, a pool of host threads (``threads``, 64 by default: the 
 drive sees) reads each row with ``O_DIRECT`` ``pread`` calls into pinned memory, and the rows
 are copied to the GPU in slices of ``chunk_rows``, each slice's copy queued as soon as its reads
 are done, so that the copy of one slice overlaps the reads of the next (a ring of ``buffers``
-pinned slices; a slice is reused once its copy has finished).
+pinned slices, all but one queued for reading at once, so the threads never wait for the
+thread that hands out the work; a slice is reused once its copy has finished).
 
 The reads are the host daemon's own (``gids.host.serve_page`` over the store's table row,
 4 KiB-aligned units, ``O_DIRECT`` where the file system allows it); a row that is not whole
@@ -38,7 +39,7 @@ from workloads import baselines as B
 DEFAULT_THREADS = 64
 #: Rows per slice copied to the GPU at once (64 MiB of 4 KiB rows).
 DEFAULT_CHUNK_ROWS = 1 << 14
-#: Pinned slices in the ring.
+#: Pinned slices in the ring: all but one being read while the oldest is copied.
 DEFAULT_BUFFERS = 3
 #: The drive model used only to give the reader's arguments their types when nothing is
 #: emulated (the reader never calls it then).
@@ -123,28 +124,33 @@ class DirectRows:
         model = SsdModel(emulation.profile if emulation else _UNUSED_PROFILE,
                          n_ssd=emulation.n_ssd if emulation else 1, stripe_bytes=page_size)
         self.model, self.emulate = model, emulation is not None
-        unit = DIRECT_ALIGN
-        self.unit = unit
-        self.bounces = [_aligned_bytes(self.row_bytes + 2 * unit, False).numpy()
-                        for _ in range(self.threads)]
-        self.clocks = [np.zeros(2, dtype=np.int64) for _ in range(self.threads)]
+        self.unit = DIRECT_ALIGN
         pin = not SIMULATOR
         self.slices = [_aligned_bytes(self.chunk_rows * self.row_bytes, pin)
                        .view(torch.float32).view(self.chunk_rows, self.dim)
                        for _ in range(int(buffers))]
+        # Per slice and thread: a slice's task t may run beside the next slice's task t.
+        self.bounces = [[_aligned_bytes(self.row_bytes + 2 * self.unit, False).numpy()
+                         for _ in range(self.threads)] for _ in self.slices]
+        self.clocks = [[np.zeros(2, dtype=np.int64) for _ in range(self.threads)]
+                       for _ in self.slices]
         self.copied = [None] * len(self.slices)
         self.turn = 0
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="gids-direct")
 
-    def _read(self, rows, dst):
-        """Rows ``rows`` (int64 numpy) to host address ``dst``, by the pool's threads."""
+    def _start(self, rows, k):
+        """Queue the reads of ``rows`` (int64 numpy) into slice ``k`` on the pool; their
+        futures."""
         state, params = self.model.njit_args()
         parts = min(self.threads, rows.size)
-        results = list(self.pool.map(
-            lambda t: read_rows(self.table, rows, t, parts, self.row_bytes, self.unit, dst,
-                                self.bounces[t], self.emulate, state, params, self.clocks[t]),
-            range(parts)))
-        for k, status in results:
+        dst = self.slices[k].data_ptr()
+        return [self.pool.submit(read_rows, self.table, rows, t, parts, self.row_bytes,
+                                 self.unit, dst, self.bounces[k][t], self.emulate, state,
+                                 params, self.clocks[k][t]) for t in range(parts)]
+
+    def _finish(self, rows, futures):
+        for future in futures:
+            k, status = future.result()
             if k >= 0:
                 raise StorageIOError(f"gids: the direct loader could not read row {rows[k]} of "
                                      f"{self.store.name} (status {status})",
@@ -157,18 +163,33 @@ class DirectRows:
         if n and (rows.min() < 0 or rows.max() >= self.n_rows):
             raise IndexOutOfRangeError(f"gids: a row index is outside 0..{self.n_rows - 1} "
                                        "(direct loader)")
-        for a in range(0, n, self.chunk_rows):
-            b = min(n, a + self.chunk_rows)
-            k = self.turn % len(self.slices)
-            self.turn += 1
-            if self.copied[k] is not None:
-                self.copied[k].synchronize()      # this slice's last copy to the GPU is done
-            staging = self.slices[k]
-            self._read(rows[a:b], staging.data_ptr())
-            out[a:b].copy_(staging[:b - a], non_blocking=True)
-            if not SIMULATOR:
-                self.copied[k] = torch.cuda.Event()
-                self.copied[k].record()
+        # All slices but one are being read while the oldest is copied: the threads go from
+        # one slice to the next without waiting for this thread.
+        in_flight = []
+        try:
+            for a in range(0, n, self.chunk_rows):
+                b = min(n, a + self.chunk_rows)
+                k = self.turn % len(self.slices)
+                self.turn += 1
+                if self.copied[k] is not None:
+                    self.copied[k].synchronize()     # this slice's last copy to the GPU is done
+                in_flight.append((a, b, k, self._start(rows[a:b], k)))
+                if len(in_flight) == max(1, len(self.slices) - 1):
+                    self._copy(out, rows, *in_flight.pop(0))
+            while in_flight:
+                self._copy(out, rows, *in_flight.pop(0))
+        finally:
+            for *_, futures in in_flight:       # an error: let the reads still queued end
+                for future in futures:
+                    future.exception()
+
+    def _copy(self, out, rows, a, b, k, futures):
+        """Wait for slice ``k``'s reads (rows ``a:b``), then queue its copy to ``out``."""
+        self._finish(rows[a:b], futures)
+        out[a:b].copy_(self.slices[k][:b - a], non_blocking=True)
+        if not SIMULATOR:
+            self.copied[k] = torch.cuda.Event()
+            self.copied[k].record()
 
     def check(self):
         pass
