@@ -234,8 +234,8 @@ def test_gather_only_with_direct_and_emulated_drives(tmp_path):
                  "--direct-threads", "3", "--dir", str(tmp_path), "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert [r["label"] for r in report["rows"]] == [
-        "gids 50%", "gids 50% on 1 x p5800x", "gids 50% on 4 x p5800x", "mmap", "direct",
-        "direct on 1 x p5800x", "direct on 4 x p5800x"]
-    direct = report["rows"][4]
+        "gids 50%", "gids 50% on 1 x p5800x", "gids 50% on 4 x p5800x", "mmap",
+        "direct on 1 x p5800x", "direct on 4 x p5800x", "direct"]
+    direct = report["rows"][6]
     assert direct["loader"]["threads"] == 3 and direct["emulation"] is None
-    assert report["rows"][6]["emulation"] == {"ssd": "p5800x", "n_ssd": 4}
+    assert report["rows"][5]["emulation"] == {"ssd": "p5800x", "n_ssd": 4}

@@ -222,8 +222,8 @@ STAGES = {
                 "--storage", "memory", "--json", "{dir}/gnn22_train.json"]], 480),
     # The same data set under real-time emulation, the feature gather alone (1024 seeds x
     # 10,5,5, 8 timed batches): mmap; gids at 25 % unemulated and on 1 and 4 modelled P5800X
-    # drives; the O_DIRECT loader (64 host threads) on the machine's virtio disk (~85 k random
-    # 4 KiB reads/s: ~3 s a batch, the slowest row, so last) and on the same emulated drives.
+    # drives; the O_DIRECT loader (64 host threads) on the same emulated drives, then on the
+    # machine's virtio disk (~85 k random 4 KiB reads/s: ~3 s a batch, the slowest row, last).
     # gids reads the file's memory map here (--storage mmap): the emulation sets the time, and
     # three copies of 17 GB into RAM would cost a minute.
     "gnn22-ssd": ([[*GIDS, "gnn", "--gather-only", "--scale", "22", "--fanouts", "10,5,5",

@@ -161,8 +161,10 @@ def _variants(args, arrays):
             rows += [(f"gids {f:.0%} on {em.label}", "gids", f, em)
                      for em in arrays for f in args.cache_fractions]
         elif name == "direct":
-            rows += [("direct", "direct", None, None)]
+            # The real disk last: its rows are the slowest, and its first write-back (fsync)
+            # of a freshly made file may take a while.
             rows += [(f"direct on {em.label}", "direct", None, em) for em in arrays]
+            rows += [("direct", "direct", None, None)]
         else:
             rows.append((name, name, None, None))
     return rows
