@@ -217,6 +217,7 @@ def cmd_gnn(args):
               "batch_size": args.batch_size, "storage": args.storage,
               "n_vertices": data.n_vertices, "feature_bytes": data.feature_bytes,
               "data_set_s": data_s, "rows": results}
+    store = None
     try:
         node_lists = warm_lists = None
         if args.gather_only:
@@ -236,13 +237,19 @@ def cmd_gnn(args):
                 width *= k
                 reach += width
             max_rows = min(n, args.batch_size * reach)
-        for label, name, fraction, em in _variants(args, arrays):
+        variants = _variants(args, arrays)
+        if args.storage == "memory" and sum(v[1] in ("gids", "gids_loader") for v in variants) > 1:
+            # One RAM copy of the file for every gids row (each Runtime still maps its own).
+            from gids.host import open_file_store
+            store = open_file_store(str(data.features_path), "memory")
+        for label, name, fraction, em in variants:
             _say(f"{label}:")
             path = make_feature_path("gids" if name == "gids_loader" else name, data,
                                      cache_fraction=fraction or 1.0,
                                      emulation=em, storage=args.storage,
                                      page_size=args.page_size, max_rows=max_rows,
-                                     direct_threads=args.direct_threads)
+                                     direct_threads=args.direct_threads,
+                                     store=store if name in ("gids", "gids_loader") else None)
             try:
                 if args.gather_only:
                     row = train.gather_benchmark(data, path, node_lists, warm_lists)
@@ -267,6 +274,8 @@ def cmd_gnn(args):
                 _write_report(args.json, report)
     finally:
         graph.close()
+        if store is not None:
+            store.close()
     _print_table(args, results)
     if arrays:
         print("\n" + EMULATION_NOTE)

@@ -46,10 +46,12 @@ def _blocks(n_rows):
 
 
 class GidsRows:
-    """``rt.gather_rows`` through a cache of ``cache_fraction`` of the features."""
+    """``rt.gather_rows`` through a cache of ``cache_fraction`` of the features; ``store``: a
+    store of the feature file to read instead of opening the file as ``storage`` says (one
+    RAM copy shared by several rows of a run)."""
 
     def __init__(self, data, cache_fraction, storage="memory", page_size=4096, rt=None,
-                 runtime_options=None):
+                 runtime_options=None, store=None):
         nbytes = data.feature_bytes
         self.owned = rt is None
         if rt is None:
@@ -60,8 +62,9 @@ class GidsRows:
             rt = gids.Runtime(cache_bytes=cache, page_size=page_size,
                               **(runtime_options or {}))
         self.rt = rt
-        self.array = rt.open_array(str(data.features_path), np.float32,
-                                   shape=(data.n_vertices, data.dim), storage=storage)
+        self.array = rt.open_array(str(data.features_path) if store is None else store,
+                                   np.float32, shape=(data.n_vertices, data.dim),
+                                   storage=storage)
         self.name = f"gids {cache_fraction:.0%}" + ("" if storage == "file" else f" ({storage})")
 
     def gather(self, nodes, out):
@@ -161,12 +164,13 @@ class MmapRows:
 
 def make_feature_path(name, data, *, cache_fraction=0.25, storage="memory", page_size=4096,
                       max_rows=1 << 16, runtime_options=None, emulation=None,
-                      direct_threads=DEFAULT_THREADS):
+                      direct_threads=DEFAULT_THREADS, store=None):
     """The feature path ``name`` (see :data:`PATHS`) over data set ``data``.
 
     ``emulation``: a ``workloads.ssd_options.Emulation`` (an emulated SSD array) for gids
     (``Runtime(ssd=, n_ssd=)``) or direct; ``runtime_options``: more ``gids.Runtime``
-    arguments; ``direct_threads``: the direct loader's reading threads."""
+    arguments; ``direct_threads``: the direct loader's reading threads; ``store``: the feature
+    file's store for gids (see :class:`GidsRows`)."""
     if name == "direct":
         return DirectRows(data, threads=direct_threads, emulation=emulation,
                           page_size=page_size)
@@ -176,7 +180,7 @@ def make_feature_path(name, data, *, cache_fraction=0.25, storage="memory", page
         runtime_options = {**(runtime_options or {}), **emulation.runtime_options}
     if name == "gids":
         return GidsRows(data, cache_fraction, storage, page_size,
-                        runtime_options=runtime_options)
+                        runtime_options=runtime_options, store=store)
     if name == "memory":
         return MemoryRows(data)
     if name == "mmap":
