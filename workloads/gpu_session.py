@@ -45,6 +45,8 @@ Stages, in order of priority (default: all, in this order):
 - ``gnn22-ssd``: the scale-22 feature gather under real-time emulation of 1 and 4 P5800X
   drives: gids at 25 %, the mmap loader, and the O_DIRECT loader on the real disk and on the
   emulated drives;
+- ``gnn22-ssd-train``: one short scale-22 epoch (4 batches) the same way: mmap, gids at 25 %
+  and the O_DIRECT loader, each on 1 and 4 emulated P5800X drives, the loader also on the disk;
 - ``stress``: the write path under load (``python -m workloads.stress``): 60 s of 1 M threads
   writing and reading a sparse 16 GiB file through a cache of 1 % of it, then flush, fsync and
   a check of the whole file against the model (table of operations, bytes, evictions,
@@ -230,6 +232,16 @@ STAGES = {
                     "--batch-size", "1024", "--batches", "8", "--data-path", "mmap,gids,direct",
                     "--cache-fractions", "0.25", "--storage", "mmap", "--ssd", "p5800x",
                     "--n-ssd", "1,4", "--json", "{dir}/gnn22_ssd.json"]], 240),
+    # The emulated epoch, short: scale 22, fan-outs 15,10,5, one epoch of 4 batches of
+    # 1024 seeds (the direct loader on the virtio disk takes ~7 s a batch of ~600 k rows):
+    # mmap; gids 25 % (the file's map) unemulated and on 1 and 4 modelled P5800X drives
+    # (plain rows: the phase split); the direct loader on those drives, then on the disk.
+    "gnn22-ssd-train": ([[*GIDS, "gnn", "--scale", "22", "--fanouts", "15,10,5",
+                          "--batch-size", "1024", "--epochs", "1", "--train-seeds", "4096",
+                          "--eval-seeds", "1024", "--data-path", "mmap,gids,direct",
+                          "--cache-fractions", "0.25", "--no-loader", "--storage", "mmap",
+                          "--ssd", "p5800x", "--n-ssd", "1,4",
+                          "--json", "{dir}/gnn22_ssd_train.json"]], 300),
     # The file goes to the temp dir, not under {dir}: 16 GiB must not be sent back.
     "stress": ([[sys.executable, "-m", "workloads.stress", "--seconds", "60", "--file-gib", "16",
                  "--cache-fraction", "0.01", "--json", "{dir}/stress.json"]], 480),
@@ -244,7 +256,9 @@ ESTIMATES = {"diagnose": 240, "tests": 175, "hits": 60, "bench": 165, "bfs": 175
              # loader ~40 s, GPU memory ~25 s, each gids row 20-45 s
              "gnn22": 330,
              # estimated: data set ~30 s if not yet made, the direct loader on the disk ~35 s
-             "gnn22-ssd": 150}
+             "gnn22-ssd": 150,
+             # estimated: data set ~30 s if not yet made, the direct loader on the disk ~45 s
+             "gnn22-ssd-train": 180}
 
 
 def estimate_line(name):

@@ -368,7 +368,8 @@ def _gnn(d):
         return recs
     epoch = {k: r["epochs"][-1]["epoch_s"] for k, r in rows.items()}
     pairs = [("gids 25% loader", "mmap", ">= 2x"), ("gids 100% loader", "memory", ">= 0.8x"),
-             ("gids 25%", "mmap", ""), ("gids 25% loader", "direct", "")]
+             ("gids 25%", "mmap", ""), ("gids 25% loader", "direct", ""),
+             ("gids 25%", "direct", "")]
     for on in arrays:
         pairs += [(f"gids 25%{on}", "mmap", ""), (f"gids 25%{on}", f"direct{on}", "")]
     for label, ref, target in pairs:
