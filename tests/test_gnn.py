@@ -2,6 +2,7 @@
 in the simulator) and refuses bad arguments with exit status 2; on a GPU, a short GraphSAGE run
 whose loss falls."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -264,3 +265,18 @@ def test_gpu_direct_loader_matches_the_file(tmp_path):
         path.close()
     for nodes, out in outs:
         np.testing.assert_array_equal(out.cpu().numpy(), expected[nodes.numpy()])
+
+
+def test_direct_loader_names_a_failed_read(tmp_path):
+    """A file cut short under the loader: the read of a row past its new end is a
+    StorageIOError naming the row, raised by gather (not a row of zeros)."""
+    from gids.errors import StorageIOError
+    from workloads.gnn.direct import DirectRows
+    data = make_dataset(tmp_path, 6, 1024, edgefactor=2, classes=3, seed=9)
+    path = DirectRows(data, threads=3, chunk_rows=8)
+    try:
+        os.truncate(data.features_path, 10 * 4096)
+        with pytest.raises(StorageIOError, match="row 40 "):
+            path.gather(torch.tensor([1, 40, 2]), torch.empty((3, 1024)))
+    finally:
+        path.close()
