@@ -280,3 +280,12 @@ def test_direct_loader_names_a_failed_read(tmp_path):
             path.gather(torch.tensor([1, 40, 2]), torch.empty((3, 1024)))
     finally:
         path.close()
+
+
+def test_a_data_set_folder_that_cannot_be_made_exits_2(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert main(["gnn", "--gather-only", "--scale", "5", "--dim", "8", "--data-path", "mmap",
+                 "--dir", str(blocker / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot make the data set" in err and "Traceback" not in err

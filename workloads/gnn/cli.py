@@ -198,8 +198,12 @@ def cmd_gnn(args):
 
     directory = Path(args.dir)
     t0 = time.perf_counter()
-    data = make_dataset(directory, args.scale, args.dim, edgefactor=args.edgefactor,
-                        classes=args.classes, seed=args.seed, progress=_progress())
+    try:
+        data = make_dataset(directory, args.scale, args.dim, edgefactor=args.edgefactor,
+                            classes=args.classes, seed=args.seed, progress=_progress())
+    except OSError as exc:      # a folder we cannot write, a full disk
+        _say(f"gids gnn: error: cannot make the data set in {directory}: {exc}")
+        return 2
     data_s = time.perf_counter() - t0
     _say(f"data set: {data.n_vertices:,} vertices, {data.graph.n_edges:,} adjacency "
          f"entries, features {data.feature_bytes / 2**30:.2f} GiB ({data_s:.1f} s)")
