@@ -298,15 +298,23 @@ def _write_report(path, report):
 
 def _print_table(args, results):
     if args.gather_only:
-        base = {r["path"]: r["rows_per_s"] for r in results if r["path"] != "gids"}
+        base = {r["path"]: r["rows_per_s"] for r in results
+                if r["path"] != "gids" and not r["emulation"]}
+        # The direct loader on the same drives as the row (or on the disk, unemulated).
+        direct = {str(r["emulation"]): r["rows_per_s"] for r in results if r["path"] == "direct"}
+        columns = [k for k in ("mmap", "zero_copy", "memory") if k in base]
         print("feature rows gathered per second (the same node lists on every path)\n")
-        print("| path | rows/s | GB/s | x mmap | x zero_copy | x memory |")
-        print("|---|---:|---:|---:|---:|---:|")
+        heads = ["path", "rows/s", "GB/s", *(f"x {k}" for k in columns)]
+        heads += ["x direct, same drives"] if direct else []
+        print("| " + " | ".join(heads) + " |")
+        print("|---|" + "---:|" * (len(heads) - 1))
         for r in results:
-            ratios = [f"{r['rows_per_s'] / base[k]:.2f}" if k in base else "-"
-                      for k in ("mmap", "zero_copy", "memory")]
-            print(f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['gb_per_s']:.2f} | "
-                  + " | ".join(ratios) + " |")
+            cells = [r["label"], f"{r['rows_per_s']:,.0f}", f"{r['gb_per_s']:.2f}"]
+            cells += [f"{r['rows_per_s'] / base[k]:.2f}" for k in columns]
+            if direct:
+                same = direct.get(str(r["emulation"]))
+                cells.append(f"{r['rows_per_s'] / same:.2f}" if same else "-")
+            print("| " + " | ".join(cells) + " |")
         return
     mmap = next((r for r in results if r["path"] == "mmap"), None)
     print("| path | epoch s | sample s | gather s | train s | x mmap | last loss | accuracy |")
