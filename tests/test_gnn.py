@@ -289,3 +289,16 @@ def test_a_data_set_folder_that_cannot_be_made_exits_2(tmp_path, capsys):
                  "--dir", str(blocker / "sub")]) == 2
     err = capsys.readouterr().err
     assert "cannot make the data set" in err and "Traceback" not in err
+
+
+@pytest.mark.gpu
+def test_gpu_gather_only_with_emulated_drives_and_the_direct_loader(tmp_path):
+    """gnn22-ssd's command, small: every row runs on the GPU and gathers something."""
+    out = tmp_path / "g.json"
+    assert main(["gnn", "--gather-only", "--scale", "12", "--dim", "1024", "--fanouts", "5,5",
+                 "--batch-size", "256", "--batches", "2", "--data-path", "gids,mmap,direct",
+                 "--cache-fractions", "0.25", "--storage", "mmap", "--ssd", "p5800x",
+                 "--n-ssd", "1,4", "--direct-threads", "16", "--dir", str(tmp_path),
+                 "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 7 and all(r["rows_per_s"] > 0 for r in rows)
