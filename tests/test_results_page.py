@@ -107,6 +107,8 @@ def test_update_reads_gnn_gather_with_emulated_drives_and_the_direct_loader():
                   "machine's disk"]
     assert direct["value"] == rate["direct"] / 1e3 and direct["unit"] == "k rows/s"
     assert all(r["command"] == "gids gnn --gather-only --scale 22" for r in recs.values())
+    mapped = {r["figure"] for r in results.from_json({**report, "storage": "mmap"})}
+    assert "feature gather, scale 22, gids 25% cache (mmap store) / mmap" in mapped
 
 
 def test_update_reads_a_gnn_training_run():

@@ -355,8 +355,11 @@ def _gnn(d):
             pairs += [(f"gids 25%{on}", "mmap", ""), (f"gids 25%{on}", f"direct{on}", "")]
         for label, ref, target in pairs:
             if label in rate and ref in rate:
-                gids_part = label.replace("gids 25%", "gids 25% cache").replace(
-                    "gids 100%", "gids 100% cache")
+                # A store other than RAM is named: the figures are not the RAM-backed ones.
+                cache = "cache" if d.get("storage", "memory") == "memory" else \
+                    f"cache ({d['storage']} store)"
+                gids_part = label.replace("gids 25%", f"gids 25% {cache}").replace(
+                    "gids 100%", f"gids 100% {cache}")
                 recs.append(record(GNN, f"feature gather, scale {scale}, {gids_part} / {ref}",
                                    rate[label] / rate[ref], "x", target, ref,
                                    rate[label] / rate[ref], cmd))
