@@ -124,3 +124,5 @@ def test_update_reads_a_gnn_training_run():
     assert recs["epoch, scale 22, gids 100% loader / memory: speed-up"]["value"] == \
         epoch["memory"] / epoch["gids 100% loader"]
     assert "epoch, scale 22, gids 25% / mmap: speed-up" in recs
+    mapped = {r["figure"] for r in results.from_json({**report, "storage": "mmap"})}
+    assert "epoch, scale 22, gids 25% loader (mmap store) / mmap: speed-up" in mapped

@@ -375,9 +375,10 @@ def _gnn(d):
              ("gids 25%", "direct", "")]
     for on in arrays:
         pairs += [(f"gids 25%{on}", "mmap", ""), (f"gids 25%{on}", f"direct{on}", "")]
+    note = "" if d.get("storage", "memory") == "memory" else f" ({d['storage']} store)"
     for label, ref, target in pairs:
         if label in epoch and ref in epoch:
-            recs.append(record(GNN, f"epoch, scale {scale}, {label} / {ref}: speed-up",
+            recs.append(record(GNN, f"epoch, scale {scale}, {label}{note} / {ref}: speed-up",
                                epoch[ref] / epoch[label], "x", target, ref,
                                epoch[ref] / epoch[label], cmd))
     return recs
