@@ -154,10 +154,12 @@ def _variants(args, arrays):
     rows = []
     for name in args.data_path:
         if name == "gids":
-            rows += [(f"gids {f:.0%}", "gids", f, None) for f in args.cache_fractions]
-            if args.loader and not args.gather_only:
-                rows += [(f"gids {f:.0%} loader", "gids_loader", f, None)
-                         for f in args.cache_fractions]
+            # Each fraction's loader row right after its plain row: a run cut short (the JSON
+            # is written after every row) has both for the first fractions.
+            for f in args.cache_fractions:
+                rows.append((f"gids {f:.0%}", "gids", f, None))
+                if args.loader and not args.gather_only:
+                    rows.append((f"gids {f:.0%} loader", "gids_loader", f, None))
             rows += [(f"gids {f:.0%} on {em.label}", "gids", f, em)
                      for em in arrays for f in args.cache_fractions]
         elif name == "direct":
