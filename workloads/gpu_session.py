@@ -227,7 +227,7 @@ STAGES = {
     # drives; the O_DIRECT loader (64 host threads) on the same emulated drives, then on the
     # machine's virtio disk (~85 k random 4 KiB reads/s: ~3 s a batch, the slowest row, last).
     # gids reads the file's memory map here (--storage mmap): the emulation sets the time, and
-    # three copies of 17 GB into RAM would cost a minute.
+    # a RAM-backed store costs each of the three Runtimes its own pinned copy of 17 GB.
     "gnn22-ssd": ([[*GIDS, "gnn", "--gather-only", "--scale", "22", "--fanouts", "10,5,5",
                     "--batch-size", "1024", "--batches", "8", "--data-path", "mmap,gids,direct",
                     "--cache-fractions", "0.25", "--storage", "mmap", "--ssd", "p5800x",
