@@ -14,6 +14,8 @@ controller's) queues, or read a store the way the daemon does.
   ``write_stripes(src, paths, unit)``: a file's bytes split over N files, RAID 0 (what a
   ``StripedStore`` reads).
 - ``SsdModel``: the timing model of an SSD profile (``gids.ssd_profiles()``);
+  ``model_submit_locked(state, params, now_ns, offset, nbytes)``: a read's completion time
+  under the model, from njit code of threads sharing it (``SsdModel.njit_args()``);
   ``ssd_profile(name)``: a profile's parameters and its published figures;
   ``TraceWriter``: writes an I/O trace (``gids.read_trace``, ``gids.replay``);
   ``synthetic_trace(n, queue_depth, nbytes)``: a trace of ``n`` random reads at a depth.
@@ -29,7 +31,7 @@ from gids._platform import host_view
 from host_daemon.daemon import HostDaemon, cq_fields, cq_seq, serve_page, sq_tag, sq_word
 from host_daemon.daemon import _now_ns as now_ns
 from host_daemon.nvme_controller import NvmeController
-from host_daemon.ssd_model import SsdModel
+from host_daemon.ssd_model import SsdModel, model_submit_locked
 from host_daemon.ssd_model import get_profile as ssd_profile
 from host_daemon.stores import (DIRECT_ALIGN, T_COLUMNS, FileStore, MemoryStore, MmapStore, Store,
                                 open_file_store, write_stripes)
@@ -44,7 +46,8 @@ from kernels.launch import installed as cheap_launches_installed
 __all__ = ["HostDaemon", "NvmeController", "serve_page", "sq_word", "sq_tag", "cq_seq",
            "cq_fields", "load_acquire", "store_release", "now_ns", "Store", "FileStore",
            "MemoryStore", "MmapStore", "open_file_store", "T_COLUMNS", "DIRECT_ALIGN",
-           "write_stripes", "SsdModel", "ssd_profile", "TraceWriter", "synthetic_trace",
+           "write_stripes", "SsdModel", "model_submit_locked", "ssd_profile", "TraceWriter",
+           "synthetic_trace",
            "uring_probe", "UringRing", "ring_room", "ring_prep", "ring_submit", "ring_enter",
            "ring_ready", "ring_cqe", "ring_consume", "IORING_OP_READ", "IORING_ENTER_GETEVENTS",
            "host_view", "cheap_launches_installed"]

@@ -76,3 +76,53 @@ def test_update_reads_a_bfs_report_and_refuses_a_simulator_run(tmp_path):
         assert exc.code == 2
     else:
         raise AssertionError("update took a simulator run")
+
+
+def _gnn_row(label, path, value, emulation=None, key="rows_per_s"):
+    row = {"label": label, "path": path, "emulation": emulation}
+    if key == "rows_per_s":
+        row["rows_per_s"] = value
+    else:
+        row["epochs"] = [{"epoch_s": value * 2}, {"epoch_s": value}]
+    return row
+
+
+def test_update_reads_gnn_gather_with_emulated_drives_and_the_direct_loader():
+    rate = {label: random.uniform(1e5, 1e7) for label in
+            ("mmap", "gids 25%", "gids 25% on 4 x p5800x", "direct", "direct on 4 x p5800x")}
+    em = {"ssd": "p5800x", "n_ssd": 4}
+    report = {"command": "/x/gids/cli.py gnn --gather-only --scale 22 --json o.json",
+              "mode": "gather", "fanouts": [10, 5, 5], "scale": 22,
+              "rows": [_gnn_row(k, k.split()[0], v, em if "on 4" in k else None)
+                       for k, v in rate.items()]}
+    report["rows"][3]["loader"] = {"threads": 64, "o_direct": True}
+    recs = {r["figure"]: r for r in results.from_json(report)}
+    assert recs["feature gather, scale 22, gids 25% cache / mmap"]["value"] == \
+        rate["gids 25%"] / rate["mmap"]
+    assert recs["feature gather, scale 22, gids 25% cache on 4 x p5800x / direct on 4 x "
+                "p5800x"]["value"] == rate["gids 25% on 4 x p5800x"] / rate["direct on 4 x p5800x"]
+    assert recs["feature gather, scale 22, gids 25% cache / direct"]["ratio"] == \
+        rate["gids 25%"] / rate["direct"]
+    direct = recs["feature gather, scale 22, direct loader (O_DIRECT, 64 threads) on the "
+                  "machine's disk"]
+    assert direct["value"] == rate["direct"] / 1e3 and direct["unit"] == "k rows/s"
+    assert all(r["command"] == "gids gnn --gather-only --scale 22" for r in recs.values())
+    mapped = {r["figure"] for r in results.from_json({**report, "storage": "mmap"})}
+    assert "feature gather, scale 22, gids 25% cache (mmap store) / mmap" in mapped
+
+
+def test_update_reads_a_gnn_training_run():
+    epoch = {label: random.uniform(1, 50) for label in
+             ("mmap", "memory", "gids 25%", "gids 25% loader", "gids 100% loader")}
+    report = {"command": "gids gnn --scale 22", "mode": "train", "fanouts": [15, 10, 5],
+              "scale": 22, "rows": [_gnn_row(k, k.split()[0], v, key="epochs")
+                                    for k, v in epoch.items()]}
+    recs = {r["figure"]: r for r in results.from_json(report)}
+    speedup = recs["epoch, scale 22, gids 25% loader / mmap: speed-up"]
+    assert speedup["value"] == epoch["mmap"] / epoch["gids 25% loader"]
+    assert speedup["target"] == ">= 2x"
+    assert recs["epoch, scale 22, gids 100% loader / memory: speed-up"]["value"] == \
+        epoch["memory"] / epoch["gids 100% loader"]
+    assert "epoch, scale 22, gids 25% / mmap: speed-up" in recs
+    mapped = {r["figure"] for r in results.from_json({**report, "storage": "mmap"})}
+    assert "epoch, scale 22, gids 25% loader (mmap store) / mmap: speed-up" in mapped

@@ -40,11 +40,19 @@ Stages, in order of priority (default: all, in this order):
   through each engine), the write stress run on io_uring, one file against four stripe files;
 - ``gnn``: ``gids gnn --gather-only`` (feature rows/s on every data path) and two GraphSAGE
   epochs on every feature path;
+- ``gnn22``: issue 24's end-to-end epoch at scale 22 (17 GB of 1024-float rows): the mmap
+  loader, all in GPU memory, gids at 25 % and 100 % (plain and through the loader);
+- ``gnn22-ssd``: the scale-22 feature gather under real-time emulation of 1 and 4 P5800X
+  drives: gids at 25 %, the mmap loader, and the O_DIRECT loader on the real disk and on the
+  emulated drives;
+- ``gnn22-ssd-train``: one short scale-22 epoch (4 batches) the same way: mmap, gids at 25 %
+  and the O_DIRECT loader, each on 1 and 4 emulated P5800X drives, the loader also on the disk;
 - ``stress``: the write path under load (``python -m workloads.stress``): 60 s of 1 M threads
   writing and reading a sparse 16 GiB file through a cache of 1 % of it, then flush, fsync and
   a check of the whole file against the model (table of operations, bytes, evictions,
   write-backs, mismatches).
 
+Before each stage its expected time (``ESTIMATES``) and its limit are printed.
 Each stage runs its commands, one process each, within the stage's time limit and writes their
 log and outputs under ``OUT/<stage>/``; ``OUT/summary.md`` collects the tail of every log. At
 the end everything is packed into ``OUT/gpu_session.tar.gz`` as well (the device tool returns
@@ -204,10 +212,61 @@ STAGES = {
               "--epochs", "2", "--train-seeds", "16384", "--eval-seeds", "4096",
               "--cache-fractions", "0.25,1", "--dir", "/var/tmp/gnn", "--json",
               "{dir}/gnn_train.json"]], 400),
+    # Issue 24's end-to-end target at its own scale: scale 22 (4.2 M vertices, 1024-float rows:
+    # 17 GB of features, made in /var/tmp/gids-gnn on every core in well under a minute, or
+    # found there from an earlier run), fan-outs 15,10,5, 2 epochs of 16 batches of 1024 seeds,
+    # RAM-backed store: the mmap loader, all in GPU memory, then gids at 25 % and 100 % of the
+    # features (each plain and through gids.torch.NodeLoader). Rows in order of what the
+    # targets need first; the JSON is rewritten after every row, so a run cut short keeps them.
+    "gnn22": ([[*GIDS, "gnn", "--scale", "22", "--fanouts", "15,10,5", "--batch-size", "1024",
+                "--epochs", "2", "--train-seeds", "16384", "--eval-seeds", "4096",
+                "--data-path", "mmap,memory,gids", "--cache-fractions", "0.25,1",
+                "--storage", "memory", "--json", "{dir}/gnn22_train.json"]], 480),
+    # The same data set under real-time emulation, the feature gather alone (1024 seeds x
+    # 10,5,5, 8 timed batches): mmap; gids at 25 % unemulated and on 1 and 4 modelled P5800X
+    # drives; the O_DIRECT loader (64 host threads) on the same emulated drives, then on the
+    # machine's virtio disk (~85 k random 4 KiB reads/s: ~3 s a batch, the slowest row, last).
+    # gids reads the file's memory map here (--storage mmap): the emulation sets the time, and
+    # a RAM-backed store costs each of the three Runtimes its own pinned copy of 17 GB.
+    "gnn22-ssd": ([[*GIDS, "gnn", "--gather-only", "--scale", "22", "--fanouts", "10,5,5",
+                    "--batch-size", "1024", "--batches", "8", "--data-path", "mmap,gids,direct",
+                    "--cache-fractions", "0.25", "--storage", "mmap", "--ssd", "p5800x",
+                    "--n-ssd", "1,4", "--json", "{dir}/gnn22_ssd.json"]], 240),
+    # The issue's emulated epoch, short: scale 22, fan-outs 15,10,5, one epoch of 4 batches of
+    # 1024 seeds (the direct loader on the virtio disk takes ~7 s a batch of ~600 k rows):
+    # mmap; gids 25 % (the file's map) unemulated and on 1 and 4 modelled P5800X drives
+    # (plain rows: the phase split); the direct loader on those drives, then on the disk.
+    "gnn22-ssd-train": ([[*GIDS, "gnn", "--scale", "22", "--fanouts", "15,10,5",
+                          "--batch-size", "1024", "--epochs", "1", "--train-seeds", "4096",
+                          "--eval-seeds", "1024", "--data-path", "mmap,gids,direct",
+                          "--cache-fractions", "0.25", "--no-loader", "--storage", "mmap",
+                          "--ssd", "p5800x", "--n-ssd", "1,4",
+                          "--json", "{dir}/gnn22_ssd_train.json"]], 300),
     # The file goes to the temp dir, not under {dir}: 16 GiB must not be sent back.
     "stress": ([[sys.executable, "-m", "workloads.stress", "--seconds", "60", "--file-gib", "16",
                  "--cache-fraction", "0.01", "--json", "{dir}/stress.json"]], 480),
 }
+
+
+#: Expected seconds of a stage on the H200 (measured where a comment above says so, else
+#: estimated), printed before it runs; stages not listed print their limit only.
+ESTIMATES = {"diagnose": 240, "tests": 175, "hits": 60, "bench": 165, "bfs": 175,
+             "bfs-warm": 185, "bfs-targets": 285, "bfs-ssd": 240,
+             # estimated, not yet run: ~30 s to make the data set, ~25 s compiling, the mmap
+             # loader ~40 s, GPU memory ~25 s, each gids row 20-45 s
+             "gnn22": 330,
+             # estimated: data set ~30 s if not yet made, the direct loader on the disk ~35 s
+             "gnn22-ssd": 150,
+             # estimated: data set ~30 s if not yet made, the direct loader on the disk ~45 s
+             "gnn22-ssd-train": 180}
+
+
+def estimate_line(name):
+    """What is printed before stage ``name`` runs: its expected time and its limit."""
+    limit = STAGES[name][1]
+    expected = ESTIMATES.get(name)
+    guess = f"expected ~{expected} s, " if expected else ""
+    return f"== {name} ({guess}limit {limit} s)"
 
 
 def run_stage(name, out_dir):
@@ -261,8 +320,10 @@ def main(argv=None):
     stages = args.stages or list(STAGES)
     os.makedirs(args.out, exist_ok=True)
     summary = [f"# GPU session {time.strftime('%Y-%m-%d %H:%M')}", ""]
+    known = sum(ESTIMATES.get(n, STAGES[n][1]) for n in stages)
+    print(f"stages: {', '.join(stages)}; expected at most ~{known} s in all", flush=True)
     for name in stages:
-        print(f"== {name}", flush=True)
+        print(estimate_line(name), flush=True)
         rc, secs, log_path = run_stage(name, args.out)
         with open(log_path) as f:
             tail = f.read()[-4000:]

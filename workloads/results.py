@@ -337,25 +337,48 @@ def _stripe(d):
 
 def _gnn(d):
     """``gids gnn --json``: the feature gather alone (rows/s) or the training epoch's time,
-    gids against the mmap loader, zero-copy and GPU memory."""
+    gids against the mmap loader, zero-copy, GPU memory and the O_DIRECT loader; rows under
+    emulated drives (labels ending "on N x PROFILE") against the direct loader on the same
+    drives and the mmap loader; the direct loader's own rate on the machine's disk."""
     cmd = re.sub(r" --(json|dir) \S+", "", d.get("command", "gids gnn"))
     cmd = re.sub(r"^\S*gids/(cli|__main__)\.py", "gids", cmd)
-    rows = {r["label"]: r for r in d["rows"] if not r.get("emulation")}
+    rows = {r["label"]: r for r in d["rows"]}
+    arrays = sorted({f" on {r['emulation']['n_ssd']} x {r['emulation']['ssd']}"
+                     for r in d["rows"] if r.get("emulation")})
+    scale = d["scale"]
     recs = []
     if d.get("mode") == "gather":
         rate = {k: r["rows_per_s"] for k, r in rows.items()}
-        for label, ref, target in (("gids 25%", "mmap", ">= 3x"), ("gids 25%", "zero_copy",
-                                   ">= 0.8x"), ("gids 100%", "memory", ">= 0.8x")):
+        pairs = [("gids 25%", "mmap", ">= 3x"), ("gids 25%", "zero_copy", ">= 0.8x"),
+                 ("gids 100%", "memory", ">= 0.8x"), ("gids 25%", "direct", "")]
+        for on in arrays:
+            pairs += [(f"gids 25%{on}", "mmap", ""), (f"gids 25%{on}", f"direct{on}", "")]
+        for label, ref, target in pairs:
             if label in rate and ref in rate:
-                recs.append(record(GNN, f"feature gather, scale {d['scale']}, {label} cache / "
-                                   f"{ref}", rate[label] / rate[ref], "x", target, ref,
+                # A store other than RAM is named: the figures are not the RAM-backed ones.
+                cache = "cache" if d.get("storage", "memory") == "memory" else \
+                    f"cache ({d['storage']} store)"
+                gids_part = label.replace("gids 25%", f"gids 25% {cache}").replace(
+                    "gids 100%", f"gids 100% {cache}")
+                recs.append(record(GNN, f"feature gather, scale {scale}, {gids_part} / {ref}",
+                                   rate[label] / rate[ref], "x", target, ref,
                                    rate[label] / rate[ref], cmd))
+        if "direct" in rows:
+            threads = (rows["direct"].get("loader") or {}).get("threads", "")
+            recs.append(record(GNN, f"feature gather, scale {scale}, direct loader (O_DIRECT, "
+                               f"{threads} threads) on the machine's disk",
+                               rate["direct"] / 1e3, "k rows/s", "", "", None, cmd))
         return recs
     epoch = {k: r["epochs"][-1]["epoch_s"] for k, r in rows.items()}
-    for label, ref, target in (("gids 25% loader", "mmap", ">= 2x"),
-                               ("gids 100% loader", "memory", ">= 0.8x")):
+    pairs = [("gids 25% loader", "mmap", ">= 2x"), ("gids 100% loader", "memory", ">= 0.8x"),
+             ("gids 25%", "mmap", ""), ("gids 25% loader", "direct", ""),
+             ("gids 25%", "direct", "")]
+    for on in arrays:
+        pairs += [(f"gids 25%{on}", "mmap", ""), (f"gids 25%{on}", f"direct{on}", "")]
+    note = "" if d.get("storage", "memory") == "memory" else f" ({d['storage']} store)"
+    for label, ref, target in pairs:
         if label in epoch and ref in epoch:
-            recs.append(record(GNN, f"epoch, scale {d['scale']}, {label} / {ref}: speed-up",
+            recs.append(record(GNN, f"epoch, scale {scale}, {label}{note} / {ref}: speed-up",
                                epoch[ref] / epoch[label], "x", target, ref,
                                epoch[ref] / epoch[label], cmd))
     return recs

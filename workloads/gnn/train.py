@@ -167,7 +167,10 @@ def evaluate(data, path, graph, model, seeds, batch_size):
 def gather_benchmark(data, path, node_lists, warm_lists, *, repeats=1):
     """Rows/s of ``path`` over the batches' node lists, after an untimed pass over other
     batches (``warm_lists``: it compiles and fills a cache to its steady state without
-    holding the timed batches' rows)."""
+    holding the timed batches' rows). A path with nothing to warm (``path.cacheless``: the
+    direct loader, whose every read goes to the drive) gets the first of them only."""
+    if getattr(path, "cacheless", False):
+        warm_lists = warm_lists[:1]
     width = data.dim
     out = torch.empty((max(int(n.numel()) for n in [*node_lists, *warm_lists]), width),
                       dtype=torch.float32, device=torch_device())
