@@ -2,7 +2,9 @@
 asynchronously on the caller's stream.
 
 The kernel (:mod:`kernels.rows`) copies a row per warp, a page at a time through
-``pin_page`` / ``pinned`` / ``unpin_page``. Everything a caller can get wrong is checked here,
+``pin_page`` / ``pinned`` / ``unpin_page``. With ``rows_resident_first`` (the default) a gather
+is two launches on the stream: the rows whose pages are resident, by a kernel with no miss path,
+then the rows it set aside (a list the Runtime reuses), through ``pin_page``. Everything a caller can get wrong is checked here,
 before any kernel: the array (2-D, this Runtime's), host row indices (range), ``out`` (shape,
 dtype, on the GPU, on this device), the stream (its device). Device row indices are checked by
 the kernel (an out-of-range row is recorded and raised by the next :meth:`Runtime.sync`).
@@ -12,6 +14,7 @@ The launch does not wait. Its kernel's errors are raised by the next :meth:`Runt
 """
 import numpy as np
 
+from gids import defaults
 from gids.errors import ConfigError, IndexOutOfRangeError
 from gids.interop import (DeviceArray, as_host, as_numba, current_device_id, device_of,
                           is_cuda_array, numba_stream, stream_handle)
@@ -78,7 +81,7 @@ def _output(out, n, width, dtype):
 
 def gather_rows(rt, array, rows, out=None, stream=None):
     """See :meth:`gids.Runtime.gather_rows`."""
-    from kernels.rows import ROWS_PER_WARP, gather_rows_kernel
+    from kernels.rows import ROWS_PER_WARP, gather_rows_kernel, resident_rows_kernels
     rt._check_array(array, "gather_rows")
     if array.ndim != 2:
         raise ConfigError(f"gids: gather_rows needs a 2-D array, got shape {array.shape}")
@@ -97,12 +100,47 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     pin_cap = max(1, rt.cache_slots // (2 * warps * ROWS_PER_WARP))
     blocks = max(1, min(-(-d_rows.size // (warps * ROWS_PER_WARP)), MAX_BLOCKS, pin_cap))
     s = numba_stream(handle)
-    gather_rows_kernel()[blocks, THREADS, s](array.handle, d_rows, np.int64(width), target)
-    # the row indices copied here live until the launch is known to be done
-    ready = note_launch(rt, s, keep=(d_rows,))
+    args = (array.handle, d_rows, np.int64(width), target)
+    if defaults.get("rows_resident_first"):
+        # The resident rows first, without a miss path; then the rows it set aside.
+        aside, n_aside = _take_aside_list(rt, d_rows.size, s)
+        resident, set_aside = resident_rows_kernels()
+        resident[blocks, THREADS, s](*args, aside, n_aside)
+        set_aside[blocks, THREADS, s](*args, aside, n_aside)
+        ready = note_launch(rt, s, keep=(d_rows, aside, n_aside))
+        rt._rows_aside_lists.append((aside, n_aside, ready))
+    else:
+        gather_rows_kernel()[blocks, THREADS, s](*args)
+        # the row indices copied here live until the launch is known to be done
+        ready = note_launch(rt, s, keep=(d_rows,))
     if isinstance(result, DeviceArray):
         result.ready = ready
     return result
+
+
+#: Lists a Runtime keeps for its resident-first gathers (more are made while more are in use).
+MAX_ASIDE_LISTS = 8
+_ZERO = np.zeros(1, dtype=np.int64)
+
+
+def _take_aside_list(rt, n, stream):
+    """``(aside, n_aside)`` for a resident-first gather of ``n`` rows on ``stream``: one of
+    ``rt``'s lists whose last launch is done (a new one where none is), its count zeroed on
+    ``stream``. Reused, not allocated per gather: a ``cudaFree`` waits for the whole device."""
+    from numba import cuda
+    from gids.waiting import event_done
+    lists = rt._rows_aside_lists
+    for at, (aside, n_aside, ready) in enumerate(lists):
+        if aside.size >= n and (ready is None or event_done(ready)):
+            del lists[at]
+            break
+    else:
+        if len(lists) >= MAX_ASIDE_LISTS:   # the oldest goes (its launch holds it till done)
+            del lists[0]
+        aside = cuda.device_array(1 << max(10, (n - 1).bit_length()), dtype=np.int64)
+        n_aside = cuda.device_array(1, dtype=np.int64)
+    n_aside.copy_to_device(_ZERO, stream=stream)
+    return aside, n_aside
 
 
 def note_launch(rt, stream, keep=()):

@@ -31,12 +31,13 @@ def _poisoned(shape, dtype):
     return out
 
 
+@pytest.mark.parametrize("resident_first", [True, False])
 @pytest.mark.parametrize("width", [24, 200, 256])
-def test_rows_equal_numpy(width):
+def test_rows_equal_numpy(width, resident_first):
     rng = np.random.default_rng()
     data = rng.standard_normal((40, width)).astype(np.float32)
     rows = rng.integers(0, 40, size=9).astype(np.int32)
-    with _runtime() as rt:
+    with gids.defaults.set(rows_resident_first=resident_first), _runtime() as rt:
         a = rt.open_array(data)
         got = rt.gather_rows(a, rows)
         assert isinstance(got, DeviceArray) and got.shape == (9, width)
@@ -45,6 +46,46 @@ def test_rows_equal_numpy(width):
         # DLPack and numpy's protocol see the same rows
         np.testing.assert_array_equal(np.from_dlpack(got), data[rows])
         np.testing.assert_array_equal(np.asarray(got), data[rows])
+
+
+@pytest.mark.parametrize("width", [24, 128])
+def test_resident_first_some_pages_resident(width):
+    # Rows whose pages are resident are copied by the first launch, the others set aside and
+    # copied by the second (which loads them); a warm repeat is hits only.
+    rng = np.random.default_rng()
+    data = rng.standard_normal((60, width)).astype(np.float32)
+    with gids.Runtime(page_size=PAGE, cache_pages=32, daemon_threads=1, queues=2) as rt:
+        a = rt.open_array(data)
+        warm = rng.choice(60, size=6, replace=False)
+        rt.gather_rows(a, warm)
+        rt.sync()
+        rows = np.concatenate([warm, rng.integers(0, 60, size=8)])
+        rng.shuffle(rows)
+        out = _poisoned((rows.size, width), np.float32)
+        rt.gather_rows(a, rows, out=out)
+        rt.sync()
+        np.testing.assert_array_equal(out, data[rows])
+        before = rt.stats()
+        out2 = _poisoned((rows.size, width), np.float32)
+        rt.gather_rows(a, rows[::-1].copy(), out=out2)
+        rt.sync()
+        np.testing.assert_array_equal(out2, data[rows[::-1]])
+        assert rt.stats().misses == before.misses
+        assert rt.stats().hits > before.hits
+
+
+def test_resident_first_set_aside_row_out_of_range_raised_at_sync():
+    # An out-of-range device row is set aside by the first launch (which records nothing) and
+    # raised from the second; the other rows are copied.
+    from numba import cuda
+    data = np.arange(10 * 8, dtype=np.float32).reshape(10, 8)
+    with _runtime() as rt:
+        a = rt.open_array(data)
+        out = _poisoned((3, 8), np.float32)
+        rt.gather_rows(a, cuda.to_device(np.array([2, 99, 4], dtype=np.int64)), out=out)
+        with pytest.raises(IndexOutOfRangeError):
+            rt.sync()
+        np.testing.assert_array_equal(out[[0, 2]], data[[2, 4]])
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint32, np.int64, np.uint64])
@@ -206,6 +247,18 @@ ptx, _ = cuda.compile_ptx(gather_rows_kernel().py_func,
                           cc=(9, 0))
 # a lookup per page, not per element: the pin's and the unpin's match.any, the miss path's call
 print("MATCH", ptx.count("match.any.sync"), "CALLS", ptx.count("call.uni"))
+# resident first: the first launch has no call (no miss path), the second has the miss path's
+from kernels.rows import LOADS_IN_FLIGHT, resident_rows_kernels
+sig = (typeof(h), types.int32[::1], types.int64, types.float32[:, :], types.int64[::1],
+       types.int64[::1])
+resident, set_aside = (cuda.compile_ptx(k.py_func, sig, cc=(9, 0))[0]
+                       for k in resident_rows_kernels())
+print("RESIDENT_CALLS", resident.count("call"), "SET_ASIDE_CALLS", set_aside.count("call.uni"))
+# loads in flight: the copy's unrolled body has LOADS_IN_FLIGHT weak L2 loads before a store
+lines = [l.strip() for l in resident.splitlines() if l.strip().startswith(("ld.global.cg", "st."))]
+run = max((len(list(g)) for key, g in __import__("itertools").groupby(
+    lines, key=lambda l: l.startswith("ld.")) if key), default=0)
+print("LOADS_BEFORE_STORE", run >= LOADS_IN_FLIGHT)
 '''
 
 
@@ -214,3 +267,5 @@ def test_row_kernel_compiles_for_the_gpu_with_one_lookup_per_page():
     proc = run_compile_script(ROWS_PTX)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "MATCH 2 CALLS 1" in proc.stdout, proc.stdout
+    assert "RESIDENT_CALLS 0 SET_ASIDE_CALLS 1" in proc.stdout, proc.stdout
+    assert "LOADS_BEFORE_STORE True" in proc.stdout, proc.stdout
