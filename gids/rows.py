@@ -53,11 +53,15 @@ def _row_indices(rt, rows, n_rows):
     return rt._to_device(np.ascontiguousarray(host))
 
 
-def _output(out, n, width, dtype):
-    """``(numba array to write, what to return)`` for ``out``; a new array if None."""
+def output_array(out, shape, dtype):
+    """``(numba array to write, what to return)`` for ``out`` (``rt.gather``'s and
+    ``rt.gather_rows``'s): the caller's CUDA array (CUDA Array Interface: torch, CuPy, Numba,
+    a :class:`DeviceArray`) checked for ``shape``, ``dtype`` and device, or a new
+    :class:`DeviceArray` if None."""
     from numba import cuda
+    shape = tuple(shape)
     if out is None:
-        d = cuda.device_array((n, width), dtype=dtype)
+        d = cuda.device_array(shape, dtype=dtype)
         return d, DeviceArray(d)
     if not is_cuda_array(out):
         if SIMULATOR:   # host memory stands for GPU memory there: numpy, a CPU tensor
@@ -73,8 +77,8 @@ def _output(out, n, width, dtype):
         if device is not None and device != current_device_id():
             raise ConfigError(f"gids: out is on device {device}, the Runtime on device "
                               f"{current_device_id()}")
-    if tuple(d.shape) != (n, width) or np.dtype(d.dtype) != dtype:
-        raise ConfigError(f"gids: out must be ({n}, {width}) of {dtype}, got "
+    if tuple(d.shape) != shape or np.dtype(d.dtype) != dtype:
+        raise ConfigError(f"gids: out must be {shape} of {np.dtype(dtype)}, got "
                           f"{tuple(d.shape)} of {np.dtype(d.dtype)}")
     return d, out
 
@@ -91,7 +95,7 @@ def gather_rows(rt, array, rows, out=None, stream=None):
         raise ConfigError(f"gids: the stream is on device {stream_device}, the Runtime on "
                           f"device {current_device_id()}")
     d_rows = _row_indices(rt, rows, n_rows)
-    target, result = _output(out, d_rows.size, width, array.dtype)
+    target, result = output_array(out, (d_rows.size, width), array.dtype)
     if d_rows.size == 0:
         return result
     warps = THREADS // 32
@@ -170,4 +174,4 @@ def check(rt):
     return True
 
 
-__all__ = ["gather_rows", "check", "note_launch"]
+__all__ = ["gather_rows", "check", "note_launch", "output_array"]

@@ -822,29 +822,29 @@ class Runtime:
         array : StorageArray
         indices : array-like of int, or a device array of int64
             Host indices are checked before the kernel runs; device indices in the kernel.
-        out : device array, optional
-            Where to write (same length as ``indices``, ``array.dtype``).
+        out : CUDA array, optional
+            Where to write: any 1-D array of ``len(indices)`` elements of ``array.dtype`` with
+            ``__cuda_array_interface__`` (torch, CuPy, Numba; checked before the kernel).
 
         Returns
         -------
-        numba.cuda DeviceNDArray
-            Exposes ``__cuda_array_interface__``: ``cupy.asarray(result)`` and
-            ``torch.as_tensor(result, device="cuda")`` take it without a copy.
+        gids.interop.DeviceArray, or ``out``
+            A new array exposes ``__cuda_array_interface__`` and DLPack:
+            ``torch.from_dlpack(result)``, ``cupy.from_dlpack(result)`` and
+            ``cupy.asarray(result)`` take it without a copy; ``copy_to_host()`` reads it.
         """
         # imported here: the kernel compiles on first use
         from gids.kernels_host import gather_kernel
+        from gids.rows import output_array
         self._check_array(array, "gather")
         d_idx = self._device_indices(array, indices)
         n = d_idx.size
-        if out is None:
-            out = cuda.device_array(n, dtype=array.dtype)
-        elif out.size != n or out.dtype != array.dtype:
-            raise ConfigError(f"gids: out must hold {n} elements of {array.dtype}")
+        target, result = output_array(out, (n,), array.dtype)
         if n:
             blocks, threads = self._grid(n)
-            gather_kernel[blocks, threads](array.handle, d_idx, out)
+            gather_kernel[blocks, threads](array.handle, d_idx, target)
             self.sync()
-        return out
+        return result
 
     def gather_rows(self, array, rows, out=None, stream=None):
         """Rows ``rows`` of a 2-D ``array`` into ``out`` (any CUDA array: torch, CuPy, Numba) or
