@@ -252,6 +252,7 @@ def cmd_gnn(args):
                   else "train", "simulator": SIM, "scale": args.scale, "dim": args.dim,
                   "edgefactor": args.edgefactor, "fanouts": list(args.fanouts),
                   "batch_size": args.batch_size, "storage": args.storage,
+                  "rows_resident_first": gids.defaults.get("rows_resident_first"),
                   "n_vertices": data.n_vertices, "feature_bytes": data.feature_bytes,
                   "rows": results}
         Path(args.json).write_text(json.dumps(report, indent=2, default=float) + "\n")
