@@ -42,6 +42,11 @@ ROWS_PER_WARP = 2
 #: the CPU batch path).
 LOADS_IN_FLIGHT = 8
 
+#: Register cap of the resident-first launch: with no call in it, it needs fewer than this, and
+#: 64 lets an SM run 4 blocks of 256 threads (32 warps, twice the default cap's), hence twice
+#: the loads in flight that a copy bound by memory bandwidth wants.
+RESIDENT_REGISTERS = 64
+
 #: What a launch of the loop does with its rows (compiled in).
 ALL_ROWS = 0        # every row, through ``pin`` (which loads what is missing)
 RESIDENT_ROWS = 1   # every row, through ``pin_if_resident``; rows that miss are set aside
@@ -191,7 +196,7 @@ def resident_rows_kernels():
                       RESIDENT_ROWS)
     second = _row_loop(pin_page, pinned, unpin_page_after, _cache_page_elems, SET_ASIDE_ROWS)
 
-    @jit
+    @jit(max_registers=RESIDENT_REGISTERS)
     def gather_resident_rows(h, rows, width, out, aside, n_aside):
         first(h, rows, width, out, aside, n_aside)
 
