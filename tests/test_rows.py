@@ -88,6 +88,32 @@ def test_resident_first_set_aside_row_out_of_range_raised_at_sync():
         np.testing.assert_array_equal(out[[0, 2]], data[[2, 4]])
 
 
+ROWS_WARP32 = """
+rng = np.random.default_rng()
+for width in (128, 200):     # a page a row (two rows a warp), rows across pages (one)
+    data = rng.standard_normal((60, width)).astype(np.float32)
+    with gids.Runtime(page_size=512, cache_pages=64, queues=2, queue_depth=32, timeout=60) as rt:
+        a = rt.open_array(data)
+        warm = rng.choice(60, size=5, replace=False)
+        rt.gather_rows(a, warm)
+        rt.sync()
+        rows = np.concatenate([warm, rng.integers(0, 60, size=6)])
+        rng.shuffle(rows)
+        got = rt.gather_rows(a, rows)
+        rt.sync()
+        assert (got.copy_to_host() == data[rows]).all(), width
+        state = rt._page_state.copy_to_host()
+        assert not (state & gids.layout.PAGE_REF_MASK).any()   # every pin given back
+print("ROWS_WARP32_OK")
+"""
+
+
+def test_resident_first_rows_in_emulated_warps():
+    # Both launches' collectives with 32-lane warps: groups of 16 lanes, rows set aside.
+    from tests.helpers import run_with_warp32
+    run_with_warp32(ROWS_WARP32, "ROWS_WARP32_OK")
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint32, np.int64, np.uint64])
 def test_any_integer_index_type_into_given_out(dtype):
     rng = np.random.default_rng()
@@ -227,6 +253,28 @@ def test_gpu_cupy_out_and_indices():
         again = rt.gather_rows(a, rows, stream=ns)
         rt.sync()
         np.testing.assert_array_equal(again.copy_to_host(), data[cp.asnumpy(rows)])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("resident_first", [True, False])
+def test_gpu_resident_first_warm_and_partly_resident(resident_first):
+    # A whole cache, warm (every row from the first launch, no miss), then a cache of a
+    # quarter (rows set aside and loaded by the second launch), rows spanning pages too.
+    rng = np.random.default_rng()
+    for width, cache in ((1024, 48 << 20), (1024, 4 << 20), (300, 2 << 20)):
+        data = rng.standard_normal((8000, width)).astype(np.float32)
+        rows = rng.integers(0, 8000, size=20000)
+        with gids.defaults.set(rows_resident_first=resident_first), \
+                gids.Runtime(cache_bytes=cache) as rt:
+            a = rt.open_array(data)
+            rt.gather_rows(a, rows)
+            rt.sync()
+            before = rt.stats()
+            got = rt.gather_rows(a, rows[::-1].copy())
+            rt.sync()
+            np.testing.assert_array_equal(got.copy_to_host(), data[rows[::-1]])
+            if cache > data.nbytes:
+                assert rt.stats().misses == before.misses
 
 
 ROWS_PTX = '''
