@@ -122,7 +122,8 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     return result
 
 
-#: Lists a Runtime keeps for its resident-first gathers (more are made while more are in use).
+#: Lists a Runtime keeps for its resident-first gathers: with this many in use, the next
+#: gather waits for the oldest's launch (bounded, as every wait in the kernels is).
 MAX_ASIDE_LISTS = 8
 _ZERO = np.zeros(1, dtype=np.int64)
 
@@ -132,15 +133,18 @@ def _take_aside_list(rt, n, stream):
     ``rt``'s lists whose last launch is done (a new one where none is), its count zeroed on
     ``stream``. Reused, not allocated per gather: a ``cudaFree`` waits for the whole device."""
     from numba import cuda
-    from gids.waiting import event_done
+    from gids.waiting import event_done, poll_until
     lists = rt._rows_aside_lists
-    for at, (aside, n_aside, ready) in enumerate(lists):
-        if aside.size >= n and (ready is None or event_done(ready)):
-            del lists[at]
-            break
+    done = [ready is None or event_done(ready) for _, _, ready in lists]
+    free = [at for at, ok in enumerate(done) if ok]
+    fits = [at for at in free if lists[at][0].size >= n]
+    if fits:
+        aside, n_aside, _ = lists.pop(fits[0])
     else:
-        if len(lists) >= MAX_ASIDE_LISTS:   # the oldest goes (its launch holds it till done)
-            del lists[0]
+        if len(lists) >= MAX_ASIDE_LISTS:
+            _, _, ready = lists.pop(free[0] if free else 0)
+            if ready is not None:
+                poll_until(lambda: event_done(ready))
         aside = cuda.device_array(1 << max(10, (n - 1).bit_length()), dtype=np.int64)
         n_aside = cuda.device_array(1, dtype=np.int64)
     n_aside.copy_to_device(_ZERO, stream=stream)

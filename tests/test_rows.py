@@ -74,6 +74,20 @@ def test_resident_first_some_pages_resident(width):
         assert rt.stats().hits > before.hits
 
 
+def test_resident_first_lists_are_reused():
+    from gids.rows import MAX_ASIDE_LISTS
+    data = np.arange(50 * 8, dtype=np.float32).reshape(50, 8)
+    with _runtime() as rt:
+        a = rt.open_array(data)
+        for n in (3, 5, 2, 2000, 4):
+            rows = np.arange(n) % 50
+            got = rt.gather_rows(a, rows)
+            rt.sync()
+            np.testing.assert_array_equal(got.copy_to_host(), data[rows])
+        lists = rt._rows_aside_lists
+        assert 1 <= len(lists) <= MAX_ASIDE_LISTS and max(x[0].size for x in lists) >= 2000
+
+
 def test_resident_first_set_aside_row_out_of_range_raised_at_sync():
     # An out-of-range device row is set aside by the first launch (which records nothing) and
     # raised from the second; the other rows are copied.
