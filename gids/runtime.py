@@ -815,7 +815,8 @@ class Runtime:
         return max(1, min(math.ceil(n / threads), 2 if SIMULATOR else 4096)), threads
 
     def gather(self, array, indices, out=None):
-        """Read ``array.flat[indices]`` on the GPU through the cache; returns a device array.
+        """Read ``array.flat[indices]`` on the GPU through the cache, into ``out`` or a new
+        :class:`gids.interop.DeviceArray`; waits for the kernel (errors are raised here).
 
         Parameters
         ----------
