@@ -119,6 +119,24 @@ def test_gather_into_a_torch_tensor():
     assert out.tolist() == [999, 0, 512]
 
 
+@pytest.mark.gpu
+def test_gpu_gather_into_torch_and_out_through_dlpack():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng()
+    data = rng.standard_normal(1 << 20).astype(np.float32)
+    idx = rng.integers(0, data.size, 5000)
+    with gids.Runtime(cache_bytes=1 << 20) as rt:
+        a = rt.open_array(data)
+        out = torch.full((5000,), float("nan"), device="cuda")
+        torch.cuda.synchronize()                          # the fill first
+        assert rt.gather(a, idx, out=out) is out
+        np.testing.assert_array_equal(out.cpu().numpy(), data[idx])
+        got = torch.from_dlpack(rt.gather(a, idx))
+        np.testing.assert_array_equal(got.cpu().numpy(), data[idx])
+        with pytest.raises(gids.ConfigError, match="of float32"):
+            rt.gather(a, idx, out=torch.empty(5000, dtype=torch.float64, device="cuda"))
+
+
 def test_host_indices_checked_before_the_kernel():
     with gids.Runtime(cache_pages=2, page_size=512) as rt:
         a = rt.open_array(np.arange(10, dtype=np.int64))
