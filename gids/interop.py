@@ -212,6 +212,11 @@ class DeviceArray:
     def __len__(self):
         return self.shape[0]
 
+    def __getitem__(self, key):
+        """An element (copied to the host, as Numba's arrays do) or a view (a DeviceArray)."""
+        item = self.device_array[key]
+        return DeviceArray(item, self.ready) if hasattr(item, "copy_to_host") else item
+
     def copy_to_host(self):
         """The contents as a numpy array (waits for them)."""
         return self.device_array.copy_to_host()

@@ -2,7 +2,9 @@
 asynchronously on the caller's stream.
 
 The kernel (:mod:`kernels.rows`) copies a row per warp, a page at a time through
-``pin_page`` / ``pinned`` / ``unpin_page``. Everything a caller can get wrong is checked here,
+``pin_page`` / ``pinned`` / ``unpin_page``. With ``rows_resident_first`` (the default) a gather
+is two launches on the stream: the rows whose pages are resident, by a kernel with no miss path,
+then the rows it set aside (a list the Runtime reuses), through ``pin_page``. Everything a caller can get wrong is checked here,
 before any kernel: the array (2-D, this Runtime's), host row indices (range), ``out`` (shape,
 dtype, on the GPU, on this device), the stream (its device). Device row indices are checked by
 the kernel (an out-of-range row is recorded and raised by the next :meth:`Runtime.sync`).
@@ -12,6 +14,7 @@ The launch does not wait. Its kernel's errors are raised by the next :meth:`Runt
 """
 import numpy as np
 
+from gids import defaults
 from gids.errors import ConfigError, IndexOutOfRangeError
 from gids.interop import (DeviceArray, as_host, as_numba, current_device_id, device_of,
                           is_cuda_array, numba_stream, stream_handle)
@@ -50,11 +53,15 @@ def _row_indices(rt, rows, n_rows):
     return rt._to_device(np.ascontiguousarray(host))
 
 
-def _output(out, n, width, dtype):
-    """``(numba array to write, what to return)`` for ``out``; a new array if None."""
+def output_array(out, shape, dtype):
+    """``(numba array to write, what to return)`` for ``out`` (``rt.gather``'s and
+    ``rt.gather_rows``'s): the caller's CUDA array (CUDA Array Interface: torch, CuPy, Numba,
+    a :class:`DeviceArray`) checked for ``shape``, ``dtype`` and device, or a new
+    :class:`DeviceArray` if None."""
     from numba import cuda
+    shape = tuple(shape)
     if out is None:
-        d = cuda.device_array((n, width), dtype=dtype)
+        d = cuda.device_array(shape, dtype=dtype)
         return d, DeviceArray(d)
     if not is_cuda_array(out):
         if SIMULATOR:   # host memory stands for GPU memory there: numpy, a CPU tensor
@@ -70,15 +77,15 @@ def _output(out, n, width, dtype):
         if device is not None and device != current_device_id():
             raise ConfigError(f"gids: out is on device {device}, the Runtime on device "
                               f"{current_device_id()}")
-    if tuple(d.shape) != (n, width) or np.dtype(d.dtype) != dtype:
-        raise ConfigError(f"gids: out must be ({n}, {width}) of {dtype}, got "
+    if tuple(d.shape) != shape or np.dtype(d.dtype) != dtype:
+        raise ConfigError(f"gids: out must be {shape} of {np.dtype(dtype)}, got "
                           f"{tuple(d.shape)} of {np.dtype(d.dtype)}")
     return d, out
 
 
 def gather_rows(rt, array, rows, out=None, stream=None):
     """See :meth:`gids.Runtime.gather_rows`."""
-    from kernels.rows import ROWS_PER_WARP, gather_rows_kernel
+    from kernels.rows import ROWS_PER_WARP, gather_rows_kernel, resident_rows_kernels
     rt._check_array(array, "gather_rows")
     if array.ndim != 2:
         raise ConfigError(f"gids: gather_rows needs a 2-D array, got shape {array.shape}")
@@ -88,7 +95,7 @@ def gather_rows(rt, array, rows, out=None, stream=None):
         raise ConfigError(f"gids: the stream is on device {stream_device}, the Runtime on "
                           f"device {current_device_id()}")
     d_rows = _row_indices(rt, rows, n_rows)
-    target, result = _output(out, d_rows.size, width, array.dtype)
+    target, result = output_array(out, (d_rows.size, width), array.dtype)
     if d_rows.size == 0:
         return result
     warps = THREADS // 32
@@ -97,12 +104,51 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     pin_cap = max(1, rt.cache_slots // (2 * warps * ROWS_PER_WARP))
     blocks = max(1, min(-(-d_rows.size // (warps * ROWS_PER_WARP)), MAX_BLOCKS, pin_cap))
     s = numba_stream(handle)
-    gather_rows_kernel()[blocks, THREADS, s](array.handle, d_rows, np.int64(width), target)
-    # the row indices copied here live until the launch is known to be done
-    ready = note_launch(rt, s, keep=(d_rows,))
+    args = (array.handle, d_rows, np.int64(width), target)
+    if defaults.get("rows_resident_first"):
+        # The resident rows first, without a miss path; then the rows it set aside.
+        aside, n_aside = _take_aside_list(rt, d_rows.size, s)
+        resident, set_aside = resident_rows_kernels()
+        resident[blocks, THREADS, s](*args, aside, n_aside)
+        set_aside[blocks, THREADS, s](*args, aside, n_aside)
+        ready = note_launch(rt, s, keep=(d_rows, aside, n_aside))
+        rt._rows_aside_lists.append((aside, n_aside, ready))
+    else:
+        gather_rows_kernel()[blocks, THREADS, s](*args)
+        # the row indices copied here live until the launch is known to be done
+        ready = note_launch(rt, s, keep=(d_rows,))
     if isinstance(result, DeviceArray):
         result.ready = ready
     return result
+
+
+#: Lists a Runtime keeps for its resident-first gathers: with this many in use, the next
+#: gather waits for the oldest's launch (bounded, as every wait in the kernels is).
+MAX_ASIDE_LISTS = 8
+_ZERO = np.zeros(1, dtype=np.int64)
+
+
+def _take_aside_list(rt, n, stream):
+    """``(aside, n_aside)`` for a resident-first gather of ``n`` rows on ``stream``: one of
+    ``rt``'s lists whose last launch is done (a new one where none is), its count zeroed on
+    ``stream``. Reused, not allocated per gather: a ``cudaFree`` waits for the whole device."""
+    from numba import cuda
+    from gids.waiting import event_done, poll_until
+    lists = rt._rows_aside_lists
+    done = [ready is None or event_done(ready) for _, _, ready in lists]
+    free = [at for at, ok in enumerate(done) if ok]
+    fits = [at for at in free if lists[at][0].size >= n]
+    if fits:
+        aside, n_aside, _ = lists.pop(fits[0])
+    else:
+        if len(lists) >= MAX_ASIDE_LISTS:
+            _, _, ready = lists.pop(free[0] if free else 0)
+            if ready is not None:
+                poll_until(lambda: event_done(ready))
+        aside = cuda.device_array(1 << max(10, (n - 1).bit_length()), dtype=np.int64)
+        n_aside = cuda.device_array(1, dtype=np.int64)
+    n_aside.copy_to_device(_ZERO, stream=stream)
+    return aside, n_aside
 
 
 def note_launch(rt, stream, keep=()):
@@ -132,4 +178,4 @@ def check(rt):
     return True
 
 
-__all__ = ["gather_rows", "check", "note_launch"]
+__all__ = ["gather_rows", "check", "note_launch", "output_array"]

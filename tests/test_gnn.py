@@ -122,6 +122,18 @@ def test_gather_only_command(tmp_path):
     report = json.loads(out.read_text())
     assert [r["label"] for r in report["rows"]] == ["gids 50%", "memory", "mmap"]
     assert all(r["rows_per_s"] > 0 for r in report["rows"])
+    assert 0 <= report["rows"][0]["hit_rate"] <= 1
+    assert report["rows"][1]["hit_rate"] is None
+
+
+def test_gather_only_whole_cache_times_hits_only(tmp_path):
+    # The whole cache is warmed with the timed rows: the timed batches never miss.
+    out = tmp_path / "g.json"
+    assert main(["gnn", "--gather-only", "--scale", "5", "--dim", "8", "--fanouts", "2,2",
+                 "--batch-size", "2", "--batches", "1", "--data-path", "gids",
+                 "--cache-fractions", "1", "--dir", str(tmp_path), "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["hit_rate"] == 1.0
 
 
 @pytest.mark.parametrize("argv", [["--fanouts", "0,2"], ["--data-path", "disk"],

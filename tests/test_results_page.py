@@ -126,3 +126,21 @@ def test_update_reads_a_gnn_training_run():
     assert "epoch, scale 22, gids 25% / mmap: speed-up" in recs
     mapped = {r["figure"] for r in results.from_json({**report, "storage": "mmap"})}
     assert "epoch, scale 22, gids 25% loader (mmap store) / mmap: speed-up" in mapped
+
+
+def test_update_reads_a_gather_only_gnn_report_with_its_hit_rate():
+    row = lambda label, path, rate, hits=None: {"label": label, "path": path,  # noqa: E731
+                                                "rows_per_s": rate, "hit_rate": hits}
+    report = {"command": "gids gnn --gather-only --json x.json", "mode": "gather",
+              "simulator": False, "scale": 20, "fanouts": [10, 5, 5], "rows_resident_first": True,
+              "rows": [row("gids 25%", "gids", 6e6, 0.4), row("gids 100%", "gids", 9e6, 1.0),
+                       row("memory", "memory", 1e7), row("mmap", "mmap", 1e6)]}
+    recs = {r["figure"]: r for r in results.from_json(report)}
+    whole = recs["feature gather, scale 20, gids 100% cache / memory"]
+    assert abs(whole["value"] - 0.9) < 1e-12 and whole["target"] == ">= 0.8x"
+    assert recs["feature gather, scale 20, gids 25% cache / mmap"]["value"] == 6.0
+    hits = recs["feature gather, scale 20, gids 100% cache: hit rate of the timed batches"]
+    assert hits["value"] == 100.0 and hits["unit"] == "%"
+    one_launch = {r["figure"] for r in results.from_json({**report, "rows_resident_first": False})}
+    assert "feature gather, scale 20, gids 100% cache / memory, one launch " \
+           "(GIDS_ROWS_RESIDENT_FIRST=0)" in one_launch

@@ -47,6 +47,10 @@ Stages, in order of priority (default: all, in this order):
   emulated drives;
 - ``gnn22-ssd-train``: one short scale-22 epoch (4 batches) the same way: mmap, gids at 25 %
   and the O_DIRECT loader, each on 1 and 4 emulated P5800X drives, the loader also on the disk;
+- ``gnn-resident``: the gather-only bench at scale 20 (caches of 25 % and 100 % of the
+  features, RAM-backed) beside GPU memory, mmap and zero-copy, the whole cache warmed with the
+  timed rows (its hit rate in the JSON); then the whole cache with
+  ``GIDS_ROWS_RESIDENT_FIRST=0`` (one launch, miss path in);
 - ``stress``: the write path under load (``python -m workloads.stress``): 60 s of 1 M threads
   writing and reading a sparse 16 GiB file through a cache of 1 % of it, then flush, fsync and
   a check of the whole file against the model (table of operations, bytes, evictions,
@@ -242,6 +246,20 @@ STAGES = {
                           "--cache-fractions", "0.25", "--no-loader", "--storage", "mmap",
                           "--ssd", "p5800x", "--n-ssd", "1,4",
                           "--json", "{dir}/gnn22_ssd_train.json"]], 300),
+    # The whole-cache gather against GPU memory: the same gather-only runs (every row of the
+    # whole cache warm before timing, the timed hit rate in the JSON) beside GPU memory, mmap
+    # and zero-copy; then the whole cache again with one launch that has the miss path in
+    # (GIDS_ROWS_RESIDENT_FIRST=0), to show what resident first gains. About 60-90 s on the
+    # H200, most of it making the data set (shared with ``gnn`` in /var/tmp/gnn).
+    "gnn-resident": ([([*GIDS, "gnn", "--gather-only", "--scale", "20", "--fanouts", "10,5,5",
+                        "--batch-size", "1024", "--batches", "16", "--cache-fractions", "0.25,1",
+                        "--data-path", "gids,memory,mmap,zero_copy", "--storage", "memory",
+                        "--dir", "/var/tmp/gnn", "--json", "{dir}/gnn_resident.json"], 110),
+                      ["env", "GIDS_ROWS_RESIDENT_FIRST=0", *GIDS, "gnn", "--gather-only",
+                       "--scale", "20", "--fanouts", "10,5,5", "--batch-size", "1024",
+                       "--batches", "16", "--cache-fractions", "1", "--data-path", "gids,memory",
+                       "--storage", "memory", "--dir", "/var/tmp/gnn", "--json",
+                       "{dir}/gnn_one_launch.json"]], 150),
     # The file goes to the temp dir, not under {dir}: 16 GiB must not be sent back.
     "stress": ([[sys.executable, "-m", "workloads.stress", "--seconds", "60", "--file-gib", "16",
                  "--cache-fraction", "0.01", "--json", "{dir}/stress.json"]], 480),
