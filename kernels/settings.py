@@ -51,6 +51,9 @@ Name (environment variable, when; default on a GPU / in the simulator): what it 
   when every page is resident, to measure what they cost.
 - ``bfs_resident_first`` (GIDS_BFS_RESIDENT_FIRST, import; 1): 0 keeps the miss path in the
   BFS's top-down step over a resident graph, to measure what leaving it out gains.
+- ``hold_fraction`` (GIDS_HOLD_FRACTION, run; 0.5): the most of the cache that
+  ``Runtime.hold`` may pin, and that device prefetches may have in flight (``0 < f <= 0.9``):
+  pages kept for the next batches vs room for everything else.
 - ``commit`` (GIDS_COMMIT, run; None: ask git): the commit benchmarks record (a copy of the
   tree on another machine may carry a stale .git).
 
@@ -122,6 +125,13 @@ def _poll_ns(text):
     return values
 
 
+def _fraction(text):
+    value = float(text)
+    if not 0 < value <= 0.9:
+        raise ValueError("must be a number > 0 and <= 0.9")
+    return value
+
+
 def _registers(text):
     return _int(0, 255)(text) or None     # 0: no cap
 
@@ -146,6 +156,7 @@ _TABLE = {
     "bfs_touch": ("auto", _one_of("auto", "always"), "import"),
     "bfs_resident_first": (True, _flag, "import"),
     "commit": (None, str, "run"),
+    "hold_fraction": (0.5, _fraction, "run"),
 }
 
 
