@@ -1,0 +1,213 @@
+"""Device prefetch (gids.prefetch, kernels/prefetch.py): finished by readers, retired when nobody
+reads it, bounded, and a no-op where it cannot work; values always against numpy."""
+import numpy as np
+import pytest
+from numba import cuda
+
+import gids
+from tests.helpers import random_file, run_with_warp32
+
+PAGE = 512
+ELEMS = PAGE // 8
+
+
+@cuda.jit
+def _prefetch(h, idx):
+    k = cuda.grid(1)
+    if k < idx.size:
+        gids.prefetch(h, idx[k])
+
+
+@cuda.jit
+def _read(h, idx, out):
+    k = cuda.grid(1)
+    if k < idx.size:
+        out[k] = gids.read(h, idx[k])
+
+
+@cuda.jit
+def _prefetch_next_then_read(h, idx, nxt, out):
+    """Each thread prefetches nxt[k] and then reads idx[k] (the next batch's page while this
+    one is read)."""
+    k = cuda.grid(1)
+    if k < idx.size:
+        gids.prefetch(h, nxt[k])
+        out[k] = gids.read(h, idx[k])
+
+
+def _grid(n):
+    return max(1, -(-n // 32)), 32
+
+
+def _run(kernel, rt, *args):
+    n = args[1].size
+    kernel[_grid(n)](*args)
+    rt.sync()
+
+
+def _gather(rt, a, idx):
+    d = cuda.to_device(np.asarray(idx, dtype=np.int64))
+    out = cuda.device_array(d.size, dtype=np.int64)
+    _run(_read, rt, a.handle, d, out)
+    return out.copy_to_host()
+
+
+def _no_state_left(rt, n_pages):
+    """No page busy or prefetching, no reference held, no prefetch budget or entry held."""
+    state = rt._page_state.copy_to_host()[:n_pages]
+    assert not (state & (gids.layout.PAGE_BUSY | gids.layout.PAGE_REF_MASK)).any()
+    assert rt._window.outstanding() == 0
+    assert not rt._window.pf_entry.copy_to_host().any()
+
+
+@pytest.fixture
+def data(tmp_path):
+    raw = random_file(tmp_path / "d.bin", 64 * PAGE, seed=np.random.SeedSequence().entropy % 2**32)
+    return tmp_path / "d.bin", raw.view(np.int64)
+
+
+def test_a_read_finishes_a_prefetch(data):
+    path, ref = data
+    with gids.Runtime(cache_pages=32, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        pages = np.random.default_rng().choice(64, 6, replace=False)
+        _run(_prefetch, rt, a.handle, cuda.to_device(pages * ELEMS))
+        s = rt.stats()
+        assert s.device_prefetches == 6 and s.ios == 6
+        state = rt._page_state.copy_to_host()[pages]
+        assert ((state & gids.layout.PAGE_PREFETCH) != 0).all()   # loading, nobody waiting
+        idx = (pages[:, None] * ELEMS + np.arange(0, ELEMS, 5)).ravel()
+        np.testing.assert_array_equal(_gather(rt, a, idx), ref[idx])
+        s = rt.stats()
+        assert s.prefetches_finished == 6 and s.ios == 6 and s.prefetches_retired == 0
+        _no_state_left(rt, 64)
+
+
+def test_stranded_prefetches_free_their_entries_and_are_settled(data):
+    """One queue of two entries: a prefetch nobody reads holds entry 0 until the next ticket of
+    that entry takes its completion; the settle step at invalidate finishes the page."""
+    path, ref = data
+    with gids.Runtime(cache_pages=32, page_size=PAGE, queues=1, queue_depth=2) as rt:
+        a = rt.open_array(path, np.int64)
+        _run(_prefetch, rt, a.handle, cuda.to_device(np.array([7 * ELEMS])))
+        others = np.array([1, 2, 3, 4, 5]) * ELEMS + 9       # tickets 1..5: 2 and 4 use entry 0
+        np.testing.assert_array_equal(_gather(rt, a, others), ref[others])
+        assert rt._window.outstanding() == 1                 # its page still waits for a reader
+        np.testing.assert_array_equal(_gather(rt, a, [7 * ELEMS + 1]), ref[[7 * ELEMS + 1]])
+        assert rt.stats().prefetches_finished == 1
+        # Stranded for good: prefetched, never read; invalidate settles them.
+        _run(_prefetch, rt, a.handle, cuda.to_device(np.array([20, 21, 22]) * ELEMS))
+        assert rt._window.outstanding() == 3
+        rt.invalidate()
+        assert rt.stats().prefetches_retired == 3
+        _no_state_left(rt, 64)
+        idx = np.arange(ref.size)
+        np.testing.assert_array_equal(_gather(rt, a, idx), ref)
+
+
+def test_prefetches_in_flight_are_bounded(data):
+    path, ref = data
+    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        budget = rt._window.prefetch_budget                 # (16 - 8) // 2 = 4
+        _run(_prefetch, rt, a.handle, cuda.to_device(np.arange(12) * ELEMS))
+        assert rt.stats().device_prefetches == budget == rt._window.outstanding()
+        # the rest of the cache still serves reads of every page (cache 16, budget 4)
+        idx = np.random.default_rng().integers(0, ref.size, 300)
+        np.testing.assert_array_equal(_gather(rt, a, idx), ref[idx])
+        rt.invalidate()
+        _no_state_left(rt, 64)
+
+
+def test_prefetch_of_resident_loading_or_dirty_pages_does_nothing(tmp_path):
+    ref = np.random.default_rng().integers(0, 2**62, 32 * ELEMS)
+    ref.tofile(tmp_path / "w.bin")
+    with gids.Runtime(cache_pages=8, page_size=PAGE) as rt:
+        a = rt.open_array(tmp_path / "w.bin", np.int64, mode="r+")
+        idx = np.arange(8) * ELEMS
+        rt.scatter(a, idx, -idx)                             # 8 dirty pages fill the cache
+        ref[idx] = -idx
+        _run(_prefetch, rt, a.handle, cuda.to_device(np.concatenate([idx, idx + 8 * ELEMS])))
+        assert rt.stats().device_prefetches == 0             # resident, or only dirty victims
+        np.testing.assert_array_equal(_gather(rt, a, np.arange(ref.size)), ref)
+        rt.flush()
+        np.testing.assert_array_equal(np.fromfile(tmp_path / "w.bin", np.int64), ref)
+
+
+def test_prefetch_index_out_of_range_is_named(data):
+    path, _ = data
+    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        _prefetch[1, 1](a.handle, cuda.to_device(np.array([a.size + 3])))
+        with pytest.raises(gids.IndexOutOfRangeError, match=str(a.size + 3)):
+            rt.sync()
+
+
+@pytest.mark.parametrize("backend, storage", [("nvme", "file"), ("host", "zero-copy")])
+def test_prefetch_is_a_no_op_where_it_cannot_work(data, backend, storage):
+    path, ref = data
+    with gids.Runtime(backend, cache_pages=16, page_size=PAGE) as rt:
+        source = gids.MemoryStore(ref.copy(), zero_copy=True) if storage == "zero-copy" else path
+        a = rt.open_array(source, np.int64, shape=ref.shape)
+        _run(_prefetch, rt, a.handle, cuda.to_device(np.arange(4) * ELEMS))
+        assert rt.stats().device_prefetches == 0
+        np.testing.assert_array_equal(_gather(rt, a, np.arange(0, ref.size, 3)), ref[::3])
+
+
+def test_prefetch_next_batch_while_reading_under_pressure(data):
+    """Threads prefetch one page and read another, in a cache of a quarter of the data, over
+    two queues of few entries: every value right, nothing left busy or held afterwards."""
+    path, ref = data
+    rng = np.random.default_rng()
+    with gids.Runtime(cache_pages=16, page_size=PAGE, queues=2, queue_depth=4) as rt:
+        a = rt.open_array(path, np.int64)
+        for _ in range(3):
+            idx = rng.integers(0, ref.size, 96)
+            nxt = rng.integers(0, ref.size, 96)
+            out = cuda.device_array(96, dtype=np.int64)
+            _prefetch_next_then_read[_grid(96)](a.handle, cuda.to_device(idx),
+                                                cuda.to_device(nxt), out)
+            rt.sync()
+            np.testing.assert_array_equal(out.copy_to_host(), ref[idx])
+            np.testing.assert_array_equal(_gather(rt, a, nxt), ref[nxt])
+        s = rt.stats()
+        assert s.device_prefetches > 0 and s.prefetches_finished > 0
+        rt.invalidate()
+        _no_state_left(rt, 64)
+
+
+WARP32_SCRIPT = """
+import os, tempfile
+from numba import cuda
+rng = np.random.default_rng()
+ref = rng.integers(0, 2**62, 64 * 64)
+path = os.path.join(tempfile.mkdtemp(), "d.bin")
+ref.tofile(path)
+
+@cuda.jit
+def step(h, idx, nxt, out):
+    k = cuda.grid(1)
+    if k < idx.size:
+        gids.prefetch(h, nxt[k])
+        out[k] = gids.read(h, idx[k])
+
+with gids.Runtime(cache_pages=48, page_size=512, queues=2, queue_depth=32) as rt:
+    a = rt.open_array(path, np.int64)
+    for _ in range(2):
+        idx = rng.integers(0, ref.size, 64)
+        nxt = rng.integers(0, ref.size, 64)
+        out = cuda.device_array(64, dtype=np.int64)
+        step[2, 32](a.handle, cuda.to_device(idx), cuda.to_device(nxt), out)
+        rt.sync()
+        assert (out.copy_to_host() == ref[idx]).all()
+        assert (rt.gather(a, nxt).copy_to_host() == ref[nxt]).all()
+    assert rt.stats().device_prefetches > 0, rt.stats()
+    rt.invalidate()
+    state = rt._page_state.copy_to_host()[:64]
+    assert not (state & (gids.layout.PAGE_BUSY | gids.layout.PAGE_REF_MASK)).any()
+print("PREFETCH_WARP32_OK")
+"""
+
+
+def test_emulated_warps_prefetch_and_read():
+    run_with_warp32(WARP32_SCRIPT, "PREFETCH_WARP32_OK")
