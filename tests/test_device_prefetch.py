@@ -211,3 +211,47 @@ print("PREFETCH_WARP32_OK")
 
 def test_emulated_warps_prefetch_and_read():
     run_with_warp32(WARP32_SCRIPT, "PREFETCH_WARP32_OK")
+
+
+PTX_SCRIPT = '''
+import os, re
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+import numpy as np
+import numba.cuda.dispatcher as dispatcher
+from numba import cuda, typeof, types
+
+class _Hopper:
+    compute_capability = (9, 0)
+dispatcher.get_current_device = lambda: _Hopper()
+
+import gids
+from gids.kernels_host import gather_kernel, settle_kernel
+from tests.helpers import fake_handle
+
+h = fake_handle(np.float32)
+out = typeof(np.zeros(4, np.float32))
+ptx, _ = cuda.compile_ptx(gather_kernel.py_func, (typeof(h), types.int64[::1], out), cc=(9, 0))
+lines = [l.strip() for l in ptx.splitlines()]
+entry = next(i for i, l in enumerate(lines) if l.startswith(".visible .entry"))
+end = next((i for i, l in enumerate(lines) if i > entry and ".func" in l), len(lines))
+body = "\\n".join(lines[entry:end])
+# The hit path (the kernel's own body) has no prefetch code: adoption is in the miss path, the
+# entry's retirement in the queue wait, both functions of their own.
+assert "prefetch" not in body, "prefetch code in the hit path"
+assert re.search(r"\\.func\\s.*finish_prefetch", ptx) and re.search(r"\\.func\\s.*retire_prefetch", ptx)
+
+def prefetch_then_read(h, i, out):
+    gids.prefetch(h, i + 64)
+    out[0] = gids.read(h, i)
+
+ptx, _ = cuda.compile_ptx(prefetch_then_read, (typeof(h), types.int64, out), cc=(9, 0))
+assert re.search(r"\\.func\\s.*start_prefetch", ptx)
+ptx, _ = cuda.compile_ptx(settle_kernel.py_func, (typeof(h),), cc=(9, 0))
+print("PREFETCH_PTX_OK")
+'''
+
+
+def test_prefetch_compiles_and_stays_off_the_hit_path():
+    from tests.helpers import run_compile_script
+    proc = run_compile_script(PTX_SCRIPT)
+    assert "PREFETCH_PTX_OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
