@@ -76,3 +76,24 @@ def test_update_reads_a_bfs_report_and_refuses_a_simulator_run(tmp_path):
         assert exc.code == 2
     else:
         raise AssertionError("update took a simulator run")
+
+
+def test_update_reads_the_prefetch_bench(tmp_path):
+    row = lambda mode, e, vs_max: {"mode": mode, "emulation": e, "vs_max": vs_max,  # noqa: E731
+                                   "per_batch_ms": 1.0, "correct": True}
+    report = {"version": 1, "sweep": "prefetch", "simulator": False, "target_vs_max": 1.15,
+              "command": "gids bench prefetch --n-ssd 1 --out /x",
+              "rows": [row("none", None, 1.9), row("prefetch", None, 1.1),
+                       row("hold", {"ssd": "p5800x", "n_ssd": 4}, 1.05)]}
+    recs = {r["figure"]: r for r in results.from_json(report)}
+    fig = recs["batch loop, compute = I/O, RAM store, prefetch: per batch / max(I/O, compute)"]
+    assert fig["value"] == 1.1 and fig["target"] == "<= 1.15x" and fig["area"] == results.PREFETCH
+    assert fig["command"] == "gids bench prefetch --n-ssd 1"
+    assert "batch loop, compute = I/O, emulated p5800x x4, hold: per batch / max(I/O, compute)" \
+        in recs
+    try:
+        results.from_json({**report, "simulator": True})
+    except ValueError as exc:
+        assert "simulator" in str(exc)
+    else:
+        raise AssertionError("a simulator run was taken as a figure")

@@ -40,6 +40,9 @@ Stages, in order of priority (default: all, in this order):
   through each engine), the write stress run on io_uring, one file against four stripe files;
 - ``gnn``: ``gids gnn --gather-only`` (feature rows/s on every data path) and two GraphSAGE
   epochs on every feature path;
+- ``prefetch``: ``gids bench prefetch --n-ssd 1,4``: a batch loop whose compute per batch is
+  its I/O time, with the next batch prefetched (``Runtime.prefetch`` on a side stream) or held
+  (``Runtime.hold``) against neither, on a RAM store and emulated drives (prefetch.json);
 - ``stress``: the write path under load (``python -m workloads.stress``): 60 s of 1 M threads
   writing and reading a sparse 16 GiB file through a cache of 1 % of it, then flush, fsync and
   a check of the whole file against the model (table of operations, bytes, evictions,
@@ -204,6 +207,11 @@ STAGES = {
               "--epochs", "2", "--train-seeds", "16384", "--eval-seeds", "4096",
               "--cache-fractions", "0.25,1", "--dir", "/var/tmp/gnn", "--json",
               "{dir}/gnn_train.json"]], 400),
+    # Issue 23's prefetch target: a batch loop (8192 pages a batch, compute = its I/O time)
+    # with the next batch prefetched or held, against none; RAM store, then emulated P5800X
+    # x1 and x4. About 60 s, most of it compiling and the 800 MiB of data (an estimate).
+    "prefetch": ([[*GIDS, "bench", "prefetch", "--n-ssd", "1,4", "--no-progress",
+                   "--out", "{dir}"]], 120),
     # The file goes to the temp dir, not under {dir}: 16 GiB must not be sent back.
     "stress": ([[sys.executable, "-m", "workloads.stress", "--seconds", "60", "--file-gib", "16",
                  "--cache-fraction", "0.01", "--json", "{dir}/stress.json"]], 480),

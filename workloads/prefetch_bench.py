@@ -199,7 +199,7 @@ def run_prefetch(o, command="gids bench prefetch", progress=True):
     finally:
         if isinstance(source, str):
             os.unlink(source)
-    return {"version": 1, "command": command, "simulator": gids.SIMULATOR,
+    return {"version": 1, "sweep": "prefetch", "command": command, "simulator": gids.SIMULATOR,
             "config": {k: c[k] for k in ("page_size", "batch_pages", "batches", "reps",
                                          "profile", "store")},
             "target_vs_max": 1.15, "rows": rows}

@@ -9,7 +9,7 @@ against), a short list of what changed (latest first) and one record per figure,
     python -m workloads.results update --change "what moved, in a line" OUT/*.json
 
 ``update`` reads what the benchmarks write (``gids bench``'s bench.json and files.json,
-``gids bfs --json``, ``gids search --json``, ``gids gnn --json``, ``workloads.microbench``'s
+``gids bench prefetch``'s prefetch.json, ``gids bfs --json``, ``gids search --json``, ``gids gnn --json``, ``workloads.microbench``'s
 ``*_suite.json``, ``workloads.stress --json``, ``workloads.stripe_bench --json``) or a file of records in
 this module's own format (``{"figures": [record, ...]}``, see :func:`record`), replaces the
 records with the same area and figure, stamps date, commit and machine, and renders the page.
@@ -40,6 +40,7 @@ CORE, HITS, NVME, EMULATION, WORKLOADS, BFS, SEARCH = (
     "BFS", "vector search")
 ENGINES, GNN, WRITES = "storage engines on a real disk", "GNN training", \
     "writes, stress and GPU tests"
+PREFETCH = "prefetch and window hints"
 
 
 def record(area, figure, value, unit="", target="", reference="", ratio=None, command="",
@@ -361,6 +362,21 @@ def _gnn(d):
     return recs
 
 
+def _prefetch(d):
+    """``gids bench prefetch`` (prefetch.json): each loop's time per batch over max(I/O,
+    compute), the next batch prefetched or held against none."""
+    cmd = re.sub(r" --out \S+", "", d.get("command", "gids bench prefetch"))
+    recs = []
+    for r in d["rows"]:
+        e = r.get("emulation")
+        where = "RAM store" if e is None else f"emulated {e['ssd']} x{e['n_ssd']}"
+        target = f"<= {d.get('target_vs_max', 1.15)}x" if r["mode"] != "none" else ""
+        recs.append(record(PREFETCH, f"batch loop, compute = I/O, {where}, {r['mode']}: per "
+                           "batch / max(I/O, compute)", r["vs_max"], "x", target,
+                           "max(I/O, compute)", r["vs_max"], cmd))
+    return recs
+
+
 def from_json(d):
     """The records a benchmark's JSON holds, by its shape (see the module's docstring)."""
     if "figures" in d:
@@ -372,6 +388,8 @@ def from_json(d):
         return _bench(d)
     if d.get("sweep") == "files":
         return _files(d)
+    if d.get("sweep") == "prefetch":
+        return _prefetch(d)
     if "file_mismatches" in d:
         return _stress(d)
     if "results" in d and "vs_one_file" in (d["results"] or [{}])[0]:
