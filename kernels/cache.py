@@ -15,6 +15,9 @@ as in BaM:
 - VALID | DIRTY: resident, and written by ``gids.write`` since it was loaded: the store does not
   have these bytes yet. A writer sets DIRTY (atomic OR) while it still holds its pin, so an
   evictor, which needs the reference count at zero, always sees it.
+- BUSY | PREFETCH (slot in the high half): a device prefetch's read is out and nobody waits
+  for it (:mod:`kernels.prefetch`). Readers get ``PIN_ADOPT``: one of them finishes the load and
+  publishes the page, then all wait as for BUSY. The clock skips it (not VALID).
 - BUSY | DIRTY: being written back by the thread that evicts it. Readers wait as for a load
   (holding a reference); when the write completes the page becomes "not cached" and they load it
   again, from a store that now has the bytes. So no reader can load a stale copy from the store
