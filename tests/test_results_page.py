@@ -97,3 +97,15 @@ def test_update_reads_the_prefetch_bench(tmp_path):
         assert "simulator" in str(exc)
     else:
         raise AssertionError("a simulator run was taken as a figure")
+
+
+def test_a_search_in_query_batches_is_figures_of_its_own():
+    rows = [{"data_path": "gids", "nprobe": 8, "recall": 0.97, "qps": 5e4},
+            {"data_path": "memory", "nprobe": 8, "recall": 0.97, "qps": 1e5}]
+    plain = {r["figure"] for r in results.from_json({"faiss": None, "rows": rows})}
+    batched = {r["figure"]: r for r in results.from_json(
+        {"faiss": None, "rows": rows, "query_batch": 1000, "prefetch": True})}
+    assert "gids QPS, nprobe 8" in plain
+    fig = "gids QPS, nprobe 8, query batches of 1000, the next prefetched"
+    assert fig in batched and batched[fig]["value"] == 5e4
+    assert not plain & set(batched)

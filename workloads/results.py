@@ -210,14 +210,19 @@ def _search(d):
     ok = sorted(r["nprobe"] for r in d["rows"] if r["data_path"] == "gids" and r["recall"] >= 0.95)
     if not ok:
         return []
-    n = ok[0]
-    at = {r["data_path"]: r for r in d["rows"] if r["nprobe"] == n}
+    # A run in query batches (--query-batch) is figures of its own, with or without prefetch.
+    if d.get("query_batch"):
+        n = f"{ok[0]}, query batches of {d['query_batch']}, " + (
+            "the next prefetched" if d.get("prefetch") else "no prefetch")
+    else:
+        n = ok[0]
+    at = {r["data_path"]: r for r in d["rows"] if r["nprobe"] == ok[0]}
     g = at["gids"]["qps"]
     recs = [record(SEARCH, f"gids QPS, nprobe {n}", g, "QPS", "recall >= 0.95", "", None, cmd),
             record(SEARCH, f"recall@{d.get('recall_at', 10)}, nprobe {n}", at["gids"]["recall"],
                    "", ">= 0.95", "", None, cmd)]
     faiss = {f["nprobe"]: f for f in d.get("faiss") or []}
-    for name, qps, least in (("faiss-cpu IVF-Flat", faiss.get(n, {}).get("qps"), 5.0),
+    for name, qps, least in (("faiss-cpu IVF-Flat", faiss.get(ok[0], {}).get("qps"), 5.0),
                              ("GPU memory", at.get("memory", {}).get("qps"), 0.5),
                              ("CPU batch", at.get("cpu_batch", {}).get("qps"), 1.2)):
         if qps:

@@ -476,6 +476,8 @@ def cmd_search(args) -> int:
                 "recall_at": k_recall, "recall_queries": n_recall,
                 "cache_pages": cache_pages, "page_size": page_size,
                 "cache_fraction": args.cache_fraction, "storage": args.storage, "probe": args.probe,
+                "query_batch": args.query_batch,
+                "prefetch": bool(args.query_batch and not args.no_prefetch),
                 "emulations": [e.as_json() for e in arrays],
                 "rows": rows,
                 "faiss": None if faiss_rows is None else
