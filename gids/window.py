@@ -18,7 +18,7 @@ from numba import cuda
 
 from gids import defaults
 from gids.errors import HoldLimitError, IndexOutOfRangeError, NotHeldError
-from gids.interop import numba_stream, stream_handle
+from gids.interop import is_cuda_array, numba_stream, stream_handle
 from kernels import layout as L
 from kernels.platform import SIMULATOR, WARP_SIZE
 
@@ -174,8 +174,7 @@ class Window:
         from gids.kernels_host import prefetch_kernel
         rt = self.rt
         rt._check_array(array, "prefetch")
-        from gids.runtime import _is_device_array
-        if _is_device_array(indices):
+        if is_cuda_array(indices):
             elems = rt._device_indices(array, indices)   # pages found in the kernel
         else:
             elems = rt._to_device(self._pages(array, indices) << _elem_shift(self.rt, array))
@@ -216,8 +215,7 @@ class Window:
     # ------------------------------------------------------------------ helpers
     def _pages(self, array, indices):
         """Distinct page numbers of host (or, copied back, device) element indices, checked."""
-        from gids.runtime import _is_device_array
-        if _is_device_array(indices):
+        if is_cuda_array(indices):
             indices = self.rt._device_indices(array, indices).copy_to_host()
             if indices.size and (indices.min() < 0 or indices.max() >= array.size):
                 bad = indices[(indices < 0) | (indices >= array.size)][0]
