@@ -106,7 +106,7 @@ class Window:
         self._held = {}   # global page -> holds that hold it
 
     def handle_fields(self):
-        return dict(pf_entry=self.pf_entry, pf_slot=self.pf_slot, pf_budget=self.pf_budget)
+        return {"pf_entry": self.pf_entry, "pf_slot": self.pf_slot, "pf_budget": self.pf_budget}
 
     @property
     def held_pages(self):

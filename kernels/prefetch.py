@@ -38,8 +38,17 @@ from kernels import layout as L
 from kernels.cache import claim_slot, give_up_load, keep_dirty_victim, publish
 from kernels.platform import POLL_MIN_NS, out_of_line
 from kernels.queue import back_off, retire_prefetch, submit
-from kernels.sync import (atomic_add, atomic_and, atomic_cas, atomic_exch, atomic_or,
-                          ld_acquire_gpu, now_ns, red_add, st_release_gpu)
+from kernels.sync import (
+    atomic_add,
+    atomic_and,
+    atomic_cas,
+    atomic_exch,
+    atomic_or,
+    ld_acquire_gpu,
+    now_ns,
+    red_add,
+    st_release_gpu,
+)
 
 _PREFETCH = L.PAGE_PREFETCH
 _BUSY = L.PAGE_BUSY

@@ -180,7 +180,7 @@ def run_prefetch(o, command="gids bench prefetch", progress=True):
                         rt.invalidate()
                         rt.reset_stats()
                         seconds, outs = _run_loop(rt, a, batches, mode, compute_ns)
-                        correct &= all(np.array_equal(x, y) for x, y in zip(outs, ref))
+                        correct &= all(np.array_equal(x, y) for x, y in zip(outs, ref, strict=True))
                         best = seconds if best is None else min(best, seconds)
                     s = rt.stats()
                     compute_s = compute_ns / 1e9
@@ -213,8 +213,8 @@ def _label(row):
 def format_prefetch(result):
     lines = ["gids bench prefetch" + (" (simulator: times mean nothing)" if result["simulator"]
                                       else ""),
-             "", "| loop | SSDs | per batch ms | I/O ms | compute ms | / max(I/O, compute) "
-             "| / sum | misses | correct |", "|---|---|---|---|---|---|---|---|---|"]
+             "", ("| loop | SSDs | per batch ms | I/O ms | compute ms | / max(I/O, compute) "
+                  "| / sum | misses | correct |"), "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         e = r["emulation"]
         lines.append(f"| {r['mode']} | {'-' if e is None else str(e['n_ssd']) + ' x ' + e['ssd']} "
