@@ -255,3 +255,58 @@ def test_prefetch_compiles_and_stays_off_the_hit_path():
     from tests.helpers import run_compile_script
     proc = run_compile_script(PTX_SCRIPT)
     assert "PREFETCH_PTX_OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+# --- on a GPU: the same protocol at the concurrency only a GPU has ---------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("queues, depth", [(None, None), (2, 32)])
+def test_gpu_prefetch_next_while_reading(tmp_path, queues, depth):
+    """64 k threads prefetch one random page and read another, in rounds, through a cache of an
+    eighth of the data (few queue entries in the second case: entries retired by later tickets
+    all the time); every value against the file, nothing left busy or held at the end."""
+    raw = random_file(tmp_path / "d.bin", 32 << 20, seed=np.random.SeedSequence().entropy % 2**32)
+    ref = raw.view(np.int64)
+    rng = np.random.default_rng()
+    with gids.Runtime(cache_bytes=4 << 20, page_size=4096, queues=queues,
+                      queue_depth=depth) as rt:
+        a = rt.open_array(tmp_path / "d.bin", np.int64)
+        n = 1 << 16
+        for _ in range(4):
+            idx = rng.integers(0, ref.size, n)
+            nxt = rng.integers(0, ref.size, n)
+            out = cuda.device_array(n, dtype=np.int64)
+            _prefetch_next_then_read[n // 256, 256](a.handle, cuda.to_device(idx),
+                                                    cuda.to_device(nxt), out)
+            rt.sync()
+            np.testing.assert_array_equal(out.copy_to_host(), ref[idx])
+        s = rt.stats()
+        assert s.device_prefetches > 0 and s.prefetches_finished > 0
+        rt.invalidate()
+        _no_state_left(rt, a.n_pages)
+        idx = rng.integers(0, ref.size, n)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
+
+
+@pytest.mark.gpu
+def test_gpu_hold_and_prefetch_then_hit(tmp_path):
+    raw = random_file(tmp_path / "d.bin", 16 << 20, seed=np.random.SeedSequence().entropy % 2**32)
+    ref = raw.view(np.int64)
+    elems = 4096 // 8
+    with gids.Runtime(cache_bytes=2 << 20, page_size=4096) as rt:    # 512 pages of 4096
+        a = rt.open_array(tmp_path / "d.bin", np.int64)
+        pages = np.random.default_rng().choice(a.n_pages, 256, replace=False)
+        with rt.hold(a, pages * elems, stream=gids.side_stream()).wait():
+            rt.gather(a, np.arange(0, ref.size, elems))               # every page, under pressure
+            rt.reset_stats()
+            idx = (pages[:, None] * elems + np.arange(0, elems, 7)).ravel()
+            np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
+            assert rt.stats().misses == 0
+        more = np.setdiff1d(np.arange(a.n_pages), pages)[:200]
+        rt.prefetch(a, more * elems, stream=gids.side_stream())
+        rt.sync()
+        rt.reset_stats()
+        idx = (more[:, None] * elems + 3).ravel()
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
+        assert rt.stats().misses == 0
+        _no_state_left(rt, a.n_pages)
