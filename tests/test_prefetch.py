@@ -120,3 +120,108 @@ def test_hold_fraction_setting(data):
         with pytest.raises(gids.HoldLimitError):
             rt.hold(a, np.arange(5) * ELEMS)
         rt.hold(a, np.arange(4) * ELEMS).release()
+
+
+# --- a state machine: holds, prefetches (host and device), reads, writes, invalidate, flush,
+# against a numpy model of the file and a model of what is held --------------------------------
+
+from hypothesis import settings, strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: E402
+
+N_PAGES = 24
+pages_st = st.lists(st.integers(0, N_PAGES - 1), min_size=1, max_size=5)
+
+
+@cuda.jit
+def _device_prefetch(h, idx):
+    k = cuda.grid(1)
+    if k < idx.size:
+        gids.prefetch(h, idx[k])
+
+
+class WindowMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        import tempfile
+        self.dir = tempfile.TemporaryDirectory()
+        self.path = f"{self.dir.name}/d.bin"
+        self.model = np.random.default_rng().integers(0, 2**62, N_PAGES * ELEMS)
+        self.model.tofile(self.path)
+        self.rt = gids.Runtime(cache_pages=12, page_size=PAGE)
+        self.a = self.rt.open_array(self.path, np.int64, mode="r+")
+        self.holds = []          # (Hold, set of pages)
+
+    def _held(self):
+        return set().union(*(p for _, p in self.holds)) if self.holds else set()
+
+    @rule(pages=pages_st)
+    def hold(self, pages):
+        want = set(pages)
+        if len(self._held() | want) > self.rt._window.hold_limit:
+            with pytest.raises(gids.HoldLimitError):
+                self.rt.hold(self.a, np.array(pages) * ELEMS)
+        else:
+            self.holds.append((self.rt.hold(self.a, np.array(pages) * ELEMS + 1), want))
+
+    @rule(which=st.integers(0, 7), twice=st.booleans())
+    def release(self, which, twice):
+        if not self.holds:
+            return
+        hold, _ = self.holds.pop(which % len(self.holds))
+        hold.release()
+        if twice:
+            with pytest.raises(gids.NotHeldError):
+                self.rt.release(hold)
+
+    @rule(pages=pages_st, device=st.booleans())
+    def prefetch(self, pages, device):
+        idx = np.array(pages, dtype=np.int64) * ELEMS + 2
+        if device:
+            _device_prefetch[1, max(1, idx.size)](self.a.handle, cuda.to_device(idx))
+        else:
+            self.rt.prefetch(self.a, idx)
+        self.rt.sync()
+
+    @rule(pages=pages_st)
+    def read_held_hit(self, pages):
+        """Every read right; reads of held pages hit."""
+        idx = (np.array(pages)[:, None] * ELEMS + np.arange(0, ELEMS, 9)).ravel()
+        np.testing.assert_array_equal(self.rt.gather(self.a, idx).copy_to_host(), self.model[idx])
+        held = sorted(self._held())
+        if held:
+            before = self.rt.stats()
+            idx = np.array(held) * ELEMS + 5
+            np.testing.assert_array_equal(self.rt.gather(self.a, idx).copy_to_host(),
+                                          self.model[idx])
+            assert (self.rt.stats() - before).misses == 0
+
+    @rule(pages=pages_st, value=st.integers(-2**40, 2**40))
+    def write(self, pages, value):
+        idx = np.unique(np.array(pages) * ELEMS + 7)
+        self.rt.scatter(self.a, idx, np.full(idx.size, value))
+        self.model[idx] = value
+
+    @rule()
+    def invalidate(self):
+        self.rt.invalidate()
+        for hold, _ in self.holds:
+            assert not hold.held
+        self.holds = []
+
+    @rule()
+    def flush(self):
+        self.rt.flush()
+        np.testing.assert_array_equal(np.fromfile(self.path, np.int64), self.model)
+
+    @invariant()
+    def held_pages_counted(self):
+        assert self.rt.held_pages == len(self._held())
+
+    def teardown(self):
+        self.rt.close()
+        np.testing.assert_array_equal(np.fromfile(self.path, np.int64), self.model)
+        self.dir.cleanup()
+
+
+WindowMachine.TestCase.settings = settings(max_examples=15, stateful_step_count=10, deadline=None)
+test_window_state_machine = WindowMachine.TestCase
