@@ -109,3 +109,12 @@ def test_a_search_in_query_batches_is_figures_of_its_own():
     fig = "gids QPS, nprobe 8, query batches of 1000, the next prefetched"
     assert fig in batched and batched[fig]["value"] == 5e4
     assert not plain & set(batched)
+
+
+def test_a_bfs_with_prefetch_is_figures_of_its_own():
+    run = {"data_path": "gids", "teps": {"harmonic_mean_TEPS": 2e9}, "options": {"cache_fraction": 0.25}}
+    report = {"command": "bfs", "world": "GPU", "simulator": False, "config": {"prefetch": True},
+              "graph": {"metadata": {"scale": 20}}, "runs": [run]}
+    (rec,) = results.from_json(report)
+    assert rec["figure"] == "scale 20, gids cache 25%, cold, next level's lists prefetched: TEPS"
+    assert rec["value"] == 2e9
