@@ -135,6 +135,9 @@ def finish_prefetch(h, gpage, deadline):
                 # page stays BUSY, and its readers time out (the Runtime recovers).
                 return True
     if held == L.PF_LANDED:
+        # The copy may be another thread's (its release seen by the acquire above): a fence
+        # makes it visible GPU-wide before VALID, as a loader's own fence does.
+        cuda.threadfence()
         publish(h, gpage, slot)
     else:
         atomic_exch(h.slot_page, slot, L.SLOT_EMPTY)
