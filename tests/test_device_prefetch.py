@@ -247,6 +247,16 @@ def prefetch_then_read(h, i, out):
 ptx, _ = cuda.compile_ptx(prefetch_then_read, (typeof(h), types.int64, out), cc=(9, 0))
 assert re.search(r"\\.func\\s.*start_prefetch", ptx)
 ptx, _ = cuda.compile_ptx(settle_kernel.py_func, (typeof(h),), cc=(9, 0))
+
+# gids bfs --prefetch: the top-down step with a prefetch of each claimed vertex's list.
+from workloads.graph.gpu_bfs import make_bfs_kernels
+from workloads.pager import GIDS_PAGER
+i64, n = types.int64[::1], types.int64
+k = make_bfs_kernels(GIDS_PAGER, None, False, True)
+ptx, _ = cuda.compile_ptx(k.top_down.py_func,
+                          (typeof(h), i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64,
+                           i64, n, types.boolean, types.boolean), cc=(9, 0))
+assert re.search(r"\.func\s.*start_prefetch", ptx)
 print("PREFETCH_PTX_OK")
 '''
 
