@@ -256,7 +256,7 @@ k = make_bfs_kernels(GIDS_PAGER, None, False, True)
 ptx, _ = cuda.compile_ptx(k.top_down.py_func,
                           (typeof(h), i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64,
                            i64, n, types.boolean, types.boolean), cc=(9, 0))
-assert re.search(r"\.func\s.*start_prefetch", ptx)
+assert re.search(r"\\.func\\s.*start_prefetch", ptx)
 print("PREFETCH_PTX_OK")
 '''
 
