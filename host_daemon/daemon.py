@@ -58,7 +58,7 @@ from host_daemon.trace import TRACE_DTYPE
 from host_daemon import uring as U
 from host_daemon.uring import (IORING_OP_READ, IORING_OP_WRITE, ring_consume, ring_cqe,
                                S_IN_FLIGHT, S_UNSUBMITTED, ring_prep, ring_ready, ring_room,
-                               ring_submit)
+                               ring_submit, ring_submit_wait)
 
 #: The queue records' words, compiled from their one definition in ``gids.layout`` (``sq_word``
 #: for ``workloads.emulation_bench``, whose threads play the GPU).
@@ -396,6 +396,10 @@ P_COLUMNS = 17
 _QUEUED = -2000
 #: Filled SQEs that make the daemon thread submit before its pass over the queues ends.
 SUBMIT_BATCH = 32
+#: Bounds on one wait in the kernel for a CQE (:func:`end_pass`): with the ring full, and with
+#: nothing else to do (a request the GPU posts meanwhile waits up to this long).
+FULL_WAIT_NS = 1_000_000
+IDLE_WAIT_NS = 20_000
 #: How long a stopping thread waits for its ring's reads and writes to end (seconds).
 DRAIN_S_MAX = 5.0
 
@@ -546,6 +550,27 @@ def _drain(uring, clock):
             ring_consume(uring, n)
         else:
             _usleep(NAP_US)
+
+
+@njit(nogil=True, cache=True)
+def end_pass(uring, progressed, emu, clock):
+    """The end of a daemon thread's pass over its queues, with the io_uring engine: submit what
+    the pass filled; and when the ring is full (no request can be taken before a CQE comes
+    back) or the pass found nothing to do while I/Os are out, wait in the same
+    ``io_uring_enter`` for a CQE (:func:`~host_daemon.uring.ring_submit_wait`), at most
+    FULL_WAIT_NS or IDLE_WAIT_NS and never past the next modelled completion, rather than spin
+    over the queues."""
+    out = uring.state[S_UNSUBMITTED] + uring.state[S_IN_FLIGHT]
+    full = ring_room(uring) == 0
+    if out > 0 and (full or not progressed):
+        wait_ns = FULL_WAIT_NS if full else IDLE_WAIT_NS
+        if emu.on and emu.size[0] > 0:
+            wait_ns = min(wait_ns, emu.due[0] - _now_ns(clock))
+        if wait_ns > 0:
+            ring_submit_wait(uring, wait_ns)
+            return
+    if uring.state[S_UNSUBMITTED] > 0:
+        ring_submit(uring)
 
 
 @njit(nogil=True, cache=True)
@@ -701,8 +726,8 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                     busy = k
                 elif busy != k:
                     several = True
-        if uring.on and uring.state[S_UNSUBMITTED] > 0:
-            ring_submit(uring)
+        if uring.on:
+            end_pass(uring, progressed, emu, clock)
         new_hot = busy if hot_every > 0 and not several else -1
         if new_hot != hot:
             hot = new_hot
@@ -872,11 +897,16 @@ class HostDaemon:
 
     @property
     def engine_counters(self):
-        """io_uring's ``submits`` (io_uring_enter calls that submitted) and ``sqes`` (SQEs they
-        took), since start; zeros for the threads engine."""
+        """io_uring's ``submits`` (io_uring_enter calls that submitted), ``sqes`` (SQEs they
+        took), ``waits`` (calls that waited for a CQE), summed over threads, and per thread
+        ``peak_in_flight`` and ``waits_per_thread``, since start; zeros (and empty lists) for
+        the threads engine."""
         rings = [r for r in self._urings if r is not None and r.args is not None]
-        return {"submits": int(sum(r.args.state[U.S_SUBMITS] for r in rings)),
-                "sqes": int(sum(r.args.state[U.S_SUBMITTED] for r in rings))}
+        per = {c: [int(r.args.state[c]) for r in rings]
+               for c in (U.S_SUBMITS, U.S_SUBMITTED, U.S_WAITS, U.S_PEAK_IN_FLIGHT)}
+        return {"submits": sum(per[U.S_SUBMITS]), "sqes": sum(per[U.S_SUBMITTED]),
+                "waits": sum(per[U.S_WAITS]), "peak_in_flight": per[U.S_PEAK_IN_FLIGHT],
+                "waits_per_thread": per[U.S_WAITS]}
 
     def write_store(self, store, offset, data):
         """Write ``data`` at byte ``offset`` of ``store`` from the host (``Runtime.flush``):

@@ -78,6 +78,7 @@ from host_daemon.daemon import (
     _usleep,
     count_ring_io,
     cqe_status,
+    end_pass,
     page_io,
     park,
 )
@@ -460,8 +461,8 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
                 ring_submit(uring)
             served[0] += n
             progressed = True
-        if uring.on and uring.state[S_UNSUBMITTED] > 0:
-            ring_submit(uring)
+        if uring.on:
+            end_pass(uring, progressed, emu, clock)
         if progressed or emu.size[0] > 0 or (uring.on and uring.state[S_IN_FLIGHT] > 0):
             idle = 0
         else:

@@ -138,6 +138,8 @@ def test_daemon_reads_file_pages_on_both_engines(tmp_path, engine, direct):
         # (The short last page is read through the page cache.)
         direct = int((pages < 50).sum())
         assert counters["sqes"] >= direct and counters["submits"] < direct
+        assert len(counters["peak_in_flight"]) == 2 and max(counters["peak_in_flight"]) >= 1
+        assert len(counters["waits_per_thread"]) == 2
     store.close()
 
 
@@ -332,3 +334,26 @@ def test_rings_refused_at_start_fall_back_to_threads(tmp_path, monkeypatch):
     finally:
         rig.d.stop()
         store.close()
+
+
+def test_submit_and_wait_in_one_enter_and_the_ring_counts_it():
+    """ring_submit_wait: a NOP submitted and its CQE waited for in one io_uring_enter; with
+    nothing out, the wait ends at its bound. Peak in flight and waits are counted; the ring was
+    set up with COOP_TASKRUN where the kernel has it, or plainly."""
+    with U.Ring(8) as ring:
+        a = ring.args
+        assert ring.setup_flags in (U.Ring.COOP, 0)
+        assert a.idx[U.I_SETUP_FLAGS] == ring.setup_flags
+        for k in range(3):
+            U.ring_prep(a, U.IORING_OP_NOP, -1, 0, 0, 0, 0, 100 + k)
+        assert U.ring_submit_wait(a, 1_000_000_000) == 3
+        end = time.monotonic() + 5
+        while U.ring_ready(a) < 3:
+            assert time.monotonic() < end
+        assert sorted(U.ring_cqe(a, i)[0] for i in range(3)) == [100, 101, 102]
+        U.ring_consume(a, 3)
+        assert a.state[U.S_PEAK_IN_FLIGHT] == 3 and a.state[U.S_IN_FLIGHT] == 0
+        start = time.monotonic()
+        assert U.ring_submit_wait(a, 2_000_000) == 0   # nothing out: -ETIME, not an error
+        assert time.monotonic() - start < 1.0
+        assert a.state[U.S_WAITS] == 2 and a.state[U.S_ERROR] == 0
