@@ -50,10 +50,11 @@ from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
 from host_daemon.stores import (DIRECT_ALIGN, F_COLUMNS, FAULT_CRASH, FAULT_EIO, FAULT_SHORT,
                                  FAULT_SLOW, FAULT_WRITE_CRASH, FAULT_WRITE_EIO, FAULT_WRITE_SLOW,
-                                 MAX_FILES, T_ADDRESS, T_FAULTS, T_KIND, T_N_FILES, T_NBYTES,
-                                 T_OFFSET, FileStore, StripedStore, count_file_io,
-                                 page_location)
-from host_daemon.sync import load_acquire, load_word, private_array, store_release
+                                 MAP_CHUNK, MAP_TRUST_NS, MAX_FILES, OS_PAGE, T_ADDRESS,
+                                 T_FAULTS, T_KIND, T_MAP, T_MAP_BYTES, T_MAP_CHECKED,
+                                 T_MAP_RESIDENT, T_N_FILES, T_NBYTES, T_OFFSET, FileStore,
+                                 StripedStore, count_file_io, page_location)
+from host_daemon.sync import load_acquire, load_word, private_array, store_release, store_word
 from host_daemon.trace import TRACE_DTYPE
 from host_daemon import uring as U
 from host_daemon.uring import (IORING_OP_READ, IORING_OP_WRITE, ring_consume, ring_cqe,
@@ -83,9 +84,15 @@ if U.LINUX:
     _preadv2 = types.ExternalFunction("preadv2", types.intp(types.int32, types.uintp,
                                                              types.int32, types.int64,
                                                              types.int32))
+    _mincore = types.ExternalFunction("mincore", types.int32(types.uintp, types.uintp,
+                                                             types.uintp))
 else:   # no RWF_NOWAIT elsewhere (nor io_uring): every read goes the ring's way, never taken
     @njit(nogil=True, cache=True)
     def _preadv2(fd, iov, count, offset, flags):
+        return -1
+
+    @njit(nogil=True, cache=True)
+    def _mincore(address, length, vec):
         return -1
 _RWF_NOWAIT = 0x8   # preadv2: fail with EAGAIN rather than wait for the disk
 _usleep = types.ExternalFunction("usleep", types.int32(types.uint32))
@@ -416,13 +423,43 @@ def _on_ring(table, array_id, page, page_size, op):
 
 
 @njit(nogil=True, cache=True)
+def read_resident(table, array_id, file_offset, n, dst, now):
+    """Copy ``n`` bytes at ``file_offset`` of a mapped FileStore's file to ``dst`` if every OS
+    page of them is in the page cache; returns whether it did. Residency comes from
+    ``mincore`` per MAP_CHUNK of the file, asked again once its answer is MAP_TRUST_NS old
+    (``now``: a monotonic time); threads asking at once write the same answer."""
+    base = table[array_id, T_MAP]
+    size = table[array_id, T_MAP_BYTES]
+    if base == 0 or file_offset + n > size or n <= 0:
+        return False
+    resident = table[array_id, T_MAP_RESIDENT]
+    for chunk in range(file_offset // MAP_CHUNK, (file_offset + n - 1) // MAP_CHUNK + 1):
+        at = table[array_id, T_MAP_CHECKED] + 8 * chunk
+        if now - load_word(at) > MAP_TRUST_NS:
+            start = chunk * MAP_CHUNK
+            if _mincore(base + start, min(MAP_CHUNK, size - start),
+                        resident + start // OS_PAGE) != 0:
+                return False
+            store_word(at, now)
+    for p in range(file_offset // OS_PAGE, (file_offset + n - 1) // OS_PAGE + 1):
+        # mincore's bytes, read eight at a time (the table is padded to a multiple of 8).
+        if (load_word(resident + (p & ~7)) >> (8 * (p & 7))) & 1 == 0:
+            return False
+    _memcpy(dst, base + file_offset, n)
+    return True
+
+
+@njit(nogil=True, cache=True)
 def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, ticket, seen, op):
     """Fill an SQE that reads (writes) the page between its store file and ``buf``: the file
     and offset from :func:`~host_daemon.stores.page_location` (striped or not), O_DIRECT where
     the page allows it, as :func:`serve_page` does; only the array's own bytes are written, and
     a short last page's tail is zeroed now (the read does not reach it).
 
-    A read through the page cache is first tried on the spot with ``preadv2(RWF_NOWAIT)``,
+    A read of a mapped FileStore (``mapped``: a file without O_DIRECT) whose page is resident
+    is a copy from the mapping (:func:`read_resident`), on the spot; one that is not, a read
+    through the ring. Another read through the page cache is first tried on the spot with
+    ``preadv2(RWF_NOWAIT)``,
     which copies the page if it is cached and refuses (EAGAIN) if it would wait for the disk:
     a cached page then costs one system call, as with ``pread``, instead of an SQE, its
     submission and its CQE; only reads that wait go to the ring. Returns STATUS_OK when the
@@ -453,7 +490,10 @@ def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, t
     p[P_ARRAY] = array_id
     p[P_FILE] = file
     p[P_BYTES] = n
-    if op == L.OP_READ and alt < 0:
+    if op == L.OP_READ and table[array_id, T_MAP] != 0:
+        if read_resident(table, array_id, file_offset, n, buf, seen):
+            return L.STATUS_OK
+    elif op == L.OP_READ and alt < 0:
         # struct iovec {base, len} in the row itself: two adjacent int64 columns.
         p[P_IOV_BASE] = buf
         p[P_IOV_LEN] = n

@@ -206,7 +206,7 @@ def test_a_failing_read_is_an_io_error_and_a_deleted_file_still_reads(tmp_path, 
     the thread goes on serving; a file unlinked while open still reads its bytes (Linux keeps
     it while a descriptor is open)."""
     path, raw = _file(tmp_path, 8 * PAGE, seed=9)
-    store = FileStore(path, direct=False)
+    store = FileStore(path, direct=False, mapped=False)   # (a mapped page would be copied)
     rig = _Rig(store, len(raw), engine)
     bad = os.open(tmp_path, os.O_RDONLY)
     with rig.d:
@@ -357,3 +357,60 @@ def test_submit_and_wait_in_one_enter_and_the_ring_counts_it():
         assert U.ring_submit_wait(a, 2_000_000) == 0   # nothing out: -ETIME, not an error
         assert time.monotonic() - start < 1.0
         assert a.state[U.S_WAITS] == 2 and a.state[U.S_ERROR] == 0
+
+
+def _evict(path, start, nbytes):
+    """Drop the file's clean pages in [start, start + nbytes) from the page cache (what fadvise
+    can drop; the test then asks mincore what it did)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, start, nbytes, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _resident_pages(path):
+    import mmap
+    import ctypes
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+        view = np.frombuffer(m, dtype=np.uint8)
+        vec = np.zeros(-(-size // mmap.PAGESIZE), dtype=np.uint8)
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(size),
+                            ctypes.c_void_p(vec.ctypes.data)) == 0
+        del view
+        m.close()
+    return vec & 1
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_a_page_cached_file_store_copies_resident_pages_and_reads_the_rest(tmp_path, mapped):
+    """A file partly in the page cache, through the io_uring engine: a mapped store (the default
+    without O_DIRECT) copies its resident pages from the mapping and reads the others through
+    the ring; unmapped, it reads as before. Either way every page holds the file's bytes."""
+    path, raw = _file(tmp_path, 64 * PAGE + 300, seed=11)
+    _evict(path, 32 * PAGE, 33 * PAGE)   # (folio-aligned: fadvise drops whole folios)
+    per_os_page = _resident_pages(path)
+    os_pages = PAGE // os.sysconf("SC_PAGE_SIZE")
+    resident = [per_os_page[p * os_pages:(p + 1) * os_pages].all() for p in range(65)]
+    store = FileStore(path, direct=False, mapped=None if mapped else False)
+    assert store.mapped_enabled == mapped
+    with FileStore(path) as direct:   # with O_DIRECT: not mapped unless asked
+        assert direct.mapped_enabled != direct.direct_enabled
+    rig = _Rig(store, len(raw), "io_uring")
+    pages = np.random.default_rng(12).permutation(np.arange(65))
+    with rig.d:
+        reqs = [(rig.submit(i % QUEUES, int(p)), int(p)) for i, p in enumerate(pages)]
+        for (q, t, entry), p in reqs:
+            assert rig.wait(q, t) == L.STATUS_OK
+            assert rig.page(entry) == _expected(raw, p)
+        counters = rig.d.engine_counters
+    cold = 65 - sum(resident)
+    if mapped and 0 < cold < 65:   # (fadvise may keep pages: then all are copied)
+        # Resident pages never went to the ring; cold ones did (fewer if mincore looked
+        # again after the ring's reads had brought some in).
+        assert 0 < counters["sqes"] <= cold
+    store.close()
