@@ -36,6 +36,7 @@ Two options, both off by default:
   the device's part done, completion posted; see :mod:`host_daemon.trace`) into a ring per
   thread, which a Python thread drains to the file.
 """
+import os
 import threading
 import warnings
 from collections import namedtuple
@@ -947,6 +948,20 @@ class HostDaemon:
         return {"submits": sum(per[U.S_SUBMITS]), "sqes": sum(per[U.S_SUBMITTED]),
                 "waits": sum(per[U.S_WAITS]), "peak_in_flight": per[U.S_PEAK_IN_FLIGHT],
                 "waits_per_thread": per[U.S_WAITS]}
+
+    def cpu_seconds(self):
+        """CPU time (user + system, seconds) the daemon's threads have used since they started,
+        from ``/proc`` (clock-tick resolution); None where there is no ``/proc/self/task``."""
+        tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        total = 0
+        for t in self._threads:
+            try:
+                with open(f"/proc/self/task/{t.native_id}/stat") as f:
+                    after_name = f.read().rsplit(")", 1)[1].split()
+            except (OSError, AttributeError, IndexError):
+                return None
+            total += int(after_name[11]) + int(after_name[12])   # utime, stime
+        return total / tick
 
     def write_store(self, store, offset, data):
         """Write ``data`` at byte ``offset`` of ``store`` from the host (``Runtime.flush``):

@@ -112,7 +112,20 @@ def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
         assert want in kinds, kinds
     assert any(k == "ceiling" for k, _ in kinds)
     assert all(r["correct"] for r in result["rows"])
-    assert "simulator figure" in (out / "files.md").read_text()
+    table = (out / "files.md").read_text()
+    assert "simulator figure" in table
+    if U.probe() is None:   # the probe row (one thread's ring) and every row's fraction of it
+        assert ("probe", "io_uring") in kinds and result["probe_pages_per_s"] > 0
+        direct = [r for r in result["rows"] if r["kind"] == "direct"]
+        assert all(r["of_probe"] > 0 and r["of_ceiling"] > 0 for r in direct)
+        ring = next(r for r in direct if r["engine"] == "io_uring")
+        assert ring["in_flight_peak"] >= 1 and ring["engine_io_us"] > 0
+    for r in result["rows"]:
+        if r["kind"] in ("direct", "cached", "emulated"):
+            assert r["gpu_io_us"] > 0 and "io_latency_us" not in r
+            assert r["daemon_cpu_us_per_page"] is None or r["daemon_cpu_us_per_page"] >= 0
+            assert (r["engine_io_us"] is None) == (r["store"] == "MemoryStore copy")
+    assert "engine I/O us" in table and "GPU I/O us" in table and "of probe" in table
 
 
 def test_bench_files_bad_arguments_exit_2(capsys):

@@ -371,8 +371,8 @@ def _evict(path, start, nbytes):
 
 
 def _resident_pages(path):
-    import mmap
     import ctypes
+    import mmap
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
