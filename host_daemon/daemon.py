@@ -58,9 +58,9 @@ from host_daemon.stores import (DIRECT_ALIGN, F_COLUMNS, FAULT_CRASH, FAULT_EIO,
 from host_daemon.sync import load_acquire, load_word, private_array, store_release, store_word
 from host_daemon.trace import TRACE_DTYPE
 from host_daemon import uring as U
-from host_daemon.uring import (IORING_OP_READ, IORING_OP_WRITE, ring_consume, ring_cqe,
-                               S_IN_FLIGHT, S_UNSUBMITTED, ring_prep, ring_ready, ring_room,
-                               ring_submit, ring_submit_wait)
+from host_daemon.uring import (IORING_OP_READ, IORING_OP_WRITE, S_ERROR, S_IN_FLIGHT,
+                               S_UNSUBMITTED, ring_consume, ring_cqe, ring_prep, ring_ready,
+                               ring_room, ring_submit, ring_submit_wait)
 
 #: The queue records' words, compiled from their one definition in ``gids.layout`` (``sq_word``
 #: for ``workloads.emulation_bench``, whose threads play the GPU).
@@ -398,7 +398,8 @@ P_FILE = 13
 P_BYTES = 14
 P_IOV_BASE = 15  # an iovec for preadv2 (see _ring_page)
 P_IOV_LEN = 16
-P_COLUMNS = 17
+P_IN_RING = 17  # 1 while the request is the ring's (an SQE filled, its last CQE not yet reaped)
+P_COLUMNS = 18
 
 #: _time_batch's status for a request that is in the io_uring engine's hands.
 _QUEUED = -2000
@@ -491,6 +492,7 @@ def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, t
     p[P_ARRAY] = array_id
     p[P_FILE] = file
     p[P_BYTES] = n
+    p[P_IN_RING] = 0
     if op == L.OP_READ and table[array_id, T_MAP] != 0:
         if read_resident(table, array_id, file_offset, n, buf, seen):
             return L.STATUS_OK
@@ -501,6 +503,7 @@ def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, t
         iov = pend.ctypes.data + (row * pend.shape[1] + P_IOV_BASE) * 8
         if _preadv2(fd, iov, 1, file_offset, _RWF_NOWAIT) == n:
             return L.STATUS_OK
+    p[P_IN_RING] = 1
     ring_prep(uring, IORING_OP_WRITE if op == L.OP_WRITE else IORING_OP_READ, fd, buf, n,
               file_offset, 0, row)
     return _QUEUED
@@ -524,21 +527,22 @@ def cqe_status(uring, pend, row, res):
     p = pend[row]
     op = p[P_OP]
     opcode = IORING_OP_WRITE if op == L.OP_WRITE else IORING_OP_READ
-    if res < 0:
-        if res == -22 and p[P_ALT_FD] >= 0:
-            p[P_FD] = p[P_ALT_FD]
-            p[P_ALT_FD] = -1
-            ring_prep(uring, opcode, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
-            return _QUEUED
-        return L.STATUS_IO_ERROR
-    if res < p[P_LEFT]:
-        if res == 0:
-            return L.STATUS_SHORT_WRITE if op == L.OP_WRITE else L.STATUS_SHORT_READ
+    if res < 0 and res == -22 and p[P_ALT_FD] >= 0:
+        p[P_FD] = p[P_ALT_FD]
+        p[P_ALT_FD] = -1
+        ring_prep(uring, opcode, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
+        return _QUEUED
+    if 0 < res < p[P_LEFT]:
         p[P_ADDR] += res
         p[P_FILE_OFFSET] += res
         p[P_LEFT] -= res
         ring_prep(uring, opcode, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
         return _QUEUED
+    p[P_IN_RING] = 0
+    if res < 0:
+        return L.STATUS_IO_ERROR
+    if res < p[P_LEFT]:   # 0: the transfer stopped at the end of the file
+        return L.STATUS_SHORT_WRITE if op == L.OP_WRITE else L.STATUS_SHORT_READ
     return L.STATUS_OK
 
 
@@ -594,13 +598,44 @@ def _drain(uring, clock):
 
 
 @njit(nogil=True, cache=True)
+def ring_usable(uring):
+    """Whether requests go to the io_uring engine: a ring, and no hard error on it yet."""
+    return uring.on and uring.state[S_ERROR] == 0
+
+
+@njit(nogil=True, cache=True)
+def abandon_ring(uring):
+    """After a hard ``io_uring_enter`` error (S_ERROR), once the caller has completed every
+    request the ring held (``pend`` rows with P_IN_RING) with an error: empty the ring's
+    counts, so that the thread serves its later requests synchronously (:func:`ring_usable`)
+    and does not wait for the ring when it stops. I/Os the kernel had already taken may still
+    complete into their buffers; with the ring's descriptor broken nothing can wait for them."""
+    uring.state[S_UNSUBMITTED] = 0
+    uring.state[S_IN_FLIGHT] = 0
+
+
+@njit(nogil=True, cache=True)
+def _fail_ring(uring, pend, cq):
+    """The host daemon's answer to a hard ``io_uring_enter`` error: each request the ring held
+    completes now with STATUS_IO_ERROR (StorageIOError at the kernel's caller, not its bounded
+    timeout); then :func:`abandon_ring`."""
+    for row in range(pend.shape[0]):
+        if pend[row, P_IN_RING]:
+            pend[row, P_IN_RING] = 0
+            _post(cq, pend[row, P_ENTRY], pend[row, P_TICKET], L.STATUS_IO_ERROR,
+                  L.SOURCE_STAGING)
+    abandon_ring(uring)
+
+
+@njit(nogil=True, cache=True)
 def end_pass(uring, progressed, emu, clock):
     """The end of a daemon thread's pass over its queues, with the io_uring engine: submit what
     the pass filled; and when the ring is full (no request can be taken before a CQE comes
     back) or the pass found nothing to do while I/Os are out, wait in the same
     ``io_uring_enter`` for a CQE (:func:`~host_daemon.uring.ring_submit_wait`), at most
     FULL_WAIT_NS or IDLE_WAIT_NS and never past the next modelled completion, rather than spin
-    over the queues."""
+    over the queues. Returns what the ``io_uring_enter`` did (:func:`ring_submit`): negative
+    for a hard error."""
     out = uring.state[S_UNSUBMITTED] + uring.state[S_IN_FLIGHT]
     full = ring_room(uring) == 0
     if out > 0 and (full or not progressed):
@@ -608,10 +643,10 @@ def end_pass(uring, progressed, emu, clock):
         if emu.on and emu.size[0] > 0:
             wait_ns = min(wait_ns, emu.due[0] - _now_ns(clock))
         if wait_ns > 0:
-            ring_submit_wait(uring, wait_ns)
-            return
+            return ring_submit_wait(uring, wait_ns)
     if uring.state[S_UNSUBMITTED] > 0:
-        ring_submit(uring)
+        return ring_submit(uring)
+    return 0
 
 
 @njit(nogil=True, cache=True)
@@ -719,7 +754,7 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                 seen = _now_ns(clock) if timed else 0
                 buf = staging_address + entry * page_size
                 source = L.SOURCE_STAGING
-                if uring.on and _on_ring(table, array_id, page, page_size, op):
+                if ring_usable(uring) and _on_ring(table, array_id, page, page_size, op):
                     pend_row = k * depth + slot
                     # (its time is the per-file counts' too, so read the clock)
                     status = _ring_page(uring, pend, pend_row, table, array_id, page, page_size,
@@ -759,16 +794,17 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                 _time_batch(cq, emu, ring, clock, depth, page_size, n, batch, pend)
             # Submitted only now, after the model has timed them: no CQE comes back before its
             # request has its due time.
-            if uring.on and uring.state[S_UNSUBMITTED] >= SUBMIT_BATCH:
-                ring_submit(uring)
+            if uring.on and uring.state[S_UNSUBMITTED] >= SUBMIT_BATCH and ring_submit(
+                    uring) < 0:
+                _fail_ring(uring, pend, cq)
             if n > 0:
                 progressed = True
                 if busy < 0:
                     busy = k
                 elif busy != k:
                     several = True
-        if uring.on:
-            end_pass(uring, progressed, emu, clock)
+        if uring.on and end_pass(uring, progressed, emu, clock) < 0:
+            _fail_ring(uring, pend, cq)
         new_hot = busy if hot_every > 0 and not several else -1
         if new_hot != hot:
             hot = new_hot
@@ -901,6 +937,7 @@ class HostDaemon:
         self._urings = [None] * self.n_threads
         self._pend = [None] * self.n_threads
         self._host_ring = None
+        self._engine_error = ""
         # I/Os per store file (rows: T_FILE_SLOT + file; columns F_*), counted per thread.
         self._file_io = [private_array((MAX_FILES, F_COLUMNS)) for _ in range(self.n_threads)]
 
@@ -948,6 +985,24 @@ class HostDaemon:
         return {"submits": sum(per[U.S_SUBMITS]), "sqes": sum(per[U.S_SUBMITTED]),
                 "waits": sum(per[U.S_WAITS]), "peak_in_flight": per[U.S_PEAK_IN_FLIGHT],
                 "waits_per_thread": per[U.S_WAITS]}
+
+    @property
+    def engine_error(self):
+        """Why a daemon thread's ring stopped working (a hard ``io_uring_enter`` error: every
+        request it held failed with an I/O error, and the thread serves later requests
+        synchronously), or "" while every ring works."""
+        for k, ring in enumerate(self._urings):
+            if ring is not None and ring.args is not None and ring.args.state[U.S_ERROR]:
+                err = -int(ring.args.state[U.S_ERROR])
+                return (f"io_uring_enter failed on daemon thread {k}'s ring: "
+                        f"{os.strerror(err)} (errno {err}); its requests failed and it served "
+                        "the rest without the ring")
+        return self._engine_error   # a ring that failed before the last stop
+
+    def follow(self, previous):
+        """This daemon replaces ``previous`` (stopped) on the same queues: its ``engine_error``
+        stays this one's until a ring of this one fails."""
+        self._engine_error = previous.engine_error
 
     def cpu_seconds(self):
         """CPU time (user + system, seconds) the daemon's threads have used since they started,
@@ -1141,6 +1196,7 @@ class HostDaemon:
         # has I/O out (its thread stuck, or the drain's bound passed) must keep its staging
         # pages alive, like a stuck thread.
         stuck = list(stuck)
+        self._engine_error = self.engine_error   # kept past the rings (a restart makes new ones)
         for k, ring in enumerate(self._urings):
             if ring is None or ring.args is None:
                 continue

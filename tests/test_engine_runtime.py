@@ -72,6 +72,35 @@ def test_a_file_truncated_under_the_engine_names_file_and_page(tmp_path):
 
 
 @pytest.mark.skipif(U.probe() is not None, reason="no io_uring here")
+@pytest.mark.parametrize("backend", ["host", "nvme"])
+def test_a_hard_io_uring_enter_error_is_a_storage_io_error_at_once(tmp_path, backend):
+    """/dev/null dup2'd over the rings' descriptors (io_uring_enter then fails: EOPNOTSUPP):
+    the gather raises StorageIOError naming the file, well before the Runtime's timeout; the
+    daemon says why in ``engine_error``, and the Runtime goes on without the ring."""
+    import time
+    path, ref = _file(tmp_path, seed=6)
+    with gids.FileStore(path) as probe_store:
+        if not probe_store.direct_enabled:
+            pytest.skip("no O_DIRECT here: reads would not need the ring")
+    with gids.Runtime(cache_pages=32, page_size=PAGE, engine="io_uring", backend=backend,
+                      timeout=300) as rt:
+        a = rt.open_array(path, np.int64)
+        null = os.open(os.devnull, os.O_RDONLY)
+        for ring in rt.daemon._urings:
+            os.dup2(null, ring.fd)
+        os.close(null)
+        start = time.monotonic()
+        with pytest.raises(gids.StorageIOError, match=r"data\.bin") as info:
+            rt.gather(a, [k * PAGE // 8 for k in range(8)])
+        assert time.monotonic() - start < 150, "waited for the timeout"
+        assert info.value.page in range(8)
+        assert "io_uring_enter failed" in rt.daemon.engine_error
+        rt.invalidate(discard_dirty=True)
+        idx = np.random.default_rng(2).integers(0, ref.size, 30)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
+
+
+@pytest.mark.skipif(U.probe() is not None, reason="no io_uring here")
 def test_a_failing_fsync_through_the_ring_is_named_and_loses_nothing(tmp_path, monkeypatch):
     """flush's fsync goes to the ring; when it fails (here: the descriptor it is given is a
     pipe, EINVAL) flush raises StorageIOError naming the file, and a later flush makes every

@@ -273,6 +273,44 @@ def test_emulation_counts_against_the_engines_concurrency(tmp_path, engine, dept
     store.close()
 
 
+@pytest.mark.parametrize("engine, depth, cap", [("threads", 64, 1), ("io_uring", 4, 4)])
+def test_the_emulated_nvme_controller_counts_against_the_engines_concurrency(tmp_path, engine,
+                                                                            depth, cap):
+    """backend="nvme" under ssd=...: one controller thread never has more commands out
+    (fetched, CQE not yet posted) than its engine could, as the host daemon: one for the
+    threads engine, the ring's depth for io_uring."""
+    from tests.test_nvme import PAGE as NV_PAGE, _Driver
+    path, raw = _file(tmp_path, 64 * NV_PAGE, seed=14)
+    store = FileStore(path, direct=False)
+    tpath = tmp_path / "nvme.trace"
+    writer = TraceWriter(tpath)
+    drv = _Driver(np.frombuffer(raw, dtype=np.uint8), n_queues=2, depth=8, store=store)
+    drv.ctrl = type(drv.ctrl)(drv.sq, drv.cq, drv.db, drv.bounce, drv.table, 2, 8, NV_PAGE, 1,
+                              engine=engine, engine_depth=depth, trace_writer=writer,
+                              model=SsdModel("980pro", n_ssd=4))
+    blocks = NV_PAGE // L.NVME_LBA_BYTES
+    pages = np.random.default_rng(15).integers(0, 64, 32)
+    with drv.ctrl:
+        assert drv.ctrl.capacity == cap
+        for start in range(0, 32, 16):
+            for k in range(16):
+                cid = start + k
+                drv.submit(k % 2, cid, int(pages[cid]) * blocks, k)
+            for q in range(2):
+                assert all(c["status"] == 0 for c in drv.reap(q, 8))
+            for k in range(16):
+                page = int(pages[start + k])
+                assert drv.bounce[k * NV_PAGE:(k + 1) * NV_PAGE].tobytes() == \
+                    raw[page * NV_PAGE:(page + 1) * NV_PAGE]
+    writer.close()
+    trace = read_trace(tpath)
+    assert len(trace) == 32
+    assert _peak_in_flight(trace) <= cap
+    if cap > 1:
+        assert _peak_in_flight(trace) > 1
+    store.close()
+
+
 @pytest.mark.parametrize("engine, jitter_us, ssd", [("io_uring", 0, None), ("threads", 0, None),
                                                      ("io_uring", 300, None),
                                                      ("io_uring", 0, "980pro")])
@@ -413,4 +451,28 @@ def test_a_page_cached_file_store_copies_resident_pages_and_reads_the_rest(tmp_p
         # Resident pages never went to the ring; cold ones did (fewer if mincore looked
         # again after the ring's reads had brought some in).
         assert 0 < counters["sqes"] <= cold
+    store.close()
+
+
+def test_a_hard_io_uring_enter_error_fails_the_rings_requests_at_once(tmp_path):
+    """/dev/null dup2'd over every ring's descriptor: io_uring_enter fails (EOPNOTSUPP), each
+    request the ring held completes with an I/O error at once (no timeout), the daemon says
+    why in ``engine_error``, and later requests are served without the ring."""
+    path, raw = _file(tmp_path, 16 * PAGE, seed=13)
+    store = FileStore(path, direct=True, mapped=False)
+    if not store.direct_enabled:
+        pytest.skip("no O_DIRECT here: reads would not need the ring")
+    rig = _Rig(store, len(raw), "io_uring")
+    null = os.open(os.devnull, os.O_RDONLY)
+    with rig.d:
+        assert rig.d.engine_error == ""
+        for ring in rig.d._urings:
+            os.dup2(null, ring.fd)
+        first = [rig.submit(q, q) for q in range(QUEUES)]
+        statuses = [rig.wait(q, t, timeout=10.0) for q, t, _ in first]
+        assert L.STATUS_IO_ERROR in statuses
+        assert "EOPNOTSUPP" in rig.d.engine_error or "errno 95" in rig.d.engine_error
+        q, t, entry = rig.submit(3, 5)
+        assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, 5)
+    os.close(null)
     store.close()
