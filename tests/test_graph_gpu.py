@@ -517,6 +517,13 @@ def test_cli_emulated_ssd_rows(tmp_path, capsys):
     assert [(r["data_path"], r["emulation"]) for r in report["runs"]] == [
         ("gids", None), ("gids", one), ("gids", two), ("nvme", None), ("nvme", one),
         ("nvme", two), ("memory", None)]
+    # The engine column: the Runtime rows' storage engine (--storage file), memory for RAM.
+    from host_daemon.uring import probe
+    engine = "io_uring" if probe() is None else "threads"
+    assert [r["engine"] for r in report["runs"]] == [engine] * 6 + ["memory"]
+    assert all(row[2 if row[1] == "-" else 4] == r["engine"]
+               for row, r in zip(rows, report["runs"]))
+    assert "engine" in lines[start - 2]
     assert all(s["valid"] for run in report["runs"] for s in run["searches"])
 
     # cc: the default drive counts are 1 and 4.
