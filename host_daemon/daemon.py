@@ -547,6 +547,22 @@ def cqe_status(uring, pend, row, res):
 
 
 @njit(nogil=True, cache=True)
+def reap_next(uring, pend, table, file_io, now):
+    """Reap the ring's next CQE (the caller saw it with ``ring_ready``): ``(row, status)`` of
+    the request in ``pend``'s row it was for, status as :func:`cqe_status` says (``_QUEUED``:
+    a new SQE carries the request on); a request that ended OK is counted against its store
+    file at time ``now``. The part of reaping the host daemon and the NVMe controller share;
+    what they post differs. Allocates nothing (the controller's loop has no reference
+    counting)."""
+    row, res = ring_cqe(uring, 0)
+    ring_consume(uring, 1)
+    status = cqe_status(uring, pend, row, res)
+    if status == L.STATUS_OK:
+        count_ring_io(file_io, table, pend, row, now)
+    return row, status
+
+
+@njit(nogil=True, cache=True)
 def _reap(uring, pend, cq, emu, ring, clock, depth, page_size, table, file_io):
     """Turn the CQEs that have arrived into GPU completions (any order); returns how many
     requests ended. A partial transfer continues where it stopped (a new SQE), an O_DIRECT read
@@ -558,16 +574,12 @@ def _reap(uring, pend, cq, emu, ring, clock, depth, page_size, table, file_io):
     now = _now_ns(clock)
     ended = 0
     for _ in range(n):
-        row, res = ring_cqe(uring, 0)
-        ring_consume(uring, 1)
-        p = pend[row]
-        op = p[P_OP]
-        status = cqe_status(uring, pend, row, res)
+        row, status = reap_next(uring, pend, table, file_io, now)
         if status == _QUEUED:
             continue
         ended += 1
-        if status == L.STATUS_OK:
-            count_ring_io(file_io, table, pend, row, now)
+        p = pend[row]
+        op = p[P_OP]
         entry = p[P_ENTRY]
         due = p[P_DUE]
         if emu.on and due > now:

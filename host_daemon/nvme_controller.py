@@ -79,14 +79,13 @@ from host_daemon.daemon import (
     _ring_page,
     _usleep,
     count_ring_io,
-    cqe_status,
     end_pass,
     page_io,
     park,
+    reap_next,
     ring_usable,
 )
-from host_daemon.uring import (S_IN_FLIGHT, S_UNSUBMITTED, ring_consume, ring_cqe, ring_ready,
-                               ring_room, ring_submit)
+from host_daemon.uring import S_IN_FLIGHT, S_UNSUBMITTED, ring_ready, ring_room, ring_submit
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
 from host_daemon.stores import T_ADDRESS, T_NBYTES, T_OFFSET
@@ -323,14 +322,10 @@ def _reap_commands(uring, pend, cq, db, ring, depth, page_size, n_threads, state
     now = _now_ns(clock)
     ended = 0
     for _ in range(n):
-        row, res = ring_cqe(uring, 0)
-        ring_consume(uring, 1)
-        status = cqe_status(uring, pend, row, res)
+        row, status = reap_next(uring, pend, table, file_io, now)
         if status == _QUEUED:
             continue
         ended += 1
-        if status == L.STATUS_OK:
-            count_ring_io(file_io, table, pend, row, now)
         _complete_command(pend, row, status, now, cq, db, ring, depth, page_size, n_threads,
                           state, emu, trace, counters)
     return ended

@@ -293,9 +293,9 @@ def test_the_emulated_nvme_controller_counts_against_the_engines_concurrency(tmp
     with drv.ctrl:
         assert drv.ctrl.capacity == cap
         for start in range(0, 32, 16):
-            for k in range(16):
+            for k in range(16):   # 8 a queue, command ids distinct modulo its depth
                 cid = start + k
-                drv.submit(k % 2, cid, int(pages[cid]) * blocks, k)
+                drv.submit(k // 8, cid, int(pages[cid]) * blocks, k)
             for q in range(2):
                 assert all(c["status"] == 0 for c in drv.reap(q, 8))
             for k in range(16):
