@@ -87,6 +87,8 @@ if U.LINUX:
                                                              types.int32))
     _mincore = types.ExternalFunction("mincore", types.int32(types.uintp, types.uintp,
                                                              types.uintp))
+    _madvise = types.ExternalFunction("madvise", types.int32(types.uintp, types.uintp,
+                                                             types.int32))
 else:   # no RWF_NOWAIT elsewhere (nor io_uring): every read goes the ring's way, never taken
     @njit(nogil=True, cache=True)
     def _preadv2(fd, iov, count, offset, flags):
@@ -95,6 +97,14 @@ else:   # no RWF_NOWAIT elsewhere (nor io_uring): every read goes the ring's way
     @njit(nogil=True, cache=True)
     def _mincore(address, length, vec):
         return -1
+
+    @njit(nogil=True, cache=True)
+    def _madvise(address, length, advice):
+        return -1
+_MADV_POPULATE_READ = 22   # Linux 5.14: map a range's pages (read faults) in one call
+#: A mapped chunk's check word: the time of mincore's answer, and this bit once its pages are
+#: mapped (MADV_POPULATE_READ).
+_POPULATED = 1 << 62
 _RWF_NOWAIT = 0x8   # preadv2: fail with EAGAIN rather than wait for the disk
 _usleep = types.ExternalFunction("usleep", types.int32(types.uint32))
 _clock_gettime = types.ExternalFunction("clock_gettime", types.int32(types.int32, types.uintp))
@@ -425,11 +435,23 @@ def _on_ring(table, array_id, page, page_size, op):
 
 
 @njit(nogil=True, cache=True)
+def _all_resident(resident, first, count):
+    """Whether mincore's bytes ``first`` to ``first + count - 1`` (at address ``resident``) all
+    say resident."""
+    for p in range(first, first + count):
+        if (load_word(resident + (p & ~7)) >> (8 * (p & 7))) & 1 == 0:
+            return False
+    return True
+
+
+@njit(nogil=True, cache=True)
 def read_resident(table, array_id, file_offset, n, dst, now):
     """Copy ``n`` bytes at ``file_offset`` of a mapped FileStore's file to ``dst`` if every OS
     page of them is in the page cache; returns whether it did. Residency comes from
     ``mincore`` per MAP_CHUNK of the file, asked again once its answer is MAP_TRUST_NS old
-    (``now``: a monotonic time); threads asking at once write the same answer."""
+    (``now``: a monotonic time); threads asking at once write the same answer. The first time
+    a chunk is all resident its pages are mapped in one call (``MADV_POPULATE_READ``, where
+    the kernel has it): a page fault per page touched cost more than its copy."""
     base = table[array_id, T_MAP]
     size = table[array_id, T_MAP_BYTES]
     if base == 0 or file_offset + n > size or n <= 0:
@@ -437,16 +459,22 @@ def read_resident(table, array_id, file_offset, n, dst, now):
     resident = table[array_id, T_MAP_RESIDENT]
     for chunk in range(file_offset // MAP_CHUNK, (file_offset + n - 1) // MAP_CHUNK + 1):
         at = table[array_id, T_MAP_CHECKED] + 8 * chunk
-        if now - load_word(at) > MAP_TRUST_NS:
+        word = load_word(at)
+        if now - (word & (_POPULATED - 1)) > MAP_TRUST_NS:
             start = chunk * MAP_CHUNK
-            if _mincore(base + start, min(MAP_CHUNK, size - start),
-                        resident + start // OS_PAGE) != 0:
+            length = min(MAP_CHUNK, size - start)
+            if _mincore(base + start, length, resident + start // OS_PAGE) != 0:
                 return False
-            store_word(at, now)
-    for p in range(file_offset // OS_PAGE, (file_offset + n - 1) // OS_PAGE + 1):
-        # mincore's bytes, read eight at a time (the table is padded to a multiple of 8).
-        if (load_word(resident + (p & ~7)) >> (8 * (p & 7))) & 1 == 0:
-            return False
+            populated = word & _POPULATED
+            if populated == 0 and _all_resident(resident, start // OS_PAGE,
+                                                -(-length // OS_PAGE)):
+                _madvise(base + start, length, _MADV_POPULATE_READ)
+                populated = _POPULATED
+            store_word(at, now | populated)
+    # (mincore's bytes are read eight at a time: the table is padded to a multiple of 8.)
+    first = file_offset // OS_PAGE
+    if not _all_resident(resident, first, (file_offset + n - 1) // OS_PAGE + 1 - first):
+        return False
     _memcpy(dst, base + file_offset, n)
     return True
 
