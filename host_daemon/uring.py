@@ -489,13 +489,11 @@ def ring_nop_roundtrip(r):
 
 @njit(nogil=True, cache=True)
 def _wait_one(r, tag, deadline_ns, clock):
-    """Submit what is filled, then reap until the CQE tagged ``tag`` arrives; returns its res,
-    or -ETIMEDOUT after ``deadline_ns`` (a monotonic time). Other CQEs are dropped (host-side
-    rings carry one request at a time)."""
+    """Submit what is filled, then reap until the CQE tagged ``tag`` arrives (waiting in
+    :func:`ring_submit_wait`, not spinning); returns its res, or -ETIMEDOUT after
+    ``deadline_ns`` (a monotonic time). Other CQEs are dropped (host-side rings carry one
+    request at a time)."""
     while True:
-        s = ring_submit(r)
-        if s < 0:
-            return s
         n = ring_ready(r)
         for i in range(n):
             data, res = ring_cqe(r, i)
@@ -505,10 +503,13 @@ def _wait_one(r, tag, deadline_ns, clock):
         if n:
             ring_consume(r, n)
         _clock_gettime(1, clock.ctypes.data)
-        if clock[0] * 1_000_000_000 + clock[1] > deadline_ns:
+        now = clock[0] * 1_000_000_000 + clock[1]
+        if now > deadline_ns:
             return -errno.ETIMEDOUT
-        _usleep(20)
-
+        # Submit what is filled and sleep in the kernel until a CQE comes (at most 10 ms).
+        s = ring_submit_wait(r, min(10_000_000, deadline_ns - now))
+        if s < 0:
+            return s
 
 
 @njit(nogil=True, cache=True)
