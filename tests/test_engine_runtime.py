@@ -71,6 +71,27 @@ def test_a_file_truncated_under_the_engine_names_file_and_page(tmp_path):
         assert got[0] == ref[PAGE // 8 + 5]
 
 
+@pytest.mark.parametrize("backend", ["host", "nvme"])
+def test_a_page_cached_file_reads_through_its_mapping_on_either_back_end(tmp_path, backend):
+    """A file opened without O_DIRECT is mapped (its default): gathers through either back end
+    give the file's values, half of it evicted from the page cache or not, and every page
+    read is counted against the file."""
+    path, ref = _file(tmp_path, pages=32, seed=7)
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 16 * PAGE, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    store = gids.FileStore(path, direct=False)
+    assert store.mapped_enabled
+    with gids.Runtime(cache_pages=64, page_size=PAGE, backend=backend) as rt:
+        a = rt.open_array(store, np.int64, shape=ref.shape)
+        idx = np.random.default_rng().integers(0, ref.size, 200)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
+        s = rt.stats()
+        assert s.files[0].reads == s.ios > 0
+    store.close()
+
+
 @pytest.mark.skipif(U.probe() is not None, reason="no io_uring here")
 @pytest.mark.parametrize("backend", ["host", "nvme"])
 def test_a_hard_io_uring_enter_error_is_a_storage_io_error_at_once(tmp_path, backend):

@@ -181,6 +181,10 @@ def test_a_full_ring_holds_requests_back_and_loses_none(tmp_path):
             assert rig.wait(q, t) == L.STATUS_OK
             assert rig.page(entry) == _expected(raw, p)
         assert rig.d.served == len(pages)
+        counters = rig.d.engine_counters
+    assert counters["peak_in_flight"][0] <= 2
+    if store.direct_enabled:   # the full ring was waited on in the kernel, not spun over
+        assert counters["peak_in_flight"] == [2] and counters["waits"] > 0
     store.close()
 
 
