@@ -555,7 +555,7 @@ def cqe_status(uring, pend, row, res):
     p = pend[row]
     op = p[P_OP]
     opcode = IORING_OP_WRITE if op == L.OP_WRITE else IORING_OP_READ
-    if res < 0 and res == -22 and p[P_ALT_FD] >= 0:
+    if res == -22 and p[P_ALT_FD] >= 0:   # EINVAL: O_DIRECT refused
         p[P_FD] = p[P_ALT_FD]
         p[P_ALT_FD] = -1
         ring_prep(uring, opcode, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
