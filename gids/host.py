@@ -21,8 +21,9 @@ controller's) queues, or read a store the way the daemon does.
   ``synthetic_trace(n, queue_depth, nbytes)``: a trace of ``n`` random reads at a depth.
 - io_uring, the daemon's engine: ``uring_probe()`` (None where a ring can be set up here, else
   why not); ``UringRing(entries)`` (a ring; ``.args`` is what the njit operations take:
-  ``ring_room``, ``ring_prep``, ``ring_submit``, ``ring_enter``, ``ring_ready``, ``ring_cqe``,
-  ``ring_consume``, with ``IORING_OP_READ`` and ``IORING_ENTER_GETEVENTS``).
+  ``ring_room``, ``ring_prep``, ``ring_submit``, ``ring_submit_wait``, ``ring_enter``,
+  ``ring_ready``, ``ring_cqe``, ``ring_consume``, with ``IORING_OP_READ`` and
+  ``IORING_ENTER_GETEVENTS``).
 - ``host_view(mapped)``: the numpy array behind a mapped (device-visible) host array.
 - ``cheap_launches_installed()``: whether kernel launches with a handle keep their marshalled
   arguments on the handle (``kernels/launch.py``; on a GPU, after ``import gids``).
@@ -38,7 +39,8 @@ from host_daemon.stores import (DIRECT_ALIGN, T_COLUMNS, FileStore, MemoryStore,
 from host_daemon.sync import load_acquire, store_release
 from host_daemon.trace import TraceWriter, synthetic_trace
 from host_daemon.uring import (IORING_ENTER_GETEVENTS, IORING_OP_READ, ring_consume, ring_cqe,
-                               ring_enter, ring_prep, ring_ready, ring_room, ring_submit)
+                               ring_enter, ring_prep, ring_ready, ring_room, ring_submit,
+                               ring_submit_wait)
 from host_daemon.uring import Ring as UringRing
 from host_daemon.uring import probe as uring_probe
 from kernels.launch import installed as cheap_launches_installed
@@ -48,6 +50,7 @@ __all__ = ["HostDaemon", "NvmeController", "serve_page", "sq_word", "sq_tag", "c
            "MemoryStore", "MmapStore", "open_file_store", "T_COLUMNS", "DIRECT_ALIGN",
            "write_stripes", "SsdModel", "model_submit_locked", "ssd_profile", "TraceWriter",
            "synthetic_trace",
-           "uring_probe", "UringRing", "ring_room", "ring_prep", "ring_submit", "ring_enter",
+           "uring_probe", "UringRing", "ring_room", "ring_prep", "ring_submit",
+           "ring_submit_wait", "ring_enter",
            "ring_ready", "ring_cqe", "ring_consume", "IORING_OP_READ", "IORING_ENTER_GETEVENTS",
            "host_view", "cheap_launches_installed"]

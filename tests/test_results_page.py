@@ -186,3 +186,27 @@ def test_a_bfs_with_prefetch_is_figures_of_its_own():
     (rec,) = results.from_json(report)
     assert rec["figure"] == "scale 20, gids cache 25%, cold, next level's lists prefetched: TEPS"
     assert rec["value"] == 2e9
+
+
+def test_update_reads_the_files_bench_with_its_probe_and_engine_columns():
+    """files.json (``gids bench files``): the ceiling, the probe, each direct row against both,
+    and the engine's own columns become figures; a row without the new columns (an older run)
+    still reads."""
+    probe, ceiling = random.uniform(50e3, 90e3), 100e3
+    direct = {"kind": "direct", "engine": "io_uring", "threads": 1, "pages_per_s": 0.8 * probe,
+              "of_ceiling": 0.8 * probe / ceiling, "of_probe": 0.8, "engine_io_us": 900.0,
+              "gpu_io_us": 1200.0, "in_flight_peak": 256, "daemon_cpu_us_per_page": 1.5}
+    old = {"kind": "direct", "engine": "threads", "threads": 1, "pages_per_s": 20e3}
+    d = {"sweep": "files", "command": "gids bench files --out /tmp/x", "simulator": False,
+         "ceiling_pages_per_s": ceiling, "probe_pages_per_s": probe,
+         "rows": [{"kind": "probe", "engine": "io_uring", "threads": 1, "pages_per_s": probe},
+                  direct, old]}
+    recs = {r["figure"]: r for r in results.from_json(d)}
+    assert abs(recs["probe: the engine alone, one thread's ring at depth, no GPU"]["ratio"]
+               - probe / ceiling) < 1e-12
+    what = "gids all-miss from an O_DIRECT file, io_uring, 1 daemon thread(s)"
+    assert recs[f"{what}, of the probe"]["ratio"] == 0.8
+    assert recs[f"{what}: engine I/O time (taken to CQE)"]["value"] == 900.0
+    assert recs[f"{what}: peak in flight per thread"]["value"] == 256
+    assert "gids all-miss from an O_DIRECT file, threads, 1 daemon thread(s)" in recs
+    assert all(r["command"] == "gids bench files" for r in recs.values())

@@ -35,9 +35,10 @@ Stages, in order of priority (default: all, in this order):
   gids and the NVMe path, unemulated and emulated the same way;
 - ``regress``: the RAM-store figures no new back end may move (all-miss pages, QD1
   latency, hits at the default register cap);
-- ``engine``: ``gids bench files`` on the machine's disk (the disk's ceiling, each storage
-  engine at 1-8 daemon threads, page-cached file vs the MemoryStore copy, emulated drives
-  through each engine), the write stress run on io_uring, one file against four stripe files;
+- ``engine``: ``gids bench files`` on the machine's disk (the probe and the disk's ceiling,
+  each storage engine at 1 and 8 daemon threads with the engine's own columns, page-cached file
+  vs the MemoryStore copy, one emulated drive through each engine); about 120 s;
+- ``engine-writes``: the write stress run on io_uring, one file against four stripe files;
 - ``gnn``: ``gids gnn --gather-only`` (feature rows/s on every data path) and two GraphSAGE
   epochs on every feature path;
 - ``gnn22``: issue 24's end-to-end epoch at scale 22 (17 GB of 1024-float rows): the mmap
@@ -198,20 +199,23 @@ STAGES = {
                    "--out", "{dir}/latency"], 60),
                  [sys.executable, "-m", "workloads.microbench", "hits", "--caps", "128",
                   "--out", "{dir}/hits"]], 240),
-    # The storage engines on the machine's real disk: `gids bench files` (the disk's ceiling,
-    # each engine at 1-8 daemon threads, O_DIRECT all-miss; page-cached file against the
-    # MemoryStore copy; emulated 980pro x1/x4 through each engine), its data file under
-    # /var/tmp (on the disk; 4 GiB must not be sent back); then the write stress run on the
-    # io_uring engine, and one file against four stripe files of the same bytes.
-    "engine": ([([*GIDS, "bench", "files", "--dir", "/var/tmp", "--pages", "100000",
-                  "--no-progress", "--out", "{dir}/files"], 300),
-                ([sys.executable, "-m", "workloads.stress", "--seconds", "45", "--file-gib", "8",
-                  "--cache-fraction", "0.01", "--engine", "io_uring", "--dir", "/var/tmp",
-                  "--json", "{dir}/stress_io_uring.json"], 110),
-                [sys.executable, "-m", "workloads.stripe_bench", "--files", "4", "--bytes",
-                 str(1 << 30), "--pages", "100000", "--reps", "1", "--daemon-threads", "1,4",
-                 "--backends", "host", "--dir", "/var/tmp", "--json", "{dir}/stripe.json"]],
-               560),
+    # The storage engines on the machine's real disk: `gids bench files` (the probe and the
+    # disk's ceiling; each engine at 1 and 8 daemon threads, O_DIRECT all-miss, with engine
+    # and GPU I/O times, in flight and daemon CPU per page; page-cached file, mapped, against
+    # the MemoryStore copy; emulated 980pro x1 through each engine), its data file under
+    # /var/tmp (on the disk; 4 GiB must not be sent back). About 120 s.
+    "engine": ([[*GIDS, "bench", "files", "--dir", "/var/tmp", "--pages", "100000",
+                 "--daemon-threads", "1,8", "--reps", "2", "--n-ssd", "1", "--no-progress",
+                 "--out", "{dir}/files"]], 170),
+    # The write stress run on the io_uring engine, and one file against four stripe files of
+    # the same bytes.
+    "engine-writes": ([([sys.executable, "-m", "workloads.stress", "--seconds", "45",
+                         "--file-gib", "8", "--cache-fraction", "0.01", "--engine", "io_uring",
+                         "--dir", "/var/tmp", "--json", "{dir}/stress_io_uring.json"], 110),
+                       [sys.executable, "-m", "workloads.stripe_bench", "--files", "4", "--bytes",
+                        str(1 << 30), "--pages", "100000", "--reps", "1", "--daemon-threads",
+                        "1,4", "--backends", "host", "--dir", "/var/tmp", "--json",
+                        "{dir}/stripe.json"]], 260),
     # The GNN path: the feature gather alone (1024-float rows, batches of 1024 seeds x fan-out
     # 10,5,5, the cache at 25 % and 100 %, RAM-backed), then two epochs of GraphSAGE on every
     # feature path. The data set goes to /var/tmp/gnn (made by the first command).

@@ -289,15 +289,30 @@ def _files(d):
                                                   if r["kind"] == "ceiling")
     recs = [record(ENGINES, "the disk's ceiling, 4 KiB random O_DIRECT reads", ceiling / 1e3,
                    "k IOPS", "", "", None, cmd)]
+    probe = d.get("probe_pages_per_s")
+    if probe:
+        recs.append(record(ENGINES, "probe: the engine alone, one thread's ring at depth, no GPU",
+                           probe / 1e3, "k IOPS", "", "the disk's ceiling", probe / ceiling, cmd))
     direct = {(r["engine"], r["threads"]): r for r in rows if r["kind"] == "direct"}
     most = max((t for e, t in direct if e == "io_uring"), default=None)
     for engine, threads, target in (("io_uring", 1, ">= 0.90x"), ("io_uring", most, ">= 0.95x"),
                                     ("threads", 1, ""), ("threads", most, "")):
         r = direct.get((engine, threads))
         if r:
-            recs.append(record(ENGINES, f"gids all-miss from an O_DIRECT file, {engine}, "
-                               f"{threads} daemon thread(s)", r["pages_per_s"] / 1e3, "k pages/s",
+            what = f"gids all-miss from an O_DIRECT file, {engine}, {threads} daemon thread(s)"
+            recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s",
                                target, "the disk's ceiling", r["pages_per_s"] / ceiling, cmd))
+            if r.get("of_probe") is not None:
+                recs.append(record(ENGINES, f"{what}, of the probe", r["pages_per_s"] / 1e3,
+                                   "k pages/s", "", "probe x threads (at most the ceiling)",
+                                   r["of_probe"], cmd))
+            for key, figure, unit in (("engine_io_us", "engine I/O time (taken to CQE)", "us"),
+                                      ("gpu_io_us", "GPU I/O time (published to seen)", "us"),
+                                      ("in_flight_peak", "peak in flight per thread", ""),
+                                      ("daemon_cpu_us_per_page", "daemon CPU per page", "us")):
+                if r.get(key) is not None:
+                    recs.append(record(ENGINES, f"{what}: {figure}", r[key], unit, "", "", None,
+                                       cmd))
     cached = {r["engine"]: r for r in rows if r["kind"] == "cached"}
     if "memcpy" in cached:
         for engine in ("io_uring", "threads"):
