@@ -2,8 +2,10 @@
 ``gids.write`` the same way)."""
 from numba import cuda
 
-from kernels.access import read, write
+from kernels import layout as L
+from kernels.access import _add_stat, pin_page, read, unpin_page, write
 from kernels.platform import jit
+from kernels.prefetch import settle_slot
 
 
 @jit
@@ -22,3 +24,50 @@ def scatter_kernel(h, indices, values):
     stride = cuda.gridsize(1)
     for k in range(start, indices.size, stride):
         write(h, indices[k], values[k])
+
+
+# --- window hints (gids/window.py): one thread per page, named by its first element's index
+# (prefetch also takes any element indices, on the device).
+
+@jit
+def hold_kernel(h, pages, at):
+    """Pin each page of ``pages`` once and keep the pin (``at[k]``: gids.pin_page's index, or
+    -1 where it failed: the error is recorded)."""
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for k in range(start, pages.size, stride):
+        at[k] = pin_page(h, pages[k] << h.elem_shift)
+        if at[k] >= 0:
+            _add_stat(h, L.STAT_HELD_PAGES, 1)
+
+
+@jit
+def release_kernel(h, pages, at):
+    """Give back the pins :func:`hold_kernel` kept."""
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for k in range(start, pages.size, stride):
+        unpin_page(h, pages[k] << h.elem_shift, at[k])
+
+
+@jit
+def prefetch_kernel(h, elems):
+    """Load the page of each element of ``elems`` (a pin given back at once)."""
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for k in range(start, elems.size, stride):
+        i = elems[k]
+        at = pin_page(h, i)
+        unpin_page(h, i, at)
+        _add_stat(h, L.STAT_PREFETCHED, 1)
+
+
+@jit
+def settle_kernel(h):
+    """Finish every device prefetch that nobody adopted (kernels/prefetch.py): a thread per
+    slot."""
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for s in range(start, h.n_slots, stride):
+        if settle_slot(h, s):
+            _add_stat(h, L.STAT_PREFETCHES_RETIRED, 1)

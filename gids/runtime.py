@@ -16,6 +16,7 @@ from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonE
                          StaleHandleError, StorageIOError)
 from gids.stats import FileStats, Stats
 from gids.waiting import KernelWaiter
+from gids.window import Window
 from host_daemon.daemon import ENGINES
 from host_daemon.ssd_model import SsdModel
 from host_daemon.stores import (F_COLUMNS, F_WRITE_BYTES, F_WRITE_NS, F_WRITES, MAX_FILES,
@@ -333,6 +334,8 @@ class Runtime:
         self._io = io_class(self._table, queues=queues, queue_depth=queue_depth,
                             page_size=page_size, threads=daemon_threads, model=model,
                             trace=trace, engine=engine, engine_depth=engine_depth)
+        # Holds and device prefetches (gids/window.py); device prefetches need the host queues.
+        self._window = Window(self, queues * queue_depth, prefetch_ok=backend == "host")
         self._io.start()
 
     # ----------------------------------------------------------------- life cycle
@@ -411,8 +414,10 @@ class Runtime:
         if flush:
             try:
                 self.flush()
+                self._window.settle()
             except BaseException as exc:   # noqa: BLE001  (close anyway; re-raised below)
                 error = exc
+        self._window.drop_all()
         self._closed = True
         # A kernel still holding one of its handles (launched outside gids.jit's check, or
         # running now) gives up its waits at once instead of running into the timeout.
@@ -774,6 +779,7 @@ class Runtime:
             timeout_ns=int(self.timeout * 1e9),
             abort=self._abort,
             copy_locks=self._copy_locks,
+            **self._window.handle_fields(),
             **self._io.handle_fields())
 
     @property
@@ -856,6 +862,49 @@ class Runtime:
         checked before the launch). See :mod:`gids.rows`."""
         from gids.rows import gather_rows
         return gather_rows(self, array, rows, out, stream)
+
+    def hold(self, array, indices, stream=None):
+        """Load the pages of ``array.flat[indices]`` (where missing) and keep them in the cache
+        until the returned :class:`~gids.window.Hold` is released (:meth:`release`,
+        ``hold.release()``, or leaving ``with hold:``): later kernels' reads of them hit
+        (GIDS's window buffering). Launched on ``stream`` without waiting (``hold.wait()``
+        waits and raises what the kernel met). Device indices are copied to the host first.
+
+        Raises
+        ------
+        HoldLimitError
+            The pages held, with these, would exceed ``hold_fraction`` of the cache (setting
+            ``GIDS_HOLD_FRACTION``, default 0.5); nothing of this hold is held.
+        IndexOutOfRangeError
+            An index outside the array (before any kernel runs).
+
+        :meth:`invalidate`, recovery after a failed kernel and :meth:`close` release every
+        hold (see :mod:`gids.window`).
+        """
+        return self._window.hold(array, indices, stream)
+
+    def release(self, hold):
+        """Let the pages of ``hold`` be evicted again (does not wait).
+
+        Raises
+        ------
+        NotHeldError
+            ``hold`` is not held: released already (also by :meth:`invalidate` or recovery).
+        """
+        self._window.release(hold)
+
+    def prefetch(self, array, indices, stream=None):
+        """Start loading the pages of ``array.flat[indices]`` on ``stream`` and return at once
+        (``gids.side_stream()`` gives a stream that overlaps the default one): the pages are
+        loaded, not held, and kernels that read them later hit, unless evicted meanwhile.
+        Host indices are checked here (:class:`~gids.errors.IndexOutOfRangeError`); errors of
+        the kernel are raised by the next :meth:`sync`."""
+        self._window.prefetch(array, indices, stream)
+
+    @property
+    def held_pages(self):
+        """Distinct pages held by :meth:`hold` now."""
+        return self._window.held_pages
 
     def check(self):
         """Without waiting: False while kernels run; once all have ended, :meth:`sync` (raising
@@ -1123,6 +1172,7 @@ class Runtime:
                 stuck.add_note(f"gids: the kernels had failed with: {exc}")
             raise
         self._io.reset()
+        self._window.reset()   # the queues' entries were reset under any prefetch in flight
         self._write_back_dirty(best_effort=True)
         if self._lost and exc is not None:
             lost = ", ".join(f"page {p} of {a.store.name}" for a, p in self._lost[:8])
@@ -1139,15 +1189,19 @@ class Runtime:
 
         Dirty pages are written back to their stores first (not synced: see :meth:`flush`),
         unless ``discard_dirty=True``, which drops their writes (e.g. after :meth:`flush` raised
-        for a page the store keeps refusing).
+        for a page the store keeps refusing). Device prefetches nobody read are finished first
+        (their queue entries freed), and every :meth:`hold` is released.
         """
         self._check_open()
         cuda.synchronize()
+        self._window.settle()
+        self._window.drop_all()
         if not discard_dirty:
             self._write_back_dirty()
         self._page_state.copy_to_device(np.zeros(self._page_state.size, dtype=np.uint64))
         self._slot_page.copy_to_device(np.full(self.cache_slots, L.SLOT_EMPTY, dtype=np.int64))
         self._clock.copy_to_device(np.zeros(1, dtype=np.int64))
+        self._window.reset()
 
     # ----------------------------------------------------------------- stats
     def stats(self):
@@ -1167,6 +1221,11 @@ class Runtime:
                      copy_ns=int(counts[L.STAT_COPY_NS]),
                      claim_ns=int(counts[L.STAT_CLAIM_NS]),
                      early_copies=int(counts[L.STAT_EARLY_COPIES]),
+                     prefetched=int(counts[L.STAT_PREFETCHED]),
+                     held_pages=int(counts[L.STAT_HELD_PAGES]),
+                     device_prefetches=int(counts[L.STAT_DEVICE_PREFETCHES]),
+                     prefetches_finished=int(counts[L.STAT_PREFETCHES_FINISHED]),
+                     prefetches_retired=int(counts[L.STAT_PREFETCHES_RETIRED]),
                      files=self._file_stats(), engine=self._io.server.engine,
                      engine_note=self._io.server.engine_note)
 

@@ -65,6 +65,16 @@ class SharedFileError(ConfigError):
     would keep its own copy of a page and read stale bytes after the other's writes."""
 
 
+class HoldLimitError(ConfigError):
+    """A :meth:`gids.Runtime.hold` would pin more pages than ``hold_fraction`` of the cache
+    (nothing of it was held)."""
+
+
+class NotHeldError(GidsError, LookupError):
+    """A release of a hold that is not held: released already, by :meth:`gids.Runtime.release`,
+    by ``invalidate``, by recovery after an error, or by another Runtime's."""
+
+
 __all__ = [name for name, value in list(globals().items())
            if isinstance(value, type) and issubclass(value, GidsError)]
 

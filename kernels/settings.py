@@ -54,6 +54,9 @@ Name (environment variable, when; default on a GPU / in the simulator): what it 
 - ``rows_resident_first`` (GIDS_ROWS_RESIDENT_FIRST, run; 1): ``Runtime.gather_rows`` copies
   the rows whose pages are resident in a launch without a miss path, then the others with it
   (0: one launch with it): registers and spills of the hit path vs a second launch per gather.
+- ``hold_fraction`` (GIDS_HOLD_FRACTION, run; 0.5): the most of the cache that
+  ``Runtime.hold`` may pin, and that device prefetches may have in flight (``0 < f <= 0.9``):
+  pages kept for the next batches vs room for everything else.
 - ``commit`` (GIDS_COMMIT, run; None: ask git): the commit benchmarks record (a copy of the
   tree on another machine may carry a stale .git).
 
@@ -125,6 +128,13 @@ def _poll_ns(text):
     return values
 
 
+def _fraction(text):
+    value = float(text)
+    if not 0 < value <= 0.9:
+        raise ValueError("must be a number > 0 and <= 0.9")
+    return value
+
+
 def _registers(text):
     return _int(0, 255)(text) or None     # 0: no cap
 
@@ -150,6 +160,7 @@ _TABLE = {
     "bfs_resident_first": (True, _flag, "import"),
     "rows_resident_first": (True, _flag, "run"),
     "commit": (None, str, "run"),
+    "hold_fraction": (0.5, _fraction, "run"),
 }
 
 

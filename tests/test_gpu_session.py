@@ -19,7 +19,8 @@ def _parse(argv):
     assert argv[0] == sys.executable, argv
     if argv[:len(GIDS)] == GIDS:
         args = gids_parser().parse_args(argv[len(GIDS):])
-        if args.cmd == "bench" and "files" not in args.sweeps:   # its sweeps and workloads
+        own = {"files", "prefetch"}                   # sweeps with their own options
+        if args.cmd == "bench" and not own & set(args.sweeps):   # its sweeps and workloads
             options = {k: getattr(args, k) for k in bench._CONFIG_ARGS
                        if getattr(args, k, None) is not None}
             bench.make_config(quick=args.quick, sweeps=list(args.sweeps) or ["all"],

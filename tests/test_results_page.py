@@ -146,6 +146,48 @@ def test_update_reads_a_gather_only_gnn_report_with_its_hit_rate():
            "(GIDS_ROWS_RESIDENT_FIRST=0)" in one_launch
 
 
+def test_update_reads_the_prefetch_bench(tmp_path):
+    row = lambda mode, e, vs_max: {"mode": mode, "emulation": e, "vs_max": vs_max,  # noqa: E731
+                                   "per_batch_ms": 1.0, "correct": True}
+    report = {"version": 1, "sweep": "prefetch", "simulator": False, "target_vs_max": 1.15,
+              "command": "gids bench prefetch --n-ssd 1 --out /x",
+              "rows": [row("none", None, 1.9), row("prefetch", None, 1.1),
+                       row("hold", {"ssd": "p5800x", "n_ssd": 4}, 1.05)]}
+    recs = {r["figure"]: r for r in results.from_json(report)}
+    fig = recs["batch loop, compute = I/O, RAM store, prefetch: per batch / max(I/O, compute)"]
+    assert fig["value"] == 1.1 and fig["target"] == "<= 1.15x" and fig["area"] == results.PREFETCH
+    assert fig["command"] == "gids bench prefetch --n-ssd 1"
+    assert "batch loop, compute = I/O, emulated p5800x x4, hold: per batch / max(I/O, compute)" \
+        in recs
+    try:
+        results.from_json({**report, "simulator": True})
+    except ValueError as exc:
+        assert "simulator" in str(exc)
+    else:
+        raise AssertionError("a simulator run was taken as a figure")
+
+
+def test_a_search_in_query_batches_is_figures_of_its_own():
+    rows = [{"data_path": "gids", "nprobe": 8, "recall": 0.97, "qps": 5e4},
+            {"data_path": "memory", "nprobe": 8, "recall": 0.97, "qps": 1e5}]
+    plain = {r["figure"] for r in results.from_json({"faiss": None, "rows": rows})}
+    batched = {r["figure"]: r for r in results.from_json(
+        {"faiss": None, "rows": rows, "query_batch": 1000, "prefetch": True})}
+    assert "gids QPS, nprobe 8" in plain
+    fig = "gids QPS, nprobe 8, query batches of 1000, the next prefetched"
+    assert fig in batched and batched[fig]["value"] == 5e4
+    assert not plain & set(batched)
+
+
+def test_a_bfs_with_prefetch_is_figures_of_its_own():
+    run = {"data_path": "gids", "teps": {"harmonic_mean_TEPS": 2e9}, "options": {"cache_fraction": 0.25}}
+    report = {"command": "bfs", "world": "GPU", "simulator": False, "config": {"prefetch": True},
+              "graph": {"metadata": {"scale": 20}}, "runs": [run]}
+    (rec,) = results.from_json(report)
+    assert rec["figure"] == "scale 20, gids cache 25%, cold, next level's lists prefetched: TEPS"
+    assert rec["value"] == 2e9
+
+
 def test_update_reads_the_files_bench_with_its_probe_and_engine_columns():
     """files.json (``gids bench files``): the ceiling, the probe, each direct row against both,
     and the engine's own columns become figures; a row without the new columns (an older run)

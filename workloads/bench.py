@@ -1186,7 +1186,9 @@ def add_bench_arguments(subparsers):
                     "figure is labelled a simulator figure.")
     p.add_argument("sweeps", nargs="*", default=["all"], metavar="SWEEP",
                    help=f"any of {', '.join(SWEEPS)}, or all (default); or files alone (gids "
-                        "on a real file, each storage engine: workloads/file_bench.py)")
+                        "on a real file, each storage engine: workloads/file_bench.py); or "
+                        "prefetch alone (a batch loop with the next batch prefetched or held: "
+                        "workloads/prefetch_bench.py)")
     p.add_argument("--paths", type=lambda s: [x for x in s.split(",") if x],
                    help=f"comma list of {', '.join(B.PATHS)} (default: those available here, "
                         "but cpu_batch_kvikio only when named)")
@@ -1231,6 +1233,8 @@ def add_bench_arguments(subparsers):
     add_trace_argument(p)
     from workloads.file_bench import add_files_arguments
     add_files_arguments(p)
+    from workloads.prefetch_bench import add_prefetch_arguments
+    add_prefetch_arguments(p)
     p.set_defaults(func=cmd_bench)
     return p
 
@@ -1251,6 +1255,12 @@ def cmd_bench(args):
             return 2
         from workloads.file_bench import cmd_files
         return cmd_files(args)
+    if "prefetch" in args.sweeps:   # its own rows and report (workloads/prefetch_bench.py)
+        if len(args.sweeps) > 1:
+            sys.stderr.write("gids bench: error: run the prefetch sweep on its own\n")
+            return 2
+        from workloads.prefetch_bench import cmd_prefetch
+        return cmd_prefetch(args)
     options = {k: getattr(args, k) for k in _CONFIG_ARGS if getattr(args, k, None) is not None}
     try:
         config = make_config(quick=getattr(args, "quick", False),

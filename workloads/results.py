@@ -9,7 +9,7 @@ against), a short list of what changed (latest first) and one record per figure,
     python -m workloads.results update --change "what moved, in a line" OUT/*.json
 
 ``update`` reads what the benchmarks write (``gids bench``'s bench.json and files.json,
-``gids bfs --json``, ``gids search --json``, ``gids gnn --json``, ``workloads.microbench``'s
+``gids bench prefetch``'s prefetch.json, ``gids bfs --json``, ``gids search --json``, ``gids gnn --json``, ``workloads.microbench``'s
 ``*_suite.json``, ``workloads.stress --json``, ``workloads.stripe_bench --json``) or a file of records in
 this module's own format (``{"figures": [record, ...]}``, see :func:`record`), replaces the
 records with the same area and figure, stamps date, commit and machine, and renders the page.
@@ -40,6 +40,7 @@ CORE, HITS, NVME, EMULATION, WORKLOADS, BFS, SEARCH = (
     "BFS", "vector search")
 ENGINES, GNN, WRITES = "storage engines on a real disk", "GNN training", \
     "writes, stress and GPU tests"
+PREFETCH = "prefetch and window hints"
 
 
 def record(area, figure, value, unit="", target="", reference="", ratio=None, command="",
@@ -178,6 +179,11 @@ def _bfs(d):
     scale = (d.get("graph", {}).get("metadata") or {}).get("scale", "?")
     cmd = d.get("command_line") or "python -m workloads.gpu_session bfs-targets"
     runs = d["runs"]
+    if (d.get("config") or {}).get("prefetch"):
+        # gids bfs --prefetch: figures of their own (the lists of the next level prefetched).
+        return [record(BFS, f"scale {scale}, gids cache {r['options'].get('cache_fraction', 1):.0%}, "
+                       "cold, next level's lists prefetched: TEPS", _hmean(r), "TEPS", "", "",
+                       None, cmd) for r in runs if r["data_path"] == "gids"]
     by = lambda path, frac=None: [r for r in runs if r["data_path"] == path and (  # noqa: E731
         frac is None or r["options"].get("cache_fraction") == frac)]
     recs = []
@@ -209,14 +215,19 @@ def _search(d):
     ok = sorted(r["nprobe"] for r in d["rows"] if r["data_path"] == "gids" and r["recall"] >= 0.95)
     if not ok:
         return []
-    n = ok[0]
-    at = {r["data_path"]: r for r in d["rows"] if r["nprobe"] == n}
+    # A run in query batches (--query-batch) is figures of its own, with or without prefetch.
+    if d.get("query_batch"):
+        n = f"{ok[0]}, query batches of {d['query_batch']}, " + (
+            "the next prefetched" if d.get("prefetch") else "no prefetch")
+    else:
+        n = ok[0]
+    at = {r["data_path"]: r for r in d["rows"] if r["nprobe"] == ok[0]}
     g = at["gids"]["qps"]
     recs = [record(SEARCH, f"gids QPS, nprobe {n}", g, "QPS", "recall >= 0.95", "", None, cmd),
             record(SEARCH, f"recall@{d.get('recall_at', 10)}, nprobe {n}", at["gids"]["recall"],
                    "", ">= 0.95", "", None, cmd)]
     faiss = {f["nprobe"]: f for f in d.get("faiss") or []}
-    for name, qps, least in (("faiss-cpu IVF-Flat", faiss.get(n, {}).get("qps"), 5.0),
+    for name, qps, least in (("faiss-cpu IVF-Flat", faiss.get(ok[0], {}).get("qps"), 5.0),
                              ("GPU memory", at.get("memory", {}).get("qps"), 0.5),
                              ("CPU batch", at.get("cpu_batch", {}).get("qps"), 1.2)):
         if qps:
@@ -408,6 +419,21 @@ def _gnn(d):
     return recs
 
 
+def _prefetch(d):
+    """``gids bench prefetch`` (prefetch.json): each loop's time per batch over max(I/O,
+    compute), the next batch prefetched or held against none."""
+    cmd = re.sub(r" --out \S+", "", d.get("command", "gids bench prefetch"))
+    recs = []
+    for r in d["rows"]:
+        e = r.get("emulation")
+        where = "RAM store" if e is None else f"emulated {e['ssd']} x{e['n_ssd']}"
+        target = f"<= {d.get('target_vs_max', 1.15)}x" if r["mode"] != "none" else ""
+        recs.append(record(PREFETCH, f"batch loop, compute = I/O, {where}, {r['mode']}: per "
+                           "batch / max(I/O, compute)", r["vs_max"], "x", target,
+                           "max(I/O, compute)", r["vs_max"], cmd))
+    return recs
+
+
 def from_json(d):
     """The records a benchmark's JSON holds, by its shape (see the module's docstring)."""
     if "figures" in d:
@@ -419,6 +445,8 @@ def from_json(d):
         return _bench(d)
     if d.get("sweep") == "files":
         return _files(d)
+    if d.get("sweep") == "prefetch":
+        return _prefetch(d)
     if "file_mismatches" in d:
         return _stress(d)
     if "results" in d and "vs_one_file" in (d["results"] or [{}])[0]:

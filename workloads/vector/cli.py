@@ -110,6 +110,11 @@ def add_search_arguments(subparsers) -> argparse.ArgumentParser:
                    help="lists probed per query, comma-separated (default 1,2,4,8,16; values "
                         "above the number of lists are dropped)")
     s.add_argument("--k", type=positive_int, default=10, help="results per query (default 10)")
+    s.add_argument("--query-batch", type=positive_int, metavar="N",
+                   help="scan the queries N at a time, the next batch's probed lists prefetched "
+                        "into the cache while one is scanned (default: all in one launch)")
+    s.add_argument("--no-prefetch", action="store_true",
+                   help="with --query-batch: do not prefetch (to compare)")
     s.add_argument("--data-path", type=_name_list, default=["gids", "memory"],
                    help="comma-separated data paths: gids (host daemon), nvme (gids over the "
                         "direct NVMe path), memory, or a baseline of workloads/baselines.py "
@@ -429,8 +434,13 @@ def cmd_search(args) -> int:
                         for done, nprobe in enumerate(nprobes, start=1):
                             if runtime is not None:
                                 runtime.invalidate()   # each nprobe starts from a cold cache
-                            result = searcher.search(queries, k, nprobe, probe=args.probe)
+                            result = searcher.search(queries, k, nprobe, probe=args.probe,
+                                                     query_batch=args.query_batch,
+                                                     prefetch=not args.no_prefetch)
                             row = result.summary()
+                            row["query_batch"] = args.query_batch
+                            row["prefetch"] = bool(args.query_batch and not args.no_prefetch
+                                                   and path.backend == "host")
                             row["recall"] = recall_at_k(result.ids[:n_recall], truth, k_recall)
                             row["emulation"] = emulation_record(emulation)
                             row["engine"] = engine_cell(runtime, options.get("storage"))
@@ -467,6 +477,8 @@ def cmd_search(args) -> int:
                 "recall_at": k_recall, "recall_queries": n_recall,
                 "cache_pages": cache_pages, "page_size": page_size,
                 "cache_fraction": args.cache_fraction, "storage": args.storage, "probe": args.probe,
+                "query_batch": args.query_batch,
+                "prefetch": bool(args.query_batch and not args.no_prefetch),
                 "emulations": [e.as_json() for e in arrays],
                 "rows": rows,
                 "faiss": None if faiss_rows is None else

@@ -687,6 +687,10 @@ class VectorSource:
         """Run ``template(self.reader)`` with ``(handle, *args)``, wait for it, raise its errors."""
         raise NotImplementedError
 
+    def prefetch(self, elements) -> None:
+        """Start loading the pages of these elements of the section, without waiting (a hint:
+        paths with no cache to load into do nothing)."""
+
     def io(self) -> Optional[dict]:
         """``{"ios", "hit_rate", "evictions"}`` since :meth:`begin`, or None for a path without I/O.
 
@@ -749,6 +753,7 @@ class _GidsSource(VectorSource):
                 f"page more", stacklevel=3)
         self.runtime = runtime
         self._before = None
+        self._side = None
         # One StorageArray per runtime and section: a Runtime holds at most 256 arrays, and
         # every search() on a shared runtime would otherwise open another.
         key = (str(Path(index.path).resolve()), index.vectors_offset, index.vectors_nbytes, storage)
@@ -770,6 +775,12 @@ class _GidsSource(VectorSource):
         # The handle is taken now: opening arrays later can move the page tables.
         template(self.reader)[griddim, blockdim](self.array.handle, *args)
         self.runtime.sync()
+
+    def prefetch(self, elements):
+        # On a stream of its own, so that it overlaps the scan on the default stream.
+        if self._side is None:
+            self._side = gids.side_stream()
+        self.runtime.prefetch(self.array, elements, stream=self._side)
 
     def io(self):
         delta = self.runtime.stats() - self._before
@@ -1110,7 +1121,21 @@ class GPUSearcher:
             raise ValueError("this GPUSearcher is closed")
 
     # -- search
-    def search(self, queries, k: int, nprobe: int, *, probe: str = "gpu") -> SearchResult:
+    def _list_elements(self, lists):
+        """One element index per page of the vectors of ``lists`` (what a scan of them reads)."""
+        index = self.index
+        step = max(1, self.source_page_elems)
+        parts = [np.arange(index.list_starts[l], index.list_starts[l] +
+                           index.list_lengths[l] * index.dim, step) for l in np.unique(lists)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    @property
+    def source_page_elems(self) -> int:
+        runtime = getattr(self.source, "runtime", None)
+        return (runtime.page_size if runtime is not None else self.index.page_size) // 4
+
+    def search(self, queries, k: int, nprobe: int, *, probe: str = "gpu",
+               query_batch: Optional[int] = None, prefetch: bool = True) -> SearchResult:
         """Search a batch of queries.
 
         Parameters
@@ -1124,6 +1149,12 @@ class GPUSearcher:
         probe : {"gpu", "host"}
             Pick the lists with the search kernel over the centroids in GPU memory, or with
             :func:`~workloads.vector.reference.probe_lists` on the host. Same lists either way.
+        query_batch : int, optional
+            Scan the queries this many at a time (default: all in one launch).
+        prefetch : bool
+            With ``query_batch``: while a batch is scanned, load the pages of the next batch's
+            probed lists (``Runtime.prefetch`` on a side stream; paths without a cache ignore
+            it).
 
         Returns
         -------
@@ -1159,9 +1190,20 @@ class GPUSearcher:
         else:
             probes = probe_lists(queries, index.centroids, nprobe, index.metric)
         probed = time.perf_counter()
-        out_d, out_i = self._scan(d_queries, probes, k)
-        distances = out_d.copy_to_host()
-        ids = out_i.copy_to_host()
+        if query_batch is not None and query_batch < 1:
+            raise ValueError(f"query_batch must be >= 1, got {query_batch}")
+        step = query_batch or n_queries
+        starts = range(0, n_queries, step)
+        if prefetch and len(starts) > 1:
+            self.source.prefetch(self._list_elements(probes[:step]))
+        parts = []
+        for b in starts:
+            if prefetch and b + step < n_queries:
+                self.source.prefetch(self._list_elements(probes[b + step:b + 2 * step]))
+            out_d, out_i = self._scan(d_queries[b:b + step], probes[b:b + step], k)
+            parts.append((out_d.copy_to_host(), out_i.copy_to_host()))
+        distances = np.concatenate([d for d, _ in parts])
+        ids = np.concatenate([i for _, i in parts])
         seconds = time.perf_counter() - start
 
         io = self.source.io()

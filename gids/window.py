@@ -1,0 +1,236 @@
+"""Window hints from the host: ``Runtime.prefetch`` (load the next batch's pages while this one
+computes) and ``Runtime.hold`` / ``release`` (keep the coming batches' pages from eviction:
+GIDS's window buffering). The device side, ``gids.prefetch(h, i)``, is :mod:`kernels.prefetch`;
+this module also owns its per-Runtime state (the ``pf_*`` handle fields) and its settle step.
+
+A hold pins each of its pages once (``gids.pin_page``, a reference kept past the kernel), so the
+clock skips them until :meth:`Hold.release` unpins them. Held pages (distinct, over all holds)
+may not exceed ``hold_fraction`` of the cache (``HoldLimitError``, before anything is pinned),
+and the device prefetches in flight at most half of what is left: the rest of the cache always
+has room for the pages kernels wait for, so no hint can pin the cache full and hang it.
+
+``Runtime.invalidate`` (and recovery after a failed kernel, and ``close``) releases every hold:
+the cache is emptied under them. Releasing such a hold again raises ``NotHeldError``; leaving a
+``with hold:`` block does not.
+"""
+import numpy as np
+from numba import cuda
+
+from gids import defaults
+from gids.errors import HoldLimitError, IndexOutOfRangeError, NotHeldError
+from gids.interop import is_cuda_array, numba_stream, stream_handle
+from kernels import layout as L
+from kernels.platform import SIMULATOR, WARP_SIZE
+
+THREADS = 32 if SIMULATOR else 256
+MAX_BLOCKS = 2 if SIMULATOR else 4096
+
+
+def side_stream():
+    """A new CUDA stream that does not wait for the legacy default stream (``cudaStream
+    NonBlocking``), for prefetches that overlap kernels on other streams. In the simulator (no
+    streams run concurrently there) a plain Numba stream."""
+    if SIMULATOR:
+        return cuda.stream()
+    from numba.cuda.cudadrv import driver as drv
+    ctx = cuda.current_context()
+    flags = drv.binding.CUstream_flags.CU_STREAM_NON_BLOCKING.value
+    handle = drv.driver.cuStreamCreate(flags)
+    return drv.Stream(handle, finalizer=drv._stream_finalizer(ctx.deallocations, handle))
+
+
+def _elem_shift(rt, array):
+    """log2 of the array's elements per page."""
+    return (rt.page_size // array.dtype.itemsize).bit_length() - 1
+
+
+def _grid(n):
+    return max(1, min(-(-n // THREADS), MAX_BLOCKS)), THREADS
+
+
+class Hold:
+    """Pages of one array held in the cache by :meth:`gids.Runtime.hold` until :meth:`release`.
+
+    A context manager: ``with rt.hold(a, next_batch): ...`` releases on leaving (unless the
+    Runtime released it already, in ``invalidate``).
+    """
+
+    def __init__(self, window, array, pages, slots, stream):
+        self._window = window
+        self.array = array
+        self.pages = pages          # distinct page numbers of the array (host, sorted)
+        self._slots = slots         # device: each page's pin (gids.pin_page's k), -1 if none
+        self._stream = stream
+        self.held = True
+
+    @property
+    def n_pages(self):
+        return int(self.pages.size)
+
+    def wait(self):
+        """Wait until the pages are in the cache; raise what the hold's kernel met (as
+        :meth:`gids.Runtime.sync`, which waits for every kernel)."""
+        self._window.rt.sync()
+        return self
+
+    def release(self):
+        """:meth:`gids.Runtime.release` of this hold."""
+        self._window.release(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.held:
+            self.release()
+
+    def __repr__(self):
+        state = "held" if self.held else "released"
+        return f"Hold({self.n_pages} pages of {self.array.store.name}, {state})"
+
+
+class Window:
+    """A Runtime's holds and its device prefetches' state (``Runtime._window``)."""
+
+    def __init__(self, rt, entries, prefetch_ok):
+        self.rt = rt
+        slots = rt.cache_slots
+        self.hold_limit = min(int(defaults.get("hold_fraction") * slots), slots - WARP_SIZE)
+        # Device prefetches in flight: half of what holds leave (none where completions do not
+        # come through staging pages: the NVMe back end).
+        self.prefetch_budget = (slots - self.hold_limit) // 2 if prefetch_ok else 0
+        self.pf_entry = cuda.to_device(np.zeros(entries, dtype=np.int64))
+        self.pf_slot = cuda.to_device(np.zeros(slots, dtype=np.int64))
+        self.pf_budget = cuda.to_device(np.array([self.prefetch_budget], dtype=np.int64))
+        self._holds = []
+        self._held = {}   # global page -> holds that hold it
+
+    def handle_fields(self):
+        return {"pf_entry": self.pf_entry, "pf_slot": self.pf_slot, "pf_budget": self.pf_budget}
+
+    @property
+    def held_pages(self):
+        """Distinct pages held now."""
+        return len(self._held)
+
+    # ------------------------------------------------------------------ holds
+    def hold(self, array, indices, stream=None):
+        from gids.kernels_host import hold_kernel
+        rt = self.rt
+        rt._check_array(array, "hold")
+        pages = self._pages(array, indices)
+        gpages = (pages + array.page_base).tolist()
+        new = sum(1 for g in gpages if g not in self._held)
+        if self.held_pages + new > self.hold_limit:
+            raise HoldLimitError(
+                f"gids: holding {pages.size} pages ({new} not held yet) would hold "
+                f"{self.held_pages + new} of the cache's {rt.cache_slots}; at most "
+                f"{self.hold_limit} may be held (hold_fraction="
+                f"{defaults.get('hold_fraction')}): release a hold first")
+        slots = cuda.device_array(pages.size, dtype=np.int64)
+        hold = Hold(self, array, pages, slots, stream)
+        if pages.size:
+            s = self._launch_stream(stream)
+            d_pages = rt._to_device(pages)
+            blocks, threads = _grid(pages.size)
+            hold_kernel[blocks, threads, s](array.handle, d_pages, slots)
+            self._note(s, (d_pages,))
+        for g in gpages:
+            self._held[g] = self._held.get(g, 0) + 1
+        self._holds.append(hold)
+        return hold
+
+    def release(self, hold):
+        from gids.kernels_host import release_kernel
+        if not isinstance(hold, Hold) or hold._window is not self or not hold.held:
+            raise NotHeldError(f"gids: {hold!r} is not held by this Runtime (released already, "
+                               "or by invalidate(), close() or recovery after an error)")
+        self.rt._check_open()
+        if hold.pages.size:
+            s = self._launch_stream(hold._stream)
+            d_pages = self.rt._to_device(hold.pages)
+            blocks, threads = _grid(hold.pages.size)
+            release_kernel[blocks, threads, s](hold.array.handle, d_pages, hold._slots)
+            self._note(s, (d_pages, hold._slots))
+        self._forget(hold)
+
+    def _forget(self, hold):
+        hold.held = False
+        self._holds.remove(hold)
+        for g in (hold.pages + hold.array.page_base).tolist():
+            left = self._held[g] - 1
+            if left:
+                self._held[g] = left
+            else:
+                del self._held[g]
+
+    def drop_all(self):
+        """The cache was emptied (invalidate, recovery, close): no hold holds anything now."""
+        for hold in list(self._holds):
+            self._forget(hold)
+
+    # ------------------------------------------------------------------ prefetch
+    def prefetch(self, array, indices, stream=None):
+        from gids.kernels_host import prefetch_kernel
+        rt = self.rt
+        rt._check_array(array, "prefetch")
+        if is_cuda_array(indices):
+            elems = rt._device_indices(array, indices)   # pages found in the kernel
+        else:
+            elems = rt._to_device(self._pages(array, indices) << _elem_shift(self.rt, array))
+        if elems.size == 0:
+            return
+        s = self._launch_stream(stream)
+        blocks, threads = _grid(elems.size)
+        prefetch_kernel[blocks, threads, s](array.handle, elems)
+        self._note(s, (elems,))
+
+    # ------------------------------------------------------------------ settle
+    def outstanding(self):
+        """Device prefetches started and not finished (a copy from the GPU)."""
+        return self.prefetch_budget - int(self.pf_budget.copy_to_host()[0])
+
+    def settle(self):
+        """Finish every device prefetch nobody has read (between kernels): their pages become
+        resident, their queue entries free. Returns how many it finished."""
+        from gids.kernels_host import settle_kernel
+        rt = self.rt
+        if self.prefetch_budget == 0 or not rt._arrays or self.outstanding() == 0:
+            return 0
+        before = int(rt._stats.copy_to_host().reshape(L.N_STAT_SHARDS, L.N_STATS)
+                     [:, L.STAT_PREFETCHES_RETIRED].sum())
+        blocks, threads = _grid(rt.cache_slots)
+        settle_kernel[blocks, threads](rt._arrays[0].handle)
+        cuda.synchronize()
+        after = int(rt._stats.copy_to_host().reshape(L.N_STAT_SHARDS, L.N_STATS)
+                    [:, L.STAT_PREFETCHES_RETIRED].sum())
+        return after - before
+
+    def reset(self):
+        """Forget the device prefetches (the queues were reset and the cache emptied)."""
+        self.pf_entry.copy_to_device(np.zeros(self.pf_entry.size, dtype=np.int64))
+        self.pf_slot.copy_to_device(np.zeros(self.pf_slot.size, dtype=np.int64))
+        self.pf_budget.copy_to_device(np.array([self.prefetch_budget], dtype=np.int64))
+
+    # ------------------------------------------------------------------ helpers
+    def _pages(self, array, indices):
+        """Distinct page numbers of host (or, copied back, device) element indices, checked."""
+        if is_cuda_array(indices):
+            indices = self.rt._device_indices(array, indices).copy_to_host()
+            if indices.size and (indices.min() < 0 or indices.max() >= array.size):
+                bad = indices[(indices < 0) | (indices >= array.size)][0]
+                raise IndexOutOfRangeError(f"gids: index {int(bad)} is out of range for an "
+                                           f"array of {array.size} elements")
+        else:
+            self.rt._device_indices(array, indices)   # the checks (and their messages)
+            indices = np.asarray(indices).reshape(-1)
+        return np.unique(indices.astype(np.int64) >> _elem_shift(self.rt, array))
+
+    def _launch_stream(self, stream):
+        handle, _ = stream_handle(stream)
+        return numba_stream(handle)
+
+    def _note(self, s, keep):
+        from gids.rows import note_launch
+        note_launch(self.rt, s, keep)
+

@@ -1,0 +1,227 @@
+"""Window hints from the host: Runtime.hold / release / prefetch (gids/window.py), against numpy."""
+import numpy as np
+import pytest
+from numba import cuda
+
+import gids
+from tests.helpers import random_file
+
+PAGE = 512
+ELEMS = PAGE // 8      # int64 elements per page
+
+
+@pytest.fixture
+def data(tmp_path):
+    raw = random_file(tmp_path / "d.bin", 64 * PAGE, seed=np.random.SeedSequence().entropy % 2**32)
+    return tmp_path / "d.bin", raw.view(np.int64)
+
+
+def _pages_read(rt, a, ref, pages):
+    """Gather every element of ``pages`` and check them; return the gather's stats."""
+    idx = (np.asarray(pages)[:, None] * ELEMS + np.arange(ELEMS)).ravel()
+    before = rt.stats()
+    got = rt.gather(a, idx).copy_to_host()
+    np.testing.assert_array_equal(got, ref[idx])
+    return rt.stats() - before
+
+
+def test_held_pages_survive_pressure_and_hit(data):
+    path, ref = data
+    rng = np.random.default_rng()
+    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        held = rng.choice(64, 8, replace=False)        # half the cache: the limit
+        with rt.hold(a, held * ELEMS + rng.integers(0, ELEMS, 8)).wait() as hold:
+            assert rt.held_pages == 8 and hold.n_pages == 8
+            others = np.setdiff1d(np.arange(64), held)
+            _pages_read(rt, a, ref, others)             # evicts everything it can
+            s = _pages_read(rt, a, ref, held)
+            assert s.misses == 0 and s.ios == 0 and s.hits > 0
+        assert not hold.held and rt.held_pages == 0
+        assert rt.stats().held_pages == 8
+        _pages_read(rt, a, ref, np.arange(64))          # released pages can go again
+        assert rt.stats().evictions > 0
+
+
+def test_prefetch_loads_pages_that_later_reads_hit(data):
+    path, ref = data
+    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        pages = np.random.default_rng().choice(64, 10, replace=False)
+        rt.prefetch(a, pages * ELEMS + 3, stream=gids.side_stream())
+        rt.sync()
+        assert rt.stats().prefetched == 10 and rt.held_pages == 0
+        s = _pages_read(rt, a, ref, pages)
+        assert s.misses == 0 and s.ios == 0
+        # device indices, repeated ones too
+        more = np.setdiff1d(np.arange(64), pages)[:4]
+        rt.prefetch(a, cuda.to_device(np.repeat(more * ELEMS, 3)))
+        rt.sync()
+        assert _pages_read(rt, a, ref, more).misses == 0
+
+
+def test_hold_limit_and_errors(data):
+    path, ref = data
+    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        first = rt.hold(a, np.arange(6) * ELEMS)
+        with pytest.raises(gids.HoldLimitError, match="at most 8"):
+            rt.hold(a, np.arange(4, 10) * ELEMS)          # 4 new: 10 > 8
+        assert rt.held_pages == 6                         # nothing of it was held
+        again = rt.hold(a, np.arange(4, 8) * ELEMS)       # 2 new: 8, and pages held twice
+        assert rt.held_pages == 8
+        first.release()
+        assert rt.held_pages == 4                         # 4, 5 still held by `again`
+        with pytest.raises(gids.NotHeldError):
+            rt.release(first)
+        with pytest.raises(gids.NotHeldError):
+            rt.release("not a hold")
+        with pytest.raises(gids.IndexOutOfRangeError):
+            rt.hold(a, [ref.size])
+        with pytest.raises(gids.IndexOutOfRangeError):
+            rt.prefetch(a, [-1])
+        with pytest.raises(gids.IndexOutOfRangeError):
+            rt.hold(a, cuda.to_device(np.array([ref.size + 5], dtype=np.int64)))
+        rt.release(again)
+        state = rt._page_state.copy_to_host()[:64]
+        assert not (state & gids.layout.PAGE_REF_MASK).any()   # every pin given back
+
+
+def test_invalidate_releases_every_hold(data):
+    path, ref = data
+    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        hold = rt.hold(a, np.arange(3) * ELEMS)
+        rt.invalidate()
+        assert not hold.held and rt.held_pages == 0
+        with pytest.raises(gids.NotHeldError):
+            hold.release()
+        with hold:           # leaving the block does not release it again
+            pass
+        _pages_read(rt, a, ref, np.arange(64))
+        assert not (rt._page_state.copy_to_host()[:64] & gids.layout.PAGE_REF_MASK).any()
+
+
+def test_close_releases_holds(data):
+    path, _ = data
+    rt = gids.Runtime(cache_pages=16, page_size=PAGE)
+    a = rt.open_array(path, np.int64)
+    hold = rt.hold(a, [0, ELEMS])
+    rt.close()
+    assert not hold.held
+    with pytest.raises(gids.NotHeldError):
+        hold.release()
+
+
+def test_hold_fraction_setting(data):
+    path, _ = data
+    with gids.defaults.set(hold_fraction=0.25), gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        with pytest.raises(gids.HoldLimitError):
+            rt.hold(a, np.arange(5) * ELEMS)
+        rt.hold(a, np.arange(4) * ELEMS).release()
+
+
+# --- a state machine: holds, prefetches (host and device), reads, writes, invalidate, flush,
+# against a numpy model of the file and a model of what is held --------------------------------
+
+from hypothesis import settings, strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: E402
+
+N_PAGES = 24
+pages_st = st.lists(st.integers(0, N_PAGES - 1), min_size=1, max_size=5)
+
+
+@cuda.jit
+def _device_prefetch(h, idx):
+    k = cuda.grid(1)
+    if k < idx.size:
+        gids.prefetch(h, idx[k])
+
+
+class WindowMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        import tempfile
+        self.dir = tempfile.TemporaryDirectory()
+        self.path = f"{self.dir.name}/d.bin"
+        self.model = np.random.default_rng().integers(0, 2**62, N_PAGES * ELEMS)
+        self.model.tofile(self.path)
+        self.rt = gids.Runtime(cache_pages=12, page_size=PAGE)
+        self.a = self.rt.open_array(self.path, np.int64, mode="r+")
+        self.holds = []          # (Hold, set of pages)
+
+    def _held(self):
+        return set().union(*(p for _, p in self.holds)) if self.holds else set()
+
+    @rule(pages=pages_st)
+    def hold(self, pages):
+        want = set(pages)
+        if len(self._held() | want) > self.rt._window.hold_limit:
+            with pytest.raises(gids.HoldLimitError):
+                self.rt.hold(self.a, np.array(pages) * ELEMS)
+        else:
+            self.holds.append((self.rt.hold(self.a, np.array(pages) * ELEMS + 1), want))
+
+    @rule(which=st.integers(0, 7), twice=st.booleans())
+    def release(self, which, twice):
+        if not self.holds:
+            return
+        hold, _ = self.holds.pop(which % len(self.holds))
+        hold.release()
+        if twice:
+            with pytest.raises(gids.NotHeldError):
+                self.rt.release(hold)
+
+    @rule(pages=pages_st, device=st.booleans())
+    def prefetch(self, pages, device):
+        idx = np.array(pages, dtype=np.int64) * ELEMS + 2
+        if device:
+            _device_prefetch[1, max(1, idx.size)](self.a.handle, cuda.to_device(idx))
+        else:
+            self.rt.prefetch(self.a, idx)
+        self.rt.sync()
+
+    @rule(pages=pages_st)
+    def read_held_hit(self, pages):
+        """Every read right; reads of held pages hit."""
+        idx = (np.array(pages)[:, None] * ELEMS + np.arange(0, ELEMS, 9)).ravel()
+        np.testing.assert_array_equal(self.rt.gather(self.a, idx).copy_to_host(), self.model[idx])
+        held = sorted(self._held())
+        if held:
+            before = self.rt.stats()
+            idx = np.array(held) * ELEMS + 5
+            np.testing.assert_array_equal(self.rt.gather(self.a, idx).copy_to_host(),
+                                          self.model[idx])
+            assert (self.rt.stats() - before).misses == 0
+
+    @rule(pages=pages_st, value=st.integers(-2**40, 2**40))
+    def write(self, pages, value):
+        idx = np.unique(np.array(pages) * ELEMS + 7)
+        self.rt.scatter(self.a, idx, np.full(idx.size, value))
+        self.model[idx] = value
+
+    @rule()
+    def invalidate(self):
+        self.rt.invalidate()
+        for hold, _ in self.holds:
+            assert not hold.held
+        self.holds = []
+
+    @rule()
+    def flush(self):
+        self.rt.flush()
+        np.testing.assert_array_equal(np.fromfile(self.path, np.int64), self.model)
+
+    @invariant()
+    def held_pages_counted(self):
+        assert self.rt.held_pages == len(self._held())
+
+    def teardown(self):
+        self.rt.close()
+        np.testing.assert_array_equal(np.fromfile(self.path, np.int64), self.model)
+        self.dir.cleanup()
+
+
+WindowMachine.TestCase.settings = settings(max_examples=15, stateful_step_count=10, deadline=None)
+test_window_state_machine = WindowMachine.TestCase

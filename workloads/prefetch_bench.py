@@ -1,0 +1,271 @@
+"""``gids bench prefetch``: a batch loop whose compute per batch is about its I/O time, with
+and without the next batch's pages loaded ahead (issue 23's prefetch target).
+
+Each batch is ``batch_pages`` pages read nowhere else (so, unprefetched, every read misses):
+one thread per page reads an element of it through ``gids.read`` (the read kernel), then a
+compute kernel of one warp spins for ``compute`` ns. The compute time is set to the batch's
+measured read time, the case where overlap gains most. Rows, each the same batches in a fresh
+Runtime:
+
+- ``none``: read batch k, compute; per batch about I/O + compute;
+- ``prefetch``: ``rt.prefetch(batch k + 1)`` on a side stream, then read batch k (after its own
+  prefetch's event) and compute on the main stream: the next batch's I/O under this one's
+  compute; per batch about max(I/O, compute) (target: <= 1.15x);
+- ``hold``: the same with ``rt.hold(batch k + 1)`` (and batch k's hold released after its read).
+
+The first batch's prefetch or hold (the pipeline's fill) is done before the clock starts.
+Columns: per batch (ms), I/O and compute per batch, and per batch over max(I/O, compute) and
+over their sum. ``--n-ssd 1,4`` adds rows under real-time emulation of that many modelled drives
+(``--profile``), their compute calibrated to their own I/O. Every value read is checked against
+the data (a row with a wrong value is marked and the command fails).
+"""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+from numba import cuda
+
+import gids
+from gids.device import now_ns
+
+MODES = ("none", "prefetch", "hold")
+DEFAULT_PROFILE = "p5800x"
+
+
+@cuda.jit
+def read_kernel(h, idx, out):
+    """out[k] = element idx[k], one thread each."""
+    k = cuda.grid(1)
+    if k < idx.size:
+        out[k] = gids.read(h, idx[k])
+
+
+@cuda.jit
+def compute_kernel(ns, sink):
+    """One warp spins for ``ns`` nanoseconds: the batch's compute, on few SMs, so that the
+    prefetch kernel has the rest."""
+    start = now_ns()
+    n = 0
+    while now_ns() - start < ns:
+        n += 1
+    if cuda.grid(1) == 0:
+        sink[0] = n
+
+
+def _event():
+    """An event without timing (the simulator's take no arguments)."""
+    return cuda.event() if gids.SIMULATOR else cuda.event(timing=False)
+
+
+def _config(quick, o):
+    sim = gids.SIMULATOR
+    c = {"page_size": 512 if sim else 4096,
+         "batch_pages": 8 if sim else (2048 if quick else 8192),
+         "batches": 3 if sim else (12 if quick else 24),
+         "reps": 1 if sim else 3,
+         "n_ssd": [], "profile": DEFAULT_PROFILE, "store": "memory", "dir": None, "seed": 0}
+    c.update({k: v for k, v in o.items() if v is not None})
+    return c
+
+
+def _batches(c, rng):
+    """Element indices of each batch (one element of each of its distinct pages), and the data."""
+    n_pages = (c["batches"] + 1) * c["batch_pages"]
+    elems = c["page_size"] // 8
+    data = rng.integers(0, 2**62, n_pages * elems, dtype=np.int64)
+    pages = rng.permutation(n_pages).reshape(c["batches"] + 1, c["batch_pages"])
+    idx = pages * elems + rng.integers(0, elems, pages.shape)
+    return data, [np.sort(b).astype(np.int64) for b in idx]
+
+
+def _source(c, data):
+    if c["store"] == "file":
+        path = os.path.join(c["dir"] or "/var/tmp", f"gids_prefetch_{os.getpid()}.bin")
+        data.tofile(path)
+        return path
+    return gids.MemoryStore(data)
+
+
+def _run_loop(rt, a, batches, mode, compute_ns):
+    """The timed loop over ``batches[:-1]`` (the last is only ever prefetched). Returns (seconds
+    per batch, outputs)."""
+    main = gids.side_stream()
+    side = gids.side_stream()
+    sink = cuda.device_array(1, dtype=np.int64)
+    d_batches = [cuda.to_device(b) for b in batches]
+    outs = [cuda.device_array(b.size, dtype=np.int64) for b in batches]
+    threads = 128 if not gids.SIMULATOR else 8
+    holds = []
+
+    def ahead(k):
+        """Start loading batch k on the side stream; an event main can wait for."""
+        if mode == "prefetch":
+            rt.prefetch(a, batches[k], stream=side)
+        else:
+            holds.append(rt.hold(a, batches[k], stream=side))
+        done = _event()
+        done.record(side)
+        return done
+
+    # The first batch's load fills the pipeline: done before the clock starts, so that the
+    # figure is the loop's steady state.
+    ready = ahead(0) if mode != "none" else None
+    cuda.synchronize()
+    if ready is not None:
+        ready.synchronize()
+    start = time.perf_counter()
+    finished = []
+    for k in range(len(batches) - 1):
+        upcoming = None
+        if mode != "none":
+            # Batch k + 1 loads while batch k computes, not earlier: more batches ahead than
+            # the cache holds would evict each other.
+            if k:
+                finished[k - 1].wait(side)
+            upcoming = ahead(k + 1)
+        if ready is not None:
+            ready.wait(main)
+        n = batches[k].size
+        read_kernel[(n + threads - 1) // threads, threads, main](a.handle, d_batches[k], outs[k])
+        compute_kernel[1, 32, main](compute_ns, sink)
+        finished.append(_event())
+        finished[k].record(main)
+        if mode == "hold":
+            finished[k].synchronize()       # batch k read: its hold may go
+            holds.pop(0).release()
+        ready = upcoming
+    main.synchronize()
+    side.synchronize()
+    seconds = (time.perf_counter() - start) / (len(batches) - 1)
+    for hold in holds:
+        hold.release()
+    rt.sync()
+    return seconds, [o.copy_to_host() for o in outs[:-1]]
+
+
+def _io_seconds(rt, a, batches):
+    """Seconds per batch of the reads alone (every one a miss), on fresh pages."""
+    rt.invalidate()
+    main = gids.side_stream()
+    threads = 128 if not gids.SIMULATOR else 8
+    d = [cuda.to_device(b) for b in batches[:-1]]
+    outs = [cuda.device_array(b.size, dtype=np.int64) for b in d]
+    cuda.synchronize()
+    start = time.perf_counter()
+    for b, o in zip(d, outs):
+        read_kernel[(b.size + threads - 1) // threads, threads, main](a.handle, b, o)
+    main.synchronize()
+    rt.sync()
+    return (time.perf_counter() - start) / len(d)
+
+
+def run_prefetch(o, command="gids bench prefetch", progress=True):
+    c = _config(o.pop("quick", False), o)
+    rng = np.random.default_rng(c["seed"])
+    data, batches = _batches(c, rng)
+    ref = [data[b] for b in batches[:-1]]
+    cache_pages = 4 * c["batch_pages"]     # two batches held or loading, room for the rest
+    source = _source(c, data)
+    rows = []
+    emulations = [None] + [n for n in c["n_ssd"]]
+    try:
+        for n_ssd in emulations:
+            opts = {} if n_ssd is None else {"ssd": c["profile"], "n_ssd": n_ssd}
+            with gids.Runtime(cache_pages=cache_pages, page_size=c["page_size"], **opts) as rt:
+                a = rt.open_array(source, np.int64, shape=data.shape)
+                _run_loop(rt, a, batches[:2], "none", 0)     # compile and warm up
+                io_s = min(_io_seconds(rt, a, batches) for _ in range(c["reps"]))
+                compute_ns = int(io_s * 1e9)
+                for mode in MODES:
+                    best = None
+                    correct = True
+                    for _ in range(c["reps"]):
+                        rt.invalidate()
+                        rt.reset_stats()
+                        seconds, outs = _run_loop(rt, a, batches, mode, compute_ns)
+                        correct &= all(np.array_equal(x, y) for x, y in zip(outs, ref, strict=True))
+                        best = seconds if best is None else min(best, seconds)
+                    s = rt.stats()
+                    compute_s = compute_ns / 1e9
+                    rows.append({
+                        "mode": mode, "emulation": None if n_ssd is None else
+                        {"ssd": c["profile"], "n_ssd": n_ssd},
+                        "per_batch_ms": best * 1e3, "io_ms": io_s * 1e3,
+                        "compute_ms": compute_s * 1e3,
+                        "vs_max": best / max(io_s, compute_s),
+                        "vs_sum": best / (io_s + compute_s),
+                        "misses": s.misses, "hits": s.hits, "prefetched": s.prefetched,
+                        "held_pages": s.held_pages, "correct": bool(correct)})
+                    if progress:
+                        sys.stderr.write(f"prefetch bench: {_label(rows[-1])} "
+                                         f"{best * 1e3:.2f} ms/batch\n")
+    finally:
+        if isinstance(source, str):
+            os.unlink(source)
+    return {"version": 1, "sweep": "prefetch", "command": command, "simulator": gids.SIMULATOR,
+            "config": {k: c[k] for k in ("page_size", "batch_pages", "batches", "reps",
+                                         "profile", "store")},
+            "target_vs_max": 1.15, "rows": rows}
+
+
+def _label(row):
+    e = row["emulation"]
+    return row["mode"] + ("" if e is None else f" ({e['n_ssd']} x {e['ssd']})")
+
+
+def format_prefetch(result):
+    lines = ["gids bench prefetch" + (" (simulator: times mean nothing)" if result["simulator"]
+                                      else ""),
+             "", ("| loop | SSDs | per batch ms | I/O ms | compute ms | / max(I/O, compute) "
+                  "| / sum | misses | correct |"), "|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        e = r["emulation"]
+        lines.append(f"| {r['mode']} | {'-' if e is None else str(e['n_ssd']) + ' x ' + e['ssd']} "
+                     f"| {r['per_batch_ms']:.3f} | {r['io_ms']:.3f} | {r['compute_ms']:.3f} "
+                     f"| {r['vs_max']:.2f}x | {r['vs_sum']:.2f}x | {r['misses']} "
+                     f"| {'yes' if r['correct'] else 'NO'} |")
+    met = [r for r in result["rows"] if r["mode"] == "prefetch"]
+    lines.append("")
+    for r in met:
+        ok = r["vs_max"] <= result["target_vs_max"]
+        lines.append(f"target: {_label(r)} per batch {r['vs_max']:.2f}x max(I/O, compute) "
+                     f"(<= {result['target_vs_max']}x): {'met' if ok else 'missed'}")
+    return "\n".join(lines) + "\n"
+
+
+def add_prefetch_arguments(p):
+    """``gids bench prefetch`` options (the bench parser takes them; other sweeps ignore them).
+    ``--n-ssd``, ``--profile``, ``--reps``, ``--store``, ``--dir``, ``--seed`` are shared."""
+    g = p.add_argument_group("prefetch sweep")
+    g.add_argument("--batch-pages", type=int, help="pages per batch (default 8192)")
+    g.add_argument("--batches", type=int, help="batches per timed loop (default 24)")
+
+
+def cmd_prefetch(args):
+    o = {"batch_pages": args.batch_pages, "batches": args.batches, "reps": args.reps,
+         "n_ssd": args.n_ssd, "profile": args.profile, "store": args.store, "dir": args.dir,
+         "seed": args.seed, "quick": args.quick}
+    for name in ("batch_pages", "batches", "reps"):
+        if o[name] is not None and o[name] < 1:
+            sys.stderr.write(f"gids bench: error: --{name.replace('_', '-')} must be >= 1\n")
+            return 2
+    if o["profile"] is not None and o["profile"] not in gids.ssd_profiles():
+        sys.stderr.write(f"gids bench: error: --profile must be one of "
+                         f"{', '.join(gids.ssd_profiles())}\n")
+        return 2
+    result = run_prefetch(o, command=getattr(args, "command", None) or "gids bench prefetch",
+                          progress=not args.no_progress)
+    table = format_prefetch(result)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "prefetch.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        with open(os.path.join(args.out, "prefetch.md"), "w") as f:
+            f.write(table)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(table, end="")
+    return 0 if all(r["correct"] for r in result["rows"]) else 1
