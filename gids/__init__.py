@@ -42,12 +42,12 @@ from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonE
                          StorageIOError)
 from gids.runtime import Runtime
 from gids.stats import FileStats, Stats
+from gids.window import Hold, side_stream
 from host_daemon.ssd_model import PROFILES as _SSD_PROFILES
 from host_daemon.stores import FaultyStore, FileStore, MemoryStore, MmapStore, StripedStore
 from host_daemon.trace import read_trace, replay
-from gids.window import Hold, side_stream
-from kernels.access import (page_room, pin_page, pin_page_if_resident, pinned, prefetch, read,
-                            unpin_page, unpin_page_after, write)
+from kernels.access import (page_room, pin_page, pin_page_if_resident, pinned, read, unpin_page,
+                            unpin_page_after, write)
 from kernels.platform import MAX_REGISTERS, SIMULATOR, jit
 
 # A launch with a closed Runtime's handle raises StaleHandleError before it starts; on a GPU a
@@ -73,7 +73,7 @@ __all__ = [
     "pin_page_if_resident",
     "pinned", "unpin_page",
     "unpin_page_after",
-    "page_room", "prefetch", "Hold", "side_stream", "jit", "MAX_REGISTERS", "defaults",
+    "page_room", "Hold", "side_stream", "jit", "MAX_REGISTERS", "defaults",
     "layout", "errors", "device", "host", "SIMULATOR",
     "FileStore", "MemoryStore", "MmapStore", "FaultyStore", "StripedStore", "ssd_profiles",
     "read_trace", "replay",

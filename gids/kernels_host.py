@@ -5,7 +5,6 @@ from numba import cuda
 from kernels import layout as L
 from kernels.access import _add_stat, pin_page, read, unpin_page, write
 from kernels.platform import jit
-from kernels.prefetch import settle_slot
 
 
 @jit
@@ -27,7 +26,7 @@ def scatter_kernel(h, indices, values):
 
 
 # --- window hints (gids/window.py): one thread per page, named by its first element's index
-# (prefetch also takes any element indices, on the device).
+# (prefetch also takes device element indices, whose pages it finds in the kernel).
 
 @jit
 def hold_kernel(h, pages, at):
@@ -60,14 +59,3 @@ def prefetch_kernel(h, elems):
         at = pin_page(h, i)
         unpin_page(h, i, at)
         _add_stat(h, L.STAT_PREFETCHED, 1)
-
-
-@jit
-def settle_kernel(h):
-    """Finish every device prefetch that nobody adopted (kernels/prefetch.py): a thread per
-    slot."""
-    start = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    for s in range(start, h.n_slots, stride):
-        if settle_slot(h, s):
-            _add_stat(h, L.STAT_PREFETCHES_RETIRED, 1)

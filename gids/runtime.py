@@ -334,8 +334,7 @@ class Runtime:
         self._io = io_class(self._table, queues=queues, queue_depth=queue_depth,
                             page_size=page_size, threads=daemon_threads, model=model,
                             trace=trace, engine=engine, engine_depth=engine_depth)
-        # Holds and device prefetches (gids/window.py); device prefetches need the host queues.
-        self._window = Window(self, queues * queue_depth, prefetch_ok=backend == "host")
+        self._window = Window(self)   # holds (gids/window.py)
         self._io.start()
 
     # ----------------------------------------------------------------- life cycle
@@ -414,7 +413,6 @@ class Runtime:
         if flush:
             try:
                 self.flush()
-                self._window.settle()
             except BaseException as exc:   # noqa: BLE001  (close anyway; re-raised below)
                 error = exc
         self._window.drop_all()
@@ -779,7 +777,6 @@ class Runtime:
             timeout_ns=int(self.timeout * 1e9),
             abort=self._abort,
             copy_locks=self._copy_locks,
-            **self._window.handle_fields(),
             **self._io.handle_fields())
 
     @property
@@ -1172,7 +1169,6 @@ class Runtime:
                 stuck.add_note(f"gids: the kernels had failed with: {exc}")
             raise
         self._io.reset()
-        self._window.reset()   # the queues' entries were reset under any prefetch in flight
         self._write_back_dirty(best_effort=True)
         if self._lost and exc is not None:
             lost = ", ".join(f"page {p} of {a.store.name}" for a, p in self._lost[:8])
@@ -1189,19 +1185,16 @@ class Runtime:
 
         Dirty pages are written back to their stores first (not synced: see :meth:`flush`),
         unless ``discard_dirty=True``, which drops their writes (e.g. after :meth:`flush` raised
-        for a page the store keeps refusing). Device prefetches nobody read are finished first
-        (their queue entries freed), and every :meth:`hold` is released.
+        for a page the store keeps refusing). Every :meth:`hold` is released.
         """
         self._check_open()
         cuda.synchronize()
-        self._window.settle()
         self._window.drop_all()
         if not discard_dirty:
             self._write_back_dirty()
         self._page_state.copy_to_device(np.zeros(self._page_state.size, dtype=np.uint64))
         self._slot_page.copy_to_device(np.full(self.cache_slots, L.SLOT_EMPTY, dtype=np.int64))
         self._clock.copy_to_device(np.zeros(1, dtype=np.int64))
-        self._window.reset()
 
     # ----------------------------------------------------------------- stats
     def stats(self):
@@ -1223,9 +1216,6 @@ class Runtime:
                      early_copies=int(counts[L.STAT_EARLY_COPIES]),
                      prefetched=int(counts[L.STAT_PREFETCHED]),
                      held_pages=int(counts[L.STAT_HELD_PAGES]),
-                     device_prefetches=int(counts[L.STAT_DEVICE_PREFETCHES]),
-                     prefetches_finished=int(counts[L.STAT_PREFETCHES_FINISHED]),
-                     prefetches_retired=int(counts[L.STAT_PREFETCHES_RETIRED]),
                      files=self._file_stats(), engine=self._io.server.engine,
                      engine_note=self._io.server.engine_note)
 

@@ -93,12 +93,9 @@ class Stats:
     request, ``claim_ns``: a loader's time finding its slot (the clock's scan and the victim's
     unmapping, retries included).
 
-    Window hints (:mod:`gids.window`, :mod:`kernels.prefetch`): ``prefetched`` counts the pages
-    ``Runtime.prefetch`` named (device indices: each index), ``held_pages`` the pages
-    ``Runtime.hold`` pinned (over all holds; ``Runtime.held_pages`` is how many are held now),
-    ``device_prefetches`` the loads ``gids.prefetch`` started, ``prefetches_finished`` those a
-    reader finished (adopted), ``prefetches_retired`` those nobody read, finished by the settle
-    step (``Runtime.invalidate``, ``close``).
+    Window hints (:mod:`gids.window`): ``prefetched`` counts the pages ``Runtime.prefetch``
+    named (device indices: each index), ``held_pages`` the pages ``Runtime.hold`` pinned (over
+    all holds; ``Runtime.held_pages`` is how many are held now).
     """
 
     hits: int = 0
@@ -119,9 +116,6 @@ class Stats:
     early_copies: int = 0
     prefetched: int = 0
     held_pages: int = 0
-    device_prefetches: int = 0
-    prefetches_finished: int = 0
-    prefetches_retired: int = 0
     files: tuple = ()
     #: The host daemon's storage engine in use ("io_uring" or "threads"), and why it is not the
     #: one asked for ("" when it is).

@@ -1,13 +1,13 @@
 """Window hints from the host: ``Runtime.prefetch`` (load the next batch's pages while this one
 computes) and ``Runtime.hold`` / ``release`` (keep the coming batches' pages from eviction:
-GIDS's window buffering). The device side, ``gids.prefetch(h, i)``, is :mod:`kernels.prefetch`;
-this module also owns its per-Runtime state (the ``pf_*`` handle fields) and its settle step.
+GIDS's window buffering). Both are kernels of ordinary page reads (``gids.pin_page``), launched
+from the host; there is no device-side prefetch call.
 
 A hold pins each of its pages once (``gids.pin_page``, a reference kept past the kernel), so the
 clock skips them until :meth:`Hold.release` unpins them. Held pages (distinct, over all holds)
-may not exceed ``hold_fraction`` of the cache (``HoldLimitError``, before anything is pinned),
-and the device prefetches in flight at most half of what is left: the rest of the cache always
-has room for the pages kernels wait for, so no hint can pin the cache full and hang it.
+may not exceed ``hold_fraction`` of the cache (``HoldLimitError``, before anything is pinned):
+the rest of the cache always has room for the pages kernels wait for, so no hold can pin the
+cache full and hang it. A prefetch pins nothing past its own kernel.
 
 ``Runtime.invalidate`` (and recovery after a failed kernel, and ``close``) releases every hold:
 the cache is emptied under them. Releasing such a hold again raises ``NotHeldError``; leaving a
@@ -19,7 +19,6 @@ from numba import cuda
 from gids import defaults
 from gids.errors import HoldLimitError, IndexOutOfRangeError, NotHeldError
 from gids.interop import is_cuda_array, numba_stream, stream_handle
-from kernels import layout as L
 from kernels.platform import SIMULATOR, WARP_SIZE
 
 THREADS = 32 if SIMULATOR else 256
@@ -90,23 +89,14 @@ class Hold:
 
 
 class Window:
-    """A Runtime's holds and its device prefetches' state (``Runtime._window``)."""
+    """A Runtime's holds (``Runtime._window``)."""
 
-    def __init__(self, rt, entries, prefetch_ok):
+    def __init__(self, rt):
         self.rt = rt
         slots = rt.cache_slots
         self.hold_limit = min(int(defaults.get("hold_fraction") * slots), slots - WARP_SIZE)
-        # Device prefetches in flight: half of what holds leave (none where completions do not
-        # come through staging pages: the NVMe back end).
-        self.prefetch_budget = (slots - self.hold_limit) // 2 if prefetch_ok else 0
-        self.pf_entry = cuda.to_device(np.zeros(entries, dtype=np.int64))
-        self.pf_slot = cuda.to_device(np.zeros(slots, dtype=np.int64))
-        self.pf_budget = cuda.to_device(np.array([self.prefetch_budget], dtype=np.int64))
         self._holds = []
         self._held = {}   # global page -> holds that hold it
-
-    def handle_fields(self):
-        return {"pf_entry": self.pf_entry, "pf_slot": self.pf_slot, "pf_budget": self.pf_budget}
 
     @property
     def held_pages(self):
@@ -184,33 +174,6 @@ class Window:
         blocks, threads = _grid(elems.size)
         prefetch_kernel[blocks, threads, s](array.handle, elems)
         self._note(s, (elems,))
-
-    # ------------------------------------------------------------------ settle
-    def outstanding(self):
-        """Device prefetches started and not finished (a copy from the GPU)."""
-        return self.prefetch_budget - int(self.pf_budget.copy_to_host()[0])
-
-    def settle(self):
-        """Finish every device prefetch nobody has read (between kernels): their pages become
-        resident, their queue entries free. Returns how many it finished."""
-        from gids.kernels_host import settle_kernel
-        rt = self.rt
-        if self.prefetch_budget == 0 or not rt._arrays or self.outstanding() == 0:
-            return 0
-        before = int(rt._stats.copy_to_host().reshape(L.N_STAT_SHARDS, L.N_STATS)
-                     [:, L.STAT_PREFETCHES_RETIRED].sum())
-        blocks, threads = _grid(rt.cache_slots)
-        settle_kernel[blocks, threads](rt._arrays[0].handle)
-        cuda.synchronize()
-        after = int(rt._stats.copy_to_host().reshape(L.N_STAT_SHARDS, L.N_STATS)
-                    [:, L.STAT_PREFETCHES_RETIRED].sum())
-        return after - before
-
-    def reset(self):
-        """Forget the device prefetches (the queues were reset and the cache emptied)."""
-        self.pf_entry.copy_to_device(np.zeros(self.pf_entry.size, dtype=np.int64))
-        self.pf_slot.copy_to_device(np.zeros(self.pf_slot.size, dtype=np.int64))
-        self.pf_budget.copy_to_device(np.array([self.prefetch_budget], dtype=np.int64))
 
     # ------------------------------------------------------------------ helpers
     def _pages(self, array, indices):

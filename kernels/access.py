@@ -37,13 +37,12 @@ import numpy as np
 from numba import cuda
 
 from kernels import layout as L
-from kernels.cache import (PIN_ADOPT, PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait,
+from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait,
                            claim_slot, copy_in_bulk, end_early_copy, finish_write_back,
                            give_up_load, keep_dirty_victim, mark_dirty, publish, settle_pin,
                            start_early_copy, take_reference, take_reference_if_resident,
                            try_pin, unpin, unpin_after_reads, warp_copy_out, warp_copy_page)
 from kernels.backend import io_submit, io_wait
-from kernels.prefetch import STARTED, finish_prefetch, start_prefetch
 from kernels.queue import (expired, hand_on_entry, queue_of_warp, release_entry, staging_word,
                            take_tickets, wait_turn)
 from kernels.sync import atomic_cas, ld_weak_l2, now_ns, red_add, zero_of
@@ -441,11 +440,6 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
                 outcome, slot = check_wait(h, gpage, refs)
             else:
                 outcome, slot = try_pin(h, gpage, refs)
-            if outcome == PIN_ADOPT:
-                # A device prefetch's load, half done: finish it, then wait as for any load.
-                if finish_prefetch(h, gpage, deadline):
-                    _add_stat(h, L.STAT_PREFETCHES_FINISHED, 1)
-                outcome = PIN_WAIT
             waiting = outcome == PIN_WAIT
             if outcome == PIN_HIT:
                 pinned = True
@@ -565,25 +559,6 @@ def write(h, i, value):
         record_error(h, L.ERR_READ_ONLY, -1, i)
         return
     _access(h, i, True, value, False)
-
-
-@cuda.jit(device=True)
-def prefetch(h, i):
-    """Start loading the page of element ``i`` of array ``h`` if it is not cached, and return
-    at once: a later :func:`read` of it (by any thread) waits only for what is left of the I/O.
-
-    A hint (:mod:`kernels.prefetch`): it does nothing where the page is cached or being loaded,
-    where too many prefetches are in flight already, with the NVMe back end, or on a zero-copy
-    memory store. An index out of range is recorded as :func:`read` records it. Any lanes may
-    call it, converged or not.
-    """
-    if i < 0 or i >= h.n_elems:
-        record_error(h, L.ERR_INDEX, -1, i)
-        return
-    page = i >> h.elem_shift
-    if start_prefetch(h, h.page_base + page, page, queue_of_warp(h)) == STARTED:
-        _add_stat(h, L.STAT_DEVICE_PREFETCHES, 1)
-        _add_stat(h, L.STAT_IOS, 1)
 
 
 # ---------------------------------------------------------------------------- page-level reads

@@ -15,9 +15,6 @@ as in BaM:
 - VALID | DIRTY: resident, and written by ``gids.write`` since it was loaded: the store does not
   have these bytes yet. A writer sets DIRTY (atomic OR) while it still holds its pin, so an
   evictor, which needs the reference count at zero, always sees it.
-- BUSY | PREFETCH (slot in the high half): a device prefetch's read is out and nobody waits
-  for it (:mod:`kernels.prefetch`). Readers get ``PIN_ADOPT``: one of them finishes the load and
-  publishes the page, then all wait as for BUSY. The clock skips it (not VALID).
 - BUSY | DIRTY: being written back by the thread that evicts it. Readers wait as for a load
   (holding a reference); when the write completes the page becomes "not cached" and they load it
   again, from a store that now has the bytes. So no reader can load a stale copy from the store
@@ -55,8 +52,6 @@ PIN_LOAD = 1     # not resident; the caller now owns BUSY and must load it
 PIN_WAIT = 2     # another thread is loading it; the caller holds a reference while it waits
 PIN_ERROR = 3    # its last load failed (no reference held)
 PIN_RETRY = 4    # its loader gave up; no reference held, try again
-PIN_ADOPT = 5    # a device prefetch is loading it and nobody waits for it: adopt it
-                 # (kernels.prefetch.finish_prefetch), then wait as for PIN_WAIT (a reference held)
 
 #: Slots a loader probes in one round before giving up the round (it retries the next round).
 VICTIM_PROBES = 64
@@ -67,7 +62,6 @@ _VALID = L.PAGE_VALID
 _BUSY = L.PAGE_BUSY
 _ERROR = L.PAGE_ERROR
 _DIRTY = L.PAGE_DIRTY
-_PREFETCH = L.PAGE_PREFETCH
 _DIRTY_VALID = np.uint64(int(L.PAGE_VALID) | int(L.PAGE_DIRTY))
 _DIRTY_BUSY = np.uint64(int(L.PAGE_BUSY) | int(L.PAGE_DIRTY))
 _SLOT_SHIFT = L.PAGE_SLOT_SHIFT
@@ -143,10 +137,10 @@ def settle_pin(h, page, old, refs):
         atomic_add_release_gpu(h.page_state, page, _minus(refs))
         return PIN_ERROR, -1
     if old & _BUSY:
-        return (PIN_ADOPT if old & _PREFETCH else PIN_WAIT), -1
+        return PIN_WAIT, -1
     old = atomic_or(h.page_state, page, _BUSY)
     if old & _BUSY:
-        return (PIN_ADOPT if old & _PREFETCH else PIN_WAIT), -1
+        return PIN_WAIT, -1
     if old & _VALID:
         # Loaded between our two atomics: give BUSY back; our references pin it in the slot
         # the OR returned.
@@ -181,7 +175,7 @@ def check_wait(h, page, refs):
     if state & _VALID:
         return PIN_HIT, np.int64(state >> _SLOT_SHIFT)
     if state & _BUSY:
-        return (PIN_ADOPT if state & _PREFETCH else PIN_WAIT), -1
+        return PIN_WAIT, -1
     atomic_add_release_gpu(h.page_state, page, _minus(refs))
     if state & _ERROR:
         return PIN_ERROR, -1

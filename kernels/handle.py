@@ -51,13 +51,6 @@ _ARRAY_FIELDS = [
     # --- the bulk page copy (kernels/bulk.py) ---
     "copy_locks",   # uint32[N_LOCKS] (device, one array per CUDA context): lock b % N_LOCKS
                     # is held by a lane copying a page through block b's shared-memory buffer
-    # --- prefetch (kernels/prefetch.py) ---
-    "pf_entry",     # int64 per queue entry: slot + 1 of the device prefetch whose completion
-                    # the entry holds, unconsumed; 0 if none
-    "pf_slot",      # int64 per slot: entry + 1 while its prefetch's request is out, then
-                    # PF_LANDED or PF_FAILED (layout.PF_*)
-    "pf_budget",    # int64[1]: device prefetches that may still start (in flight at most
-                    # hold_fraction of the cache, so that stranded ones cannot fill it)
 ]
 
 

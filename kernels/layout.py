@@ -30,21 +30,13 @@ PAGE_REF_MASK = np.uint64((1 << 24) - 1)  # threads holding the page pinned (rea
 # below 2**24: references are held by warp leaders, one per warp and page in a call (kept past
 # the call only by gids.pin_page, until unpin_page), and an H200 runs at most 132 * 64 warps at
 # once. So an add never carries out of the count (into the state bits, let alone the slot), and
-# a drop, made only by a holder (count >= 1), never borrows from them. Bits 24-26 are unused.
-PAGE_PREFETCH = np.uint64(1 << 27)  # with BUSY: a device prefetch's request is out and nobody
-                                    # owns its completion; the word's high half holds the slot
-                                    # it lands in. Any thread may adopt it (kernels/prefetch.py)
+# a drop, made only by a holder (count >= 1), never borrows from them. Bits 24-27 are unused.
 PAGE_SLOT_SHIFT = np.uint64(32)                   # slot = word >> PAGE_SLOT_SHIFT
 PAGE_SLOT_MASK = np.uint64(0xFFFFFFFF << 32)      # slots fit in 31 bits (2**31 pages of 512 B
                                                   # are a TiB of GPU memory)
 
 SLOT_EMPTY = -1    # slot_page[s]: slot holds no page
 SLOT_CLAIMED = -2  # slot_page[s]: a loader is evicting or filling the slot
-
-# pf_slot[s] (kernels/prefetch.py): entry + 1 while the device prefetch landing in slot s has
-# its request out (its completion unconsumed), then one of these once someone consumed it.
-PF_LANDED = -1     # the page's bytes are in the slot; the page is still BUSY | PREFETCH
-PF_FAILED = -2     # its read failed or timed out; the slot's bytes mean nothing
 
 # --- Submission queue record (written by a GPU thread) ---------------------------------------
 # One 64-bit word holds the whole request, written by one strong store and polled by the daemon:
@@ -180,15 +172,10 @@ STAT_CLAIM_NS = 11
 # Pages (among STAT_BULK_COPIES) whose bulk copy started while their request was out
 # (kernels/cache.py, start_early_copy).
 STAT_EARLY_COPIES = 12
-# Prefetch and window hints (gids/window.py, kernels/prefetch.py): pages named by
-# Runtime.prefetch, pages pinned by Runtime.hold, device prefetches started, finished by a
-# reader (adopted), and retired by anyone else (a later ticket of the same queue entry, or the
-# settle kernel at sync, invalidate and close).
+# Window hints (gids/window.py): pages named by Runtime.prefetch, pages pinned by Runtime.hold.
+# (Indices 19-21 are unused.)
 STAT_PREFETCHED = 17
 STAT_HELD_PAGES = 18
-STAT_DEVICE_PREFETCHES = 19
-STAT_PREFETCHES_FINISHED = 20
-STAT_PREFETCHES_RETIRED = 21
 N_STATS = 22
 N_STAT_SHARDS = 64
 

@@ -9,17 +9,15 @@ copied the page out of the entry's staging buffer (or, for a write, the daemon h
 No lock is held across any wait: a thread waits only on tickets lower
 than its own, or on the host.
 """
-import numpy as np
 from numba import cuda
 
 from kernels import layout as L
-from kernels.cache import warp_copy_page
-from kernels.sync import (atomic_add, atomic_cas, ld_acquire_gpu, ld_acquire_sys, ld_relaxed_gpu,
-                          now_ns, st_relaxed_gpu, st_relaxed_sys, st_release_gpu)
+from kernels.sync import (atomic_add, ld_acquire_gpu, ld_acquire_sys, now_ns, st_relaxed_gpu,
+                          st_relaxed_sys, st_release_gpu)
 from kernels.warp import (ballot_sync, highest_lane, lanemask_lt, laneid, lowest_lane, nanosleep,
                           popc, shfl_sync, syncwarp)
 from kernels.platform import (POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS, SIMULATOR, WARP_SIZE,
-                              device_helper, out_of_line)
+                              device_helper)
 
 # Back-off bounds for polls (ns; kernels/platform.py, ``GIDS_POLL_NS``): POLL_MIN_NS doubling
 # to POLL_MAX_NS. Every poll is a PCIe read and thousands of warps poll at once, so the polling
@@ -102,46 +100,10 @@ def wait_turn(h, q, ticket, deadline):
     polls = 0
     while ld_acquire_gpu(h.entry_turn, entry) != turn:
         polls += 1
-        if ld_relaxed_gpu(h.pf_entry, entry) != 0:
-            # The entry's last ticket is a device prefetch that nobody has read yet: it would
-            # hold the entry for ever, so take its completion here (kernels/prefetch.py).
-            retire_prefetch(h, entry, deadline)
-            continue
         give_up, pause = back_off(h, deadline, polls, pause)
         if give_up:
             return False
     return True
-
-
-@out_of_line
-def retire_prefetch(h, entry, deadline):
-    """Consume the completion of the device prefetch that holds ``entry`` (``h.pf_entry``
-    names its slot): wait for it, copy the page from the entry's staging page into the slot,
-    mark the slot ``PF_LANDED`` (``PF_FAILED`` if the read failed, timed out, or came from
-    anywhere but staging) and hand the entry on. Whoever swaps ``pf_entry`` to 0 does it;
-    for the others this is a no-op. The page stays BUSY | PREFETCH: its adopter publishes it
-    (:func:`kernels.prefetch.finish_prefetch`). Called by one lane alone.
-
-    A completion that never comes leaves the entry as it was (the caller's own wait then times
-    out and the Runtime recovers), with the slot marked failed so that its adopter stops.
-    """
-    held = ld_relaxed_gpu(h.pf_entry, entry)
-    if held == 0 or atomic_cas(h.pf_entry, entry, held, 0) != held:
-        return
-    slot = held - 1
-    q = entry // h.depth
-    ticket = ld_acquire_gpu(h.entry_turn, entry) * h.depth + entry % h.depth
-    done, status, source = wait_completion(h, q, ticket, deadline, 0)
-    outcome = L.PF_FAILED
-    if done and status == L.STATUS_OK and source == L.SOURCE_STAGING:
-        # This lane's own mask (1 << lane): it copies alone.
-        warp_copy_page(lanemask_lt() + np.uint32(1), h.staging, staging_word(h, q, ticket),
-                       h.cache_words, slot * h.page_words, h.page_words)
-        cuda.threadfence()   # the copy is visible GPU-wide before PF_LANDED is
-        outcome = L.PF_LANDED
-    if done:
-        release_entry(h, q, ticket)
-    st_release_gpu(h.pf_slot, slot, outcome)
 
 
 @cuda.jit(device=True)

@@ -55,8 +55,8 @@ Name (environment variable, when; default on a GPU / in the simulator): what it 
   the rows whose pages are resident in a launch without a miss path, then the others with it
   (0: one launch with it): registers and spills of the hit path vs a second launch per gather.
 - ``hold_fraction`` (GIDS_HOLD_FRACTION, run; 0.5): the most of the cache that
-  ``Runtime.hold`` may pin, and that device prefetches may have in flight (``0 < f <= 0.9``):
-  pages kept for the next batches vs room for everything else.
+  ``Runtime.hold`` may pin (``0 < f <= 0.9``): pages kept for the next batches vs room for
+  everything else.
 - ``commit`` (GIDS_COMMIT, run; None: ask git): the commit benchmarks record (a copy of the
   tree on another machine may carry a stale .git).
 

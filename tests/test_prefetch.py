@@ -122,7 +122,32 @@ def test_hold_fraction_setting(data):
         rt.hold(a, np.arange(4) * ELEMS).release()
 
 
-# --- a state machine: holds, prefetches (host and device), reads, writes, invalidate, flush,
+@pytest.mark.gpu
+def test_gpu_hold_and_prefetch_then_hit(tmp_path):
+    raw = random_file(tmp_path / "d.bin", 16 << 20, seed=np.random.SeedSequence().entropy % 2**32)
+    ref = raw.view(np.int64)
+    elems = 4096 // 8
+    with gids.Runtime(cache_bytes=2 << 20, page_size=4096) as rt:    # 512 pages of 4096
+        a = rt.open_array(tmp_path / "d.bin", np.int64)
+        pages = np.random.default_rng().choice(a.n_pages, 256, replace=False)
+        with rt.hold(a, pages * elems, stream=gids.side_stream()).wait():
+            rt.gather(a, np.arange(0, ref.size, elems))               # every page, under pressure
+            rt.reset_stats()
+            idx = (pages[:, None] * elems + np.arange(0, elems, 7)).ravel()
+            np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
+            assert rt.stats().misses == 0
+        more = np.setdiff1d(np.arange(a.n_pages), pages)[:200]
+        rt.prefetch(a, more * elems, stream=gids.side_stream())
+        rt.sync()
+        rt.reset_stats()
+        idx = (more[:, None] * elems + 3).ravel()
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
+        assert rt.stats().misses == 0
+        state = rt._page_state.copy_to_host()[:a.n_pages]
+        assert not (state & (gids.layout.PAGE_BUSY | gids.layout.PAGE_REF_MASK)).any()
+
+
+# --- a state machine: holds, prefetches, reads, writes, invalidate, flush,
 # against a numpy model of the file and a model of what is held --------------------------------
 
 from hypothesis import settings, strategies as st  # noqa: E402
@@ -130,13 +155,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: 
 
 N_PAGES = 24
 pages_st = st.lists(st.integers(0, N_PAGES - 1), min_size=1, max_size=5)
-
-
-@cuda.jit
-def _device_prefetch(h, idx):
-    k = cuda.grid(1)
-    if k < idx.size:
-        gids.prefetch(h, idx[k])
 
 
 class WindowMachine(RuleBasedStateMachine):
@@ -176,10 +194,7 @@ class WindowMachine(RuleBasedStateMachine):
     @rule(pages=pages_st, device=st.booleans())
     def prefetch(self, pages, device):
         idx = np.array(pages, dtype=np.int64) * ELEMS + 2
-        if device:
-            _device_prefetch[1, max(1, idx.size)](self.a.handle, cuda.to_device(idx))
-        else:
-            self.rt.prefetch(self.a, idx)
+        self.rt.prefetch(self.a, cuda.to_device(idx) if device else idx)   # device indices too
         self.rt.sync()
 
     @rule(pages=pages_st)

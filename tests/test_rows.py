@@ -307,20 +307,15 @@ h = fake_handle(np.float32)
 ptx, _ = cuda.compile_ptx(gather_rows_kernel().py_func,
                           (typeof(h), types.int32[::1], types.int64, types.float32[:, :]),
                           cc=(9, 0))
-def entry(ptx):
-    """The kernel's own body: calls inside the out-of-line miss path are not the kernel's."""
-    body = ptx[ptx.index(".entry"):]
-    return body[:body.index(chr(10) + "}")]
 # a lookup per page, not per element: the pin's and the unpin's match.any, the miss path's call
-print("MATCH", ptx.count("match.any.sync"), "CALLS", entry(ptx).count("call.uni"))
+print("MATCH", ptx.count("match.any.sync"), "CALLS", ptx.count("call.uni"))
 # resident first: the first launch has no call (no miss path), the second has the miss path's
 from kernels.rows import LOADS_IN_FLIGHT, resident_rows_kernels
 sig = (typeof(h), types.int32[::1], types.int64, types.float32[:, :], types.int64[::1],
        types.int64[::1])
 resident, set_aside = (cuda.compile_ptx(k.py_func, sig, cc=(9, 0))[0]
                        for k in resident_rows_kernels())
-print("RESIDENT_CALLS", resident.count("call"),
-      "SET_ASIDE_CALLS", entry(set_aside).count("call.uni"))
+print("RESIDENT_CALLS", resident.count("call"), "SET_ASIDE_CALLS", set_aside.count("call.uni"))
 # loads in flight: the copy's unrolled body has LOADS_IN_FLIGHT weak L2 loads before a store
 lines = [l.strip() for l in resident.splitlines() if l.strip().startswith(("ld.global.cg", "st."))]
 run = max((len(list(g)) for key, g in __import__("itertools").groupby(

@@ -70,8 +70,6 @@ class Pager(NamedTuple):
     pin_if_resident : ``pin_if_resident(h, i) -> k``, ``pin`` without a miss path: ``k < 0``
         where the page is not resident (nothing held or recorded; see
         :func:`gids.pin_page_if_resident`). A plain reader's is its ``pin``.
-    prefetch : ``prefetch(h, i)``, start loading ``i``'s page and return (:func:`gids.prefetch`);
-        a plain reader's does nothing.
     """
 
     read: object
@@ -81,7 +79,6 @@ class Pager(NamedTuple):
     page_elems: object
     unpin_after: object
     pin_if_resident: object
-    prefetch: object
 
 
 #: Elements per page of an :func:`element_pager`: only the unit in which kernels walk a run of
@@ -127,11 +124,7 @@ def element_pager(reader) -> Pager:
     def unpin_after(h, i, k, used):
         pass
 
-    @device_helper
-    def prefetch(h, i):
-        pass
-
-    return Pager(reader, pin, value, unpin, page_elems, unpin_after, pin, prefetch)
+    return Pager(reader, pin, value, unpin, page_elems, unpin_after, pin)
 
 
 @device_helper
@@ -142,4 +135,4 @@ def _gids_page_elems(h):
 #: The gids data paths' pager (host daemon or direct NVMe path, whichever handle a kernel gets):
 #: page-level reads through the cache, one lookup per page and warp.
 GIDS_PAGER = Pager(gids.read, gids.pin_page, gids.pinned, gids.unpin_page, _gids_page_elems,
-                   gids.unpin_page_after, gids.pin_page_if_resident, gids.prefetch)
+                   gids.unpin_page_after, gids.pin_page_if_resident)

@@ -156,9 +156,6 @@ def add_bfs_arguments(subparsers) -> None:
             p.add_argument("--direction", choices=DIRECTIONS, default="top-down",
                            help="top-down every level (BaM), or auto: bottom-up steps while the "
                                 "frontier is large (Beamer)")
-            p.add_argument("--prefetch", action="store_true",
-                           help="gids paths: a vertex's list starts loading when the vertex is "
-                                "claimed, while its level is still scanned (gids.prefetch)")
             p.add_argument("--validate", choices=["rules", "scipy", "none"], default="rules",
                            help="Graph500's five rules (default), also compare levels with "
                                 "scipy (loads the graph in RAM), or none")
@@ -309,7 +306,7 @@ def _slowest_level(r) -> str:
             f"{r.level_vertices[level]:,} vertices")
 
 
-def _warm_up_search(dg, label: str, root: int, direction: str, prefetch: bool = False) -> None:
+def _warm_up_search(dg, label: str, root: int, direction: str) -> None:
     """One search from ``root`` before the timed ones, untimed and unvalidated.
 
     Every path's first search pays one-time costs that are not traversal: the first GPU touch
@@ -317,7 +314,7 @@ def _warm_up_search(dg, label: str, root: int, direction: str, prefetch: bool = 
     ones, cpu_batch's at a seventh). And with ``--warm-cache`` it is what
     makes the first timed search warm: the cache then holds what a whole search read.
     """
-    r = dg.bfs(root, direction=direction, prefetch=prefetch)
+    r = dg.bfs(root, direction=direction)
     ios = (r.stats or {}).get("ios")
     _say(f"bfs {label}: warm-up search from root {root} (untimed): {r.seconds:.4f} s"
          f"{'' if ios is None else f', {ios:,} I/Os'}")
@@ -334,9 +331,9 @@ def _bfs_run(args, graph, roots, name: str, options: dict, emulation,
         cache_pct, pages = _cache_cells(dg)
         engine = engine_cell(getattr(dg.source, "runtime", None), options.get("storage"))
         if roots.size:
-            _warm_up_search(dg, label, int(roots[0]), args.direction, args.prefetch)
+            _warm_up_search(dg, label, int(roots[0]), args.direction)
         for i, root in enumerate(roots.tolist()):
-            r = dg.bfs(root, direction=args.direction, prefetch=args.prefetch)
+            r = dg.bfs(root, direction=args.direction)
             valid = None
             if args.validate != "none":
                 try:
@@ -387,7 +384,6 @@ def cmd_bfs(args) -> int:
             report = {"command": "bfs", "world": _world(), "simulator": gids.SIMULATOR,
                       "graph": _graph_info(graph),
                       "config": {"roots": roots.tolist(), "direction": args.direction,
-                                 "prefetch": args.prefetch,
                                  "validate": args.validate, "warm_cache": args.warm_cache,
                                  "emulations": [e.as_json() for e in arrays]},
                       "runs": []}

@@ -129,8 +129,7 @@ class BFSKernels(NamedTuple):
 
 
 @functools.lru_cache(maxsize=None)
-def make_bfs_kernels(source, max_registers=None, resident=False,
-                     prefetch_next=False) -> BFSKernels:
+def make_bfs_kernels(source, max_registers=None, resident=False) -> BFSKernels:
     """BFS kernels specialised for one data path's reader (or pager).
 
     Parameters
@@ -150,10 +149,6 @@ def make_bfs_kernels(source, max_registers=None, resident=False,
         ``pin_if_resident`` and has no call in it, and a list that meets a page not resident
         is set aside in ``long_lists`` with the hubs' lists, for ``long_lists`` (which pins
         with ``pin``: loads) to scan whole after the launch. See :data:`RESIDENT_FIRST`.
-    prefetch_next : bool
-        For a pager: a warp that claims a vertex starts the load of the first page of its list
-        (``Pager.prefetch``: :func:`gids.prefetch`), which the next level reads, and goes on
-        (``gids bfs --prefetch``). A call in the scanning loop: off by default.
 
     Returns
     -------
@@ -174,11 +169,9 @@ def make_bfs_kernels(source, max_registers=None, resident=False,
     read_neighbour, VALUE, UNPIN_AFTER, PAGE_ELEMS = (
         pager.read, pager.value, pager.unpin_after, pager.page_elems)
     resident = bool(resident) and isinstance(source, Pager)
-    PREFETCH_NEXT = bool(prefetch_next) and isinstance(source, Pager)
-    PREFETCH_PAGE = pager.prefetch
 
     @cuda.jit(device=True)
-    def claim(arg, offsets, v, k, u, valid, next_frontier, counters, parents, levels, depth,
+    def claim(offsets, v, k, u, valid, next_frontier, counters, parents, levels, depth,
               count_edges, bad):
         """The lanes with ``valid`` claim neighbour ``u`` (entry ``k``) for ``v`` if it is
         unvisited, and the warp appends what it claimed to the next frontier (collective)."""
@@ -193,8 +186,6 @@ def make_bfs_kernels(source, max_registers=None, resident=False,
                 claimed = True
                 if count_edges:
                     atomic_add(counters, FOUND_EDGES, offsets[u + 1] - offsets[u])
-                if PREFETCH_NEXT and offsets[u + 1] > offsets[u]:
-                    PREFETCH_PAGE(arg, offsets[u])   # the next level reads u's list
         _append_warp(next_frontier, counters, claimed, u)
 
     @cuda.jit(device=True)
@@ -213,7 +204,7 @@ def make_bfs_kernels(source, max_registers=None, resident=False,
             k = base + lane
             # Lanes past the segment read its last entry: the whole warp reads together.
             u = np.int64(read_neighbour(arg, k if k < seg_end else seg_end - 1))
-            claim(arg, offsets, v, k, u, k < seg_end, next_frontier, counters, parents, levels,
+            claim(offsets, v, k, u, k < seg_end, next_frontier, counters, parents, levels,
                   depth, count_edges, bad)
             base = seg_end
         return held, at, used, False
@@ -281,8 +272,8 @@ def make_bfs_kernels(source, max_registers=None, resident=False,
                     valid = j + lane < seg
                     u = np.int64(VALUE(arg, cache_first + (j + lane if valid else seg - 1)))
                     seen ^= u
-                    claim(arg, offsets, me, base + j + lane, u, valid, next_frontier, counters,
-                          parents, levels, depth, count_edges, bad)
+                    claim(offsets, me, base + j + lane, u, valid, next_frontier, counters, parents,
+                          levels, depth, count_edges, bad)
                     j = seg
                 used ^= seen
                 base = page_end
@@ -539,7 +530,7 @@ class BFSResult:
 
 
 def bfs(device_graph, root: int, *, direction: str = "top-down",
-        alpha: float = ALPHA, beta: float = BETA, prefetch: bool = False) -> BFSResult:
+        alpha: float = ALPHA, beta: float = BETA) -> BFSResult:
     """Breadth-first search from ``root`` on the GPU.
 
     Parameters
@@ -553,9 +544,6 @@ def bfs(device_graph, root: int, *, direction: str = "top-down",
         which reads fewer neighbours in the middle levels of a small-world graph.
     alpha, beta : float
         Thresholds of the heuristic (see :data:`ALPHA`, :data:`BETA`).
-    prefetch : bool
-        Start loading each claimed vertex's list as it is claimed (``prefetch_next`` of
-        :func:`make_bfs_kernels`; gids paths only).
 
     Returns
     -------
@@ -580,7 +568,7 @@ def bfs(device_graph, root: int, *, direction: str = "top-down",
         raise ValueError(f"root {root} is not a vertex (0..{n - 1})")
     source.begin_search(cold=dg.cold_cache)
     variant = (source.pager or source.reader, source.max_registers,
-               RESIDENT_FIRST and source.all_resident, bool(prefetch))
+               RESIDENT_FIRST and source.all_resident)
     kernels = make_bfs_kernels(*variant)
     # Kept on the DeviceGraph between searches: four arrays of n, allocated once, not per root.
     parents, levels, frontier, next_frontier, long_lists = dg.scratch("bfs", 5, n)
