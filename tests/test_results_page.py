@@ -179,15 +179,6 @@ def test_a_search_in_query_batches_is_figures_of_its_own():
     assert not plain & set(batched)
 
 
-def test_a_bfs_with_prefetch_is_figures_of_its_own():
-    run = {"data_path": "gids", "teps": {"harmonic_mean_TEPS": 2e9}, "options": {"cache_fraction": 0.25}}
-    report = {"command": "bfs", "world": "GPU", "simulator": False, "config": {"prefetch": True},
-              "graph": {"metadata": {"scale": 20}}, "runs": [run]}
-    (rec,) = results.from_json(report)
-    assert rec["figure"] == "scale 20, gids cache 25%, cold, next level's lists prefetched: TEPS"
-    assert rec["value"] == 2e9
-
-
 def test_update_reads_the_files_bench_with_its_probe_and_engine_columns():
     """files.json (``gids bench files``): the ceiling, the probe, each direct row against both,
     and the engine's own columns become figures; a row without the new columns (an older run)

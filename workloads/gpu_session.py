@@ -56,9 +56,8 @@ Stages, in order of priority (default: all, in this order):
   its I/O time, with the next batch prefetched (``Runtime.prefetch`` on a side stream) or held
   (``Runtime.hold``) against neither, on a RAM store and emulated drives (prefetch.json);
 - ``prefetch-demos``: ``gids search --query-batch 1000`` with the next query batch's probed
-  lists prefetched, then ``--no-prefetch`` on the same index; ``gids bfs --prefetch`` at scale
-  20 through a quarter-size cache, then without, on the same graph (search_prefetch.json,
-  search_no_prefetch.json, bfs_prefetch.json, bfs_no_prefetch.json);
+  lists prefetched (``Runtime.prefetch``), then ``--no-prefetch`` on the same index
+  (search_prefetch.json, search_no_prefetch.json);
 - ``stress``: the write path under load (``python -m workloads.stress``): 60 s of 1 M threads
   writing and reading a sparse 16 GiB file through a cache of 1 % of it, then flush, fsync and
   a check of the whole file against the model (table of operations, bytes, evictions,
@@ -276,27 +275,19 @@ STAGES = {
     # x1 and x4. About 60 s, most of it compiling and the 800 MiB of data (an estimate).
     "prefetch": ([[*GIDS, "bench", "prefetch", "--n-ssd", "1,4", "--no-progress",
                    "--out", "{dir}"]], 120),
-    # The demos' use of it, each with and without: gids search over 200 k vectors (dim 96, 512
-    # lists, a cache of 25 %) in query batches of 1000, the next batch's probed lists
-    # prefetched; gids bfs at scale 20 through a cache of 25 %, each claimed vertex's list
-    # prefetched. The index and graph are made once, in /var/tmp. About 100 s (an estimate:
-    # not yet run on a GPU).
+    # The search demo's use of it, with and without: gids search over 200 k vectors (dim 96,
+    # 512 lists, a cache of 25 %) in query batches of 1000, the next batch's probed lists
+    # prefetched. The index is made once, in /var/tmp. About 55 s (an estimate: not yet run on
+    # a GPU).
     "prefetch-demos": ([([*GIDS, "search", "--n", "200000", "--dim", "96", "--lists", "512",
                           "--queries", "10000", "--query-batch", "1000", "--nprobe", "8",
                           "--data-path", "gids", "--no-faiss", "--save-index",
                           "/var/tmp/gids_prefetch_ivf.bin", "--json",
                           "{dir}/search_prefetch.json"], 35),
-                        ([*GIDS, "search", "--index", "/var/tmp/gids_prefetch_ivf.bin",
-                          "--queries", "10000", "--query-batch", "1000", "--no-prefetch",
-                          "--nprobe", "8", "--data-path", "gids", "--no-faiss",
-                          "--json", "{dir}/search_no_prefetch.json"], 20),
-                        ([*GIDS, "bfs", "--scale", "20", "--roots", "4", "--data-path", "gids",
-                          "--cache-fractions", "0.25", "--prefetch", "--save-graph",
-                          "/var/tmp/gids_prefetch_graph.csr", "--json",
-                          "{dir}/bfs_prefetch.json"], 35),
-                        [*GIDS, "bfs", "--graph", "/var/tmp/gids_prefetch_graph.csr", "--roots",
-                         "4", "--data-path", "gids", "--cache-fractions", "0.25", "--json",
-                         "{dir}/bfs_no_prefetch.json"]], 120),
+                        [*GIDS, "search", "--index", "/var/tmp/gids_prefetch_ivf.bin",
+                         "--queries", "10000", "--query-batch", "1000", "--no-prefetch",
+                         "--nprobe", "8", "--data-path", "gids", "--no-faiss",
+                         "--json", "{dir}/search_no_prefetch.json"]], 60),
     # The file goes to the temp dir, not under {dir}: 16 GiB must not be sent back.
     "stress": ([[sys.executable, "-m", "workloads.stress", "--seconds", "60", "--file-gib", "16",
                  "--cache-fraction", "0.01", "--json", "{dir}/stress.json"]], 480),

@@ -179,11 +179,6 @@ def _bfs(d):
     scale = (d.get("graph", {}).get("metadata") or {}).get("scale", "?")
     cmd = d.get("command_line") or "python -m workloads.gpu_session bfs-targets"
     runs = d["runs"]
-    if (d.get("config") or {}).get("prefetch"):
-        # gids bfs --prefetch: figures of their own (the lists of the next level prefetched).
-        return [record(BFS, f"scale {scale}, gids cache {r['options'].get('cache_fraction', 1):.0%}, "
-                       "cold, next level's lists prefetched: TEPS", _hmean(r), "TEPS", "", "",
-                       None, cmd) for r in runs if r["data_path"] == "gids"]
     by = lambda path, frac=None: [r for r in runs if r["data_path"] == path and (  # noqa: E731
         frac is None or r["options"].get("cache_fraction") == frac)]
     recs = []
