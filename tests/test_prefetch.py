@@ -1,6 +1,9 @@
 """Window hints from the host: Runtime.hold / release / prefetch (gids/window.py), against numpy."""
 import numpy as np
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from numba import cuda
 
 import gids
@@ -149,9 +152,6 @@ def test_gpu_hold_and_prefetch_then_hit(tmp_path):
 
 # --- a state machine: holds, prefetches, reads, writes, invalidate, flush,
 # against a numpy model of the file and a model of what is held --------------------------------
-
-from hypothesis import settings, strategies as st  # noqa: E402
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: E402
 
 N_PAGES = 24
 pages_st = st.lists(st.integers(0, N_PAGES - 1), min_size=1, max_size=5)
