@@ -2,9 +2,10 @@
 asynchronously on the caller's stream.
 
 The kernel (:mod:`kernels.rows`) copies a row per warp, a page at a time through
-``pin_page`` / ``pinned`` / ``unpin_page``. With ``rows_resident_first`` (the default) a gather
-is two launches on the stream: the rows whose pages are resident, by a kernel with no miss path,
-then the rows it set aside (a list the Runtime reuses), through ``pin_page``. Everything a caller can get wrong is checked here,
+``pin_page`` / ``pinned`` / ``unpin_page``. Resident first (``rows_resident_first``; by default
+for gathers of :data:`RESIDENT_FIRST_ROWS` rows or more) a gather is two launches on the
+stream: the rows whose pages are resident, by a kernel with no miss path, then the rows it set
+aside (a list the Runtime keeps per stream), through ``pin_page``. Everything a caller can get wrong is checked here,
 before any kernel: the array (2-D, this Runtime's), host row indices (range), ``out`` (shape,
 dtype, on the GPU, on this device), the stream (its device). Device row indices are checked by
 the kernel (an out-of-range row is recorded and raised by the next :meth:`Runtime.sync`).
@@ -23,6 +24,18 @@ from kernels.platform import SIMULATOR
 #: Threads per block of the launch; blocks: enough warps for the rows, at most this many.
 THREADS = 32 if SIMULATOR else 256
 MAX_BLOCKS = 2 if SIMULATOR else 132 * 16
+#: ``rows_resident_first="auto"`` makes two launches from this many rows up: there the GPU's
+#: time (~0.7 ms at HBM speed for 4 KiB rows) dwarfs the host's for a second launch.
+RESIDENT_FIRST_ROWS = 1 << 18
+
+
+def resident_first(n_rows):
+    """Whether a gather of ``n_rows`` rows goes resident first (setting ``rows_resident_first``:
+    ``"auto"``, True or False)."""
+    choice = defaults.get("rows_resident_first")
+    if choice == "auto":
+        return n_rows >= RESIDENT_FIRST_ROWS
+    return bool(choice)
 
 
 def _row_indices(rt, rows, n_rows):
@@ -105,7 +118,7 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     blocks = max(1, min(-(-d_rows.size // (warps * ROWS_PER_WARP)), MAX_BLOCKS, pin_cap))
     s = numba_stream(handle)
     args = (array.handle, d_rows, np.int64(width), target)
-    if defaults.get("rows_resident_first"):
+    if resident_first(d_rows.size):
         # The resident rows first, without a miss path; then the rows it set aside.
         aside, n_aside = _take_aside_list(rt, d_rows.size, s)
         resident, set_aside = resident_rows_kernels()
