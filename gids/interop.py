@@ -13,6 +13,8 @@ streams as a PyTorch stream (``.cuda_stream``), a CuPy stream (``.ptr``), a Numb
 raw ``cudaStream_t`` integer.
 """
 import ctypes
+import sys
+import weakref
 
 import numpy as np
 from numba import cuda
@@ -134,11 +136,26 @@ def current_device_id():
     return cuda.get_current_device().id
 
 
-def numba_stream(handle):
-    """A Numba stream for ``handle`` (0: the default stream; the simulator ignores streams)."""
-    if SIMULATOR or handle == 0:
+#: Numba stream objects by (device, handle): making one costs more than the launch it is for.
+#: A stream object only names its handle, so one kept past its stream's end names whichever
+#: stream the driver gives that handle next, rightly.
+_STREAMS = {}
+MAX_STREAMS = 64
+
+
+def numba_stream(handle, device=None):
+    """A Numba stream for ``handle`` (0: the default stream; the simulator ignores streams) on
+    ``device`` (None: the current one), made once per (device, handle)."""
+    if SIMULATOR:
         return cuda.default_stream()
-    return cuda.external_stream(handle)
+    key = (current_device_id() if device is None else device, handle)
+    stream = _STREAMS.get(key)
+    if stream is None:
+        if len(_STREAMS) >= MAX_STREAMS:
+            _STREAMS.pop(next(iter(_STREAMS)))
+        stream = cuda.default_stream() if handle == 0 else cuda.external_stream(handle)
+        _STREAMS[key] = stream
+    return stream
 
 
 # ------------------------------------------------------------------ arrays in
@@ -156,23 +173,92 @@ def device_of(obj):
     return None
 
 
+def _numba_device_array(obj):
+    return getattr(obj, "__cuda_ndarray__", False)
+
+
+def _torch_tensor(obj):
+    """Whether ``obj`` is a torch tensor (without importing torch)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
 def is_cuda_array(obj):
     """True for an object on the GPU: it has ``__cuda_array_interface__`` (or, in the
     simulator, is one of its device arrays)."""
     if SIMULATOR and hasattr(obj, "copy_to_host"):
         return True
+    if isinstance(obj, DeviceArray) or _numba_device_array(obj):
+        return True
+    if _torch_tensor(obj):      # torch builds its interface (a dict) for hasattr too
+        return obj.is_cuda
     try:
         return hasattr(obj, "__cuda_array_interface__")
     except Exception:   # noqa: BLE001  (torch raises for CPU tensors on some versions)
         return False
 
 
+class ViewCache:
+    """Numba views of other libraries' arrays, kept by the owning object's identity.
+
+    Making a view (the owner's ``__cuda_array_interface__``, a Numba array over it) costs tens
+    of microseconds, more than the rest of a gather's host work; a loader passes the same
+    tensors again and again. A view is kept with a weak reference to its owner and the owner's
+    ``meta`` (pointer, shape, strides, dtype, device) and returned only for that same live
+    object with the same ``meta``: memory freed and reused by another tensor (same pointer, a
+    new object) gets a view of its own, and a kept view never keeps its owner's memory (views are
+    made without an owner; the caller holds the object while its launch needs it).
+    """
+
+    def __init__(self, size=16):
+        self.size = size
+        self._views = {}    # id(owner) -> (weakref to owner, meta, view)
+
+    def get(self, obj, meta, make):
+        """The view of ``obj`` (``make(obj)`` where none is kept for it and ``meta``)."""
+        key = id(obj)
+        kept = self._views.get(key)
+        if kept is not None and kept[0]() is obj and kept[1] == meta:
+            return kept[2]
+        view = make(obj)
+        try:
+            ref = weakref.ref(obj)
+        except TypeError:   # an object with no weak references: not kept
+            return view
+        self._views.pop(key, None)
+        if len(self._views) >= self.size:
+            self._views.pop(next(iter(self._views)))
+        self._views[key] = (ref, meta, view)
+        return view
+
+    def __len__(self):
+        return len(self._views)
+
+
+_TORCH_VIEWS = ViewCache()
+
+
+def _view_without_owner(obj):
+    # sync=False: the launch is ordered on the caller's stream, not on the producer's.
+    return cuda.from_cuda_array_interface(obj.__cuda_array_interface__, owner=None, sync=False)
+
+
+def torch_meta(tensor):
+    """What a view of a torch tensor depends on: pointer, shape, strides, dtype, device."""
+    return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype,
+            tensor.get_device())
+
+
 def as_numba(obj):
-    """A Numba device array over a CUDA array object's memory (no copy)."""
+    """A Numba device array over a CUDA array object's memory (no copy). Torch tensors' views
+    are kept (:class:`ViewCache`) and do not hold the tensor: the caller keeps it alive while
+    a launch reads it."""
     if isinstance(obj, DeviceArray):
         return obj.device_array
-    if SIMULATOR:
+    if SIMULATOR or _numba_device_array(obj):
         return obj
+    if _torch_tensor(obj):
+        return _TORCH_VIEWS.get(obj, torch_meta(obj), _view_without_owner)
     # sync=False: the launch is ordered on the caller's stream, not on the producer's.
     return cuda.as_cuda_array(obj, sync=False)
 
