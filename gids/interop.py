@@ -14,7 +14,6 @@ raw ``cudaStream_t`` integer.
 """
 import ctypes
 import sys
-import weakref
 
 import numpy as np
 from numba import cuda
@@ -199,36 +198,29 @@ def is_cuda_array(obj):
 
 
 class ViewCache:
-    """Numba views of other libraries' arrays, kept by the owning object's identity.
+    """Numba views of torch tensors, by what a view is: (pointer, shape, strides, dtype,
+    device), its key.
 
-    Making a view (the owner's ``__cuda_array_interface__``, a Numba array over it) costs tens
-    of microseconds, more than the rest of a gather's host work; a loader passes the same
-    tensors again and again. A view is kept with a weak reference to its owner and the owner's
-    ``meta`` (pointer, shape, strides, dtype, device) and returned only for that same live
-    object with the same ``meta``: memory freed and reused by another tensor (same pointer, a
-    new object) gets a view of its own, and a kept view never keeps its owner's memory (views are
-    made without an owner; the caller holds the object while its launch needs it).
+    Making a view through ``__cuda_array_interface__`` costs tens of microseconds, more than
+    the rest of a gather's host work, and a loader passes the same memory again and again (a
+    slice of one output buffer, a new tensor object each batch). A view here is made from its
+    key alone, with no owner: it holds no tensor and no memory, and is the view a new tensor
+    at a freed and reused pointer would get made afresh. What keeps a tensor's memory alive
+    while a launch reads it is the launch's own list (:func:`gids.rows.note_launch`'s
+    ``keep``), as it holds the caller's objects.
     """
 
-    def __init__(self, size=16):
+    def __init__(self, size=64):
         self.size = size
-        self._views = {}    # id(owner) -> (weakref to owner, meta, view)
+        self._views = {}    # key -> view, oldest first
 
-    def get(self, obj, meta, make):
-        """The view of ``obj`` (``make(obj)`` where none is kept for it and ``meta``)."""
-        key = id(obj)
-        kept = self._views.get(key)
-        if kept is not None and kept[0]() is obj and kept[1] == meta:
-            return kept[2]
-        view = make(obj)
-        try:
-            ref = weakref.ref(obj)
-        except TypeError:   # an object with no weak references: not kept
-            return view
-        self._views.pop(key, None)
-        if len(self._views) >= self.size:
-            self._views.pop(next(iter(self._views)))
-        self._views[key] = (ref, meta, view)
+    def get(self, key, make):
+        """The view for ``key`` (``make(key)`` the first time)."""
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) >= self.size:
+                self._views.pop(next(iter(self._views)))
+            view = self._views[key] = make(key)
         return view
 
     def __len__(self):
@@ -238,27 +230,48 @@ class ViewCache:
 _TORCH_VIEWS = ViewCache()
 
 
-def _view_without_owner(obj):
-    # sync=False: the launch is ordered on the caller's stream, not on the producer's.
-    return cuda.from_cuda_array_interface(obj.__cuda_array_interface__, owner=None, sync=False)
-
-
-def torch_meta(tensor):
-    """What a view of a torch tensor depends on: pointer, shape, strides, dtype, device."""
-    return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype,
+def torch_view_key(tensor):
+    """What a view of a torch tensor is: (pointer, shape, strides in elements, dtype,
+    device)."""
+    return (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype,
             tensor.get_device())
+
+
+_NUMPY_DTYPES = {}
+
+
+def _numpy_dtype(torch_dtype):
+    """numpy's dtype for a torch dtype (``torch.float32`` -> float32), or None (bfloat16)."""
+    dtype = _NUMPY_DTYPES.get(torch_dtype, False)
+    if dtype is False:
+        try:
+            dtype = np.dtype(str(torch_dtype).removeprefix("torch."))
+        except TypeError:
+            dtype = None
+        _NUMPY_DTYPES[torch_dtype] = dtype
+    return dtype
+
+
+def view_from_key(key):
+    """A Numba device array for a :func:`torch_view_key`, with no owner."""
+    ptr, shape, strides, dtype, _ = key
+    dtype = _numpy_dtype(dtype)
+    desc = {"version": 3, "shape": shape, "typestr": dtype.str, "data": (ptr, False),
+            "strides": tuple(s * dtype.itemsize for s in strides)}
+    # no "stream": the launch is ordered on the caller's stream, not on the producer's
+    return cuda.from_cuda_array_interface(desc, owner=None, sync=False)
 
 
 def as_numba(obj):
     """A Numba device array over a CUDA array object's memory (no copy). Torch tensors' views
-    are kept (:class:`ViewCache`) and do not hold the tensor: the caller keeps it alive while
-    a launch reads it."""
+    are kept by what they are (:class:`ViewCache`) and hold no tensor: the caller keeps it
+    alive while a launch reads it."""
     if isinstance(obj, DeviceArray):
         return obj.device_array
     if SIMULATOR or _numba_device_array(obj):
         return obj
-    if _torch_tensor(obj):
-        return _TORCH_VIEWS.get(obj, torch_meta(obj), _view_without_owner)
+    if _torch_tensor(obj) and _numpy_dtype(obj.dtype) is not None:
+        return _TORCH_VIEWS.get(torch_view_key(obj), view_from_key)
     # sync=False: the launch is ordered on the caller's stream, not on the producer's.
     return cuda.as_cuda_array(obj, sync=False)
 

@@ -19,77 +19,56 @@ except ImportError:   # the torch extra is not installed
     torch = None
 
 
-class _Owner:
-    """Stands for a tensor: memory at ``ptr``; weakly referenceable, as torch's are."""
-
-    def __init__(self, ptr):
-        self.ptr = ptr
-
-
-def _make(made):
-    def make(owner):
-        made.append(owner.ptr)
-        return types.SimpleNamespace(ptr=owner.ptr, token=object())   # holds no owner
+def _made(keys):
+    def make(key):
+        keys.append(key)
+        return types.SimpleNamespace(key=key)   # like a view: made from the key alone
     return make
 
 
-META = (0x7000, (4, 8), (8, 1), "float32", 0)
-
-
-def test_view_is_kept_for_the_same_live_owner_and_meta():
+def test_views_are_kept_by_what_they_are():
     cache, made = ViewCache(size=4), []
-    a = _Owner(0x7000)
-    view = cache.get(a, META, _make(made))
-    assert cache.get(a, META, _make(made)) is view and len(made) == 1
-    # the same object with other memory (torch's set_, resize_): a new view
-    moved = (0x9000,) + META[1:]
-    assert cache.get(a, moved, _make(made)) is not view and len(made) == 2
-
-
-def test_view_cache_does_not_keep_its_owner_alive():
-    cache = ViewCache(size=4)
-    a = _Owner(0x7000)
-    cache.get(a, META, _make([]))
-    ref = weakref.ref(a)
-    del a
-    gc.collect()
-    assert ref() is None
-
-
-def test_freed_pointer_reused_by_another_owner_gets_its_own_view():
-    cache, made = ViewCache(size=4), []
-    a = _Owner(0x7000)
-    old = cache.get(a, META, _make(made))
-    # Another owner at the same pointer, shape and dtype, and (as CPython may give it) the old
-    # owner's id: the kept entry is moved to its id to make that certain.
-    b = _Owner(0x7000)
-    cache._views[id(b)] = cache._views.pop(id(a))
-    del a
-    gc.collect()
-    new = cache.get(b, META, _make(made))
-    assert new is not old and new.token is not old.token and len(made) == 2
-    assert cache.get(b, META, _make(made)) is new
-    # while the first owner lives, the second (same meta, another object) is not given its view
-    c = _Owner(0x7000)
-    assert cache.get(c, META, _make(made)) is not new
-
-
-def test_view_cache_is_bounded():
-    cache, made = ViewCache(size=3), []
-    owners = [_Owner(i) for i in range(10)]
-    for o in owners:
-        cache.get(o, (o.ptr,), _make(made))
-    assert len(cache) == 3
+    key = (0x7000, (4, 8), (8, 1), "float32", 0)
+    view = cache.get(key, _made(made))
+    assert cache.get(key, _made(made)) is view and made == [key]
+    # other memory, shape, strides or dtype: another view
+    for other in ((0x9000, (4, 8), (8, 1), "float32", 0), (0x7000, (2, 8), (8, 1), "float32", 0),
+                  (0x7000, (4, 8), (1, 4), "float32", 0), (0x7000, (4, 8), (8, 1), "int32", 0)):
+        assert cache.get(other, _made(made)).key == other
+    assert len(cache) == 4    # bounded: the oldest went
+    assert cache.get(key, _made(made)) is not view
 
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed (extra: torch)")
-def test_torch_meta_sees_other_memory_in_the_same_tensor():
+def test_torch_key_is_everything_a_view_reads_and_holds_no_tensor():
     t = torch.zeros(4, 8)
-    before = interop.torch_meta(t)
-    assert interop.torch_meta(t) == before
-    t.set_(torch.zeros(4, 8))
-    assert interop.torch_meta(t) != before
-    assert interop.torch_meta(t.t()) != interop.torch_meta(t)   # strides
+    key = interop.torch_view_key(t)
+    assert key == (t.data_ptr(), (4, 8), (8, 1), torch.float32, t.get_device())
+    assert interop.torch_view_key(t[:2]) != key and interop.torch_view_key(t.t()) != key
+    # a freed tensor's key names no tensor: a view cached under it cannot keep it (or read
+    # it) once another tensor has the memory: that view is the new tensor's own, made afresh
+    ref = weakref.ref(t)
+    cache = ViewCache()
+    cache.get(key, _made([]))
+    del t
+    gc.collect()
+    assert ref() is None
+    assert all(not isinstance(part, torch.Tensor) for part in key)
+    assert interop._numpy_dtype(torch.float32) == np.float32
+    assert interop._numpy_dtype(torch.bfloat16) is None   # no numpy dtype: the interface path
+
+
+def test_gather_keeps_the_callers_arrays_until_its_launch_is_done(monkeypatch):
+    # The views hold no memory: the launch's list holds the caller's index and output arrays.
+    from gids import rows
+    kept = []
+    monkeypatch.setattr(rows, "note_launch", lambda rt, s, keep=(): kept.append(keep))
+    data = np.arange(40 * 8, dtype=np.float32).reshape(40, 8)
+    with gids.Runtime(page_size=512, cache_pages=8, daemon_threads=1, queues=2) as rt:
+        a = rt.open_array(data)
+        idx, out = np.array([3, 1]), np.zeros((2, 8), np.float32)
+        rt.gather_rows(a, idx, out=out)
+        assert any(k is idx for k in kept[-1]) and any(k is out for k in kept[-1])
 
 
 def test_numba_streams_made_once_per_device_and_handle(monkeypatch):
@@ -206,3 +185,30 @@ def test_gpu_torch_out_at_a_freed_and_reused_pointer():
         rt.gather_rows(a, torch.from_numpy(rows2).cuda(), out=again)
         rt.sync()
         np.testing.assert_array_equal(again.cpu().numpy(), data[rows2])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch is None, reason="torch is not installed (extra: torch)")
+def test_gpu_view_from_a_key_reads_the_tensor():
+    for t in (torch.arange(24, dtype=torch.float32, device="cuda").reshape(4, 6),
+              torch.arange(24, dtype=torch.int64, device="cuda").reshape(4, 6).t(),
+              torch.arange(48, dtype=torch.int32, device="cuda").reshape(8, 6)[2:5, 1:4]):
+        view = interop.view_from_key(interop.torch_view_key(t))
+        np.testing.assert_array_equal(view.copy_to_host(), t.cpu().numpy())
+        assert interop.as_numba(t).device_ctypes_pointer.value == t.data_ptr()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch is None, reason="torch is not installed (extra: torch)")
+def test_gpu_gathers_into_slices_of_one_buffer():
+    # The loader's pattern: a new slice object of one buffer per batch, new index tensors.
+    rng = np.random.default_rng()
+    data = rng.standard_normal((700, 32)).astype(np.float32)
+    buffer = torch.full((400, 32), float("nan"), device="cuda")
+    with gids.Runtime() as rt:
+        a = rt.open_array(data)
+        for n in (400, 5, 400, 1, 77):
+            rows = rng.integers(0, 700, size=n)
+            rt.gather_rows(a, torch.from_numpy(rows).to("cuda", torch.int32), out=buffer[:n])
+            rt.sync()
+            np.testing.assert_array_equal(buffer[:n].cpu().numpy(), data[rows])
