@@ -786,11 +786,16 @@ def bench_rows_launch(n_rows, width, sizes, n_calls, log):
             idx = torch.from_numpy(rng.integers(0, n_rows, size=n)).to(device)
             want = resident.index_select(0, idx)
             out = torch.empty((n, width), dtype=torch.float32, device=device)
-            cases = [("torch.index_select (GPU memory)", None,
-                      lambda: torch.index_select(resident, 0, idx, out=out))]
-            for first in (False, True):
-                cases.append((f"gids gather_rows, rows_resident_first={int(first)}", first,
-                              lambda: rt.gather_rows(a, idx, out=out)))
+
+            def memory(idx=idx, out=out):
+                torch.index_select(resident, 0, idx, out=out)
+
+            def gather(idx=idx, out=out):
+                rt.gather_rows(a, idx, out=out)
+
+            cases = [("torch.index_select (GPU memory)", None, memory)]
+            cases += [(f"gids gather_rows, rows_resident_first={int(first)}", first, gather)
+                      for first in (False, True)]
             for name, first, call in cases:
                 out.fill_(float("nan"))
                 settings = {} if first is None else {"rows_resident_first": first}
