@@ -793,19 +793,31 @@ def bench_rows_launch(n_rows, width, sizes, n_calls, log):
             def gather(idx=idx, out=out):
                 rt.gather_rows(a, idx, out=out)
 
+            # A loader's pattern: each batch's indices a new tensor (its view made, not
+            # kept), its output a new slice object of one buffer (its view kept).
+            fresh = iter([idx.clone() for _ in range(n_calls + 1)])
+            buffer = torch.empty((n + 1, width), dtype=torch.float32, device=device)
+
+            def gather_fresh(fresh=fresh, buffer=buffer, n=n):
+                rt.gather_rows(a, next(fresh), out=buffer[:n])
+
             cases = [("torch.index_select (GPU memory)", None, memory)]
             cases += [(f"gids gather_rows, rows_resident_first={int(first)}", first, gather)
                       for first in (False, True)]
+            cases.append(("gids gather_rows, default setting, a new index tensor and out slice "
+                          "each call", "auto", gather_fresh))
             for name, first, call in cases:
                 out.fill_(float("nan"))
+                buffer.fill_(float("nan"))
                 settings = {} if first is None else {"rows_resident_first": first}
                 with gids.defaults.set(**settings):
                     call()                    # compile, outside the timing
                     rt.sync()
                     median, p90, per_call = _host_us(call, n_calls)
                     rt.sync()
-                correct = bool(torch.equal(out, want))
-                auto = None if first is None else resident_first(n) == first
+                got = buffer[:n] if call is gather_fresh else out
+                correct = bool(torch.equal(got, want))
+                auto = None if first in (None, "auto") else resident_first(n) == first
                 row = {"case": name, "rows": n, "calls": n_calls, "host_us_median": median,
                        "host_us_p90": p90, "us_per_call_with_sync": per_call,
                        "auto_picks_this": auto, "correct": correct}
