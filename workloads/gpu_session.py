@@ -258,7 +258,8 @@ STAGES = {
     # The whole-cache gather against GPU memory: the same gather-only runs (every row of the
     # whole cache warm before timing, the timed hit rate in the JSON) beside GPU memory, mmap
     # and zero-copy; the host's microseconds per gather_rows call (1 and 32 k rows, torch in
-    # and out, resident first 0 and 1) beside index_select's, ~20 s; then the whole cache
+    # and out, resident first 0 and 1) beside index_select's, ~30 s, most of it compiling the
+    # three kernels; then the whole cache
     # again resident first (GIDS_ROWS_RESIDENT_FIRST=1: two launches; the default makes one
     # for gathers this size), ~25 s. About 110-140 s on the H200, most of it making the data
     # set (shared with ``gnn`` in /var/tmp/gnn).
@@ -267,7 +268,7 @@ STAGES = {
                         "--data-path", "gids,memory,mmap,zero_copy", "--storage", "memory",
                         "--dir", "/var/tmp/gnn", "--json", "{dir}/gnn_resident.json"], 100),
                       ([sys.executable, "-m", "workloads.microbench", "rows-launch", "--out",
-                        "{dir}/rows_launch"], 40),
+                        "{dir}/rows_launch"], 50),
                       ["env", "GIDS_ROWS_RESIDENT_FIRST=1", *GIDS, "gnn", "--gather-only",
                        "--scale", "20", "--fanouts", "10,5,5", "--batch-size", "1024",
                        "--batches", "16", "--cache-fractions", "1", "--data-path", "gids,memory",
