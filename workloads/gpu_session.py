@@ -259,10 +259,10 @@ STAGES = {
     # whole cache warm before timing, the timed hit rate in the JSON) beside GPU memory, mmap
     # and zero-copy; the host's microseconds per gather_rows call (1 and 32 k rows, torch in
     # and out, resident first 0 and 1) beside index_select's, ~30 s, most of it compiling the
-    # three kernels; then the whole cache
-    # again resident first (GIDS_ROWS_RESIDENT_FIRST=1: two launches; the default makes one
-    # for gathers this size), ~25 s. About 110-140 s on the H200, most of it making the data
-    # set (shared with ``gnn`` in /var/tmp/gnn).
+    # three kernels; then the whole cache again resident first (GIDS_ROWS_RESIDENT_FIRST=1:
+    # two launches; the default makes one for gathers this size), ~25 s. About 110-140 s on
+    # the H200 (an estimate), most of it making the data set (shared with ``gnn`` in
+    # /var/tmp/gnn).
     "gnn-resident": ([([*GIDS, "gnn", "--gather-only", "--scale", "20", "--fanouts", "10,5,5",
                         "--batch-size", "1024", "--batches", "16", "--cache-fractions", "0.25,1",
                         "--data-path", "gids,memory,mmap,zero_copy", "--storage", "memory",
