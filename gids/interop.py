@@ -151,7 +151,8 @@ def numba_stream(handle, device=None):
     stream = _STREAMS.get(key)
     if stream is None:
         if len(_STREAMS) >= MAX_STREAMS:
-            _STREAMS.pop(next(iter(_STREAMS)))
+            # the oldest; None where another thread emptied it meanwhile
+            _STREAMS.pop(next(iter(_STREAMS), None), None)
         stream = cuda.default_stream() if handle == 0 else cuda.external_stream(handle)
         _STREAMS[key] = stream
     return stream
@@ -219,7 +220,7 @@ class ViewCache:
         view = self._views.get(key)
         if view is None:
             if len(self._views) >= self.size:
-                self._views.pop(next(iter(self._views)))
+                self._views.pop(next(iter(self._views), None), None)
             view = self._views[key] = make(key)
         return view
 

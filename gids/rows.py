@@ -156,7 +156,7 @@ def _aside_list(rt, n, key, stream):
     if kept is None or kept[0].size < n:
         lists.pop(key, None)
         if len(lists) >= MAX_ASIDE_LISTS:
-            lists.pop(next(iter(lists)))
+            lists.pop(next(iter(lists), None), None)
         kept = (cuda.device_array(1 << max(10, (n - 1).bit_length()), dtype=np.int64),
                 cuda.device_array(1, dtype=np.int64))
         lists[key] = kept
