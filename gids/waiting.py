@@ -1,5 +1,6 @@
 """Waiting for the kernels from the host: a poll loop that sees a short launch end within
 microseconds and costs little CPU over a long one, and lets Ctrl-C in between polls."""
+import threading
 import time
 
 from kernels.platform import SIMULATOR
@@ -71,19 +72,21 @@ class KernelWaiter:
         self._event = None
         self._on_streams = []   # (event, arrays the launch reads, kept alive until it is done)
         self._free = []         # events seen done, to record again
+        self._lock = threading.Lock()   # launches may come from several threads
 
     def record(self, stream, keep=()):
         """An event recorded on ``stream`` (a Numba stream) after a launch there, waited for
         by :meth:`wait`; ``keep``: what the launch reads, kept until it is seen done."""
         from numba import cuda
-        on = self._on_streams
-        # The oldest launch, if done, gives its event back: the list stays as short as the
-        # launches in flight, at one query per launch.
-        if on and event_done(on[0][0]):
-            self._free.append(on.pop(0)[0])
-        event = self._free.pop() if self._free else cuda.event(timing=False)
-        event.record(stream)
-        on.append((event, keep))
+        with self._lock:
+            on = self._on_streams
+            # The oldest launch, if done, gives its event back: the list stays as short as
+            # the launches in flight, at one query per launch.
+            if on and event_done(on[0][0]):
+                self._free.append(on.pop(0)[0])
+            event = self._free.pop() if self._free else cuda.event(timing=False)
+            event.record(stream)
+            on.append((event, keep))
         return event
 
     def streams_done(self):
@@ -94,10 +97,16 @@ class KernelWaiter:
         if SIMULATOR:
             return   # the simulator runs a kernel to its end inside the launch
         from numba import cuda
-        for event, _ in self._on_streams:
+        with self._lock:
+            noted = list(self._on_streams)
+        for event, _ in noted:
             poll_until(lambda: event_done(event))
-        self._free.extend(e for e, _ in self._on_streams[:max(0, self.POOL - len(self._free))])
-        self._on_streams.clear()
+        with self._lock:
+            # What :meth:`record` took back meanwhile is not given back twice.
+            waited = {id(entry) for entry in noted}
+            done = [entry for entry in self._on_streams if id(entry) in waited]
+            self._on_streams = [entry for entry in self._on_streams if id(entry) not in waited]
+            self._free.extend(e for e, _ in done[:max(0, self.POOL - len(self._free))])
         if self._event is None:
             self._event = cuda.event(timing=False)   # no timestamps: lighter to record and query
         done = self._event

@@ -96,7 +96,7 @@ class _Event:
     def __init__(self):
         self.done, self.streams = False, []
 
-    def record(self, stream):
+    def record(self, stream=0):
         self.streams.append(stream)
         self.done = False
 
@@ -212,3 +212,21 @@ def test_gpu_gathers_into_slices_of_one_buffer():
             rt.gather_rows(a, torch.from_numpy(rows).to("cuda", torch.int32), out=buffer[:n])
             rt.sync()
             np.testing.assert_array_equal(buffer[:n].cpu().numpy(), data[rows])
+
+
+def test_a_wait_gives_each_event_back_once(monkeypatch):
+    from numba import cuda
+    monkeypatch.setattr(cuda, "event", lambda timing=True: _Event(), raising=False)
+    monkeypatch.setattr(waiting, "event_done", lambda e: e.done)
+    monkeypatch.setattr(waiting, "SIMULATOR", False)
+    w = waiting.KernelWaiter()
+    events = [w.record("s") for _ in range(5)]
+    assert len({id(e) for e in events}) == 5
+    for e in events:
+        e.done = True
+    w._event = _Event()
+    w._event.done = True
+    monkeypatch.setattr(w._event, "record", lambda stream=0: None)
+    w.wait()
+    assert w._on_streams == [] and sorted(map(id, w._free)) == sorted(map(id, events))
+    assert w.record("s") in events and len(w._free) == 4
