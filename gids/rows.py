@@ -2,9 +2,10 @@
 asynchronously on the caller's stream.
 
 The kernel (:mod:`kernels.rows`) copies a row per warp, a page at a time through
-``pin_page`` / ``pinned`` / ``unpin_page``. With ``rows_resident_first`` (the default) a gather
-is two launches on the stream: the rows whose pages are resident, by a kernel with no miss path,
-then the rows it set aside (a list the Runtime reuses), through ``pin_page``. Everything a caller can get wrong is checked here,
+``pin_page`` / ``pinned`` / ``unpin_page``. Resident first (``rows_resident_first``; by default
+for gathers of :data:`RESIDENT_FIRST_ROWS` rows or more) a gather is two launches on the
+stream: the rows whose pages are resident, by a kernel with no miss path, then the rows it set
+aside (a list the Runtime keeps per stream), through ``pin_page``. Everything a caller can get wrong is checked here,
 before any kernel: the array (2-D, this Runtime's), host row indices (range), ``out`` (shape,
 dtype, on the GPU, on this device), the stream (its device). Device row indices are checked by
 the kernel (an out-of-range row is recorded and raised by the next :meth:`Runtime.sync`).
@@ -23,19 +24,32 @@ from kernels.platform import SIMULATOR
 #: Threads per block of the launch; blocks: enough warps for the rows, at most this many.
 THREADS = 32 if SIMULATOR else 256
 MAX_BLOCKS = 2 if SIMULATOR else 132 * 16
+#: ``rows_resident_first="auto"`` makes two launches from this many rows up: there the GPU's
+#: time (~0.7 ms at HBM speed for 4 KiB rows) dwarfs the host's for a second launch.
+RESIDENT_FIRST_ROWS = 1 << 18
 
 
-def _row_indices(rt, rows, n_rows):
-    """``rows`` as a 1-D integer device array; host indices range-checked here."""
+def resident_first(n_rows):
+    """Whether a gather of ``n_rows`` rows goes resident first (setting ``rows_resident_first``:
+    ``"auto"``, True or False)."""
+    choice = defaults.get("rows_resident_first")
+    if choice == "auto":
+        return n_rows >= RESIDENT_FIRST_ROWS
+    return bool(choice)
+
+
+def _row_indices(rt, rows, n_rows, device):
+    """``rows`` as a 1-D integer device array; host indices range-checked here. ``device``:
+    the Runtime's."""
     if is_cuda_array(rows):
         d = as_numba(rows)
-        if d.ndim != 1 or np.dtype(d.dtype).kind not in "iu":
+        if d.ndim != 1 or d.dtype.kind not in "iu":
             raise ConfigError(f"gids: gather_rows takes a 1-D array of integer row indices, "
                               f"got a {d.ndim}-D array of {d.dtype}")
-        device = device_of(rows)
-        if device is not None and device != current_device_id():
-            raise ConfigError(f"gids: the row indices are on device {device}, the Runtime on "
-                              f"device {current_device_id()}")
+        on = device_of(rows)
+        if on is not None and on != device:
+            raise ConfigError(f"gids: the row indices are on device {on}, the Runtime on "
+                              f"device {device}")
         return d
     host = as_host(rows)
     if host.dtype.kind not in "iu" or host.ndim > 1:
@@ -53,11 +67,11 @@ def _row_indices(rt, rows, n_rows):
     return rt._to_device(np.ascontiguousarray(host))
 
 
-def output_array(out, shape, dtype):
+def output_array(out, shape, dtype, device=None):
     """``(numba array to write, what to return)`` for ``out`` (``rt.gather``'s and
     ``rt.gather_rows``'s): the caller's CUDA array (CUDA Array Interface: torch, CuPy, Numba,
-    a :class:`DeviceArray`) checked for ``shape``, ``dtype`` and device, or a new
-    :class:`DeviceArray` if None."""
+    a :class:`DeviceArray`) checked for ``shape``, ``dtype`` and ``device`` (None: the current
+    one), or a new :class:`DeviceArray` if None."""
     from numba import cuda
     shape = tuple(shape)
     if out is None:
@@ -73,10 +87,11 @@ def output_array(out, shape, dtype):
                               f"torch, CuPy, Numba), got {type(out).__name__}")
     else:
         d = as_numba(out)
-        device = device_of(out)
-        if device is not None and device != current_device_id():
-            raise ConfigError(f"gids: out is on device {device}, the Runtime on device "
-                              f"{current_device_id()}")
+        on = device_of(out)
+        if device is None:
+            device = current_device_id()
+        if on is not None and on != device:
+            raise ConfigError(f"gids: out is on device {on}, the Runtime on device {device}")
     if tuple(d.shape) != shape or np.dtype(d.dtype) != dtype:
         raise ConfigError(f"gids: out must be {shape} of {np.dtype(dtype)}, got "
                           f"{tuple(d.shape)} of {np.dtype(d.dtype)}")
@@ -90,12 +105,13 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     if array.ndim != 2:
         raise ConfigError(f"gids: gather_rows needs a 2-D array, got shape {array.shape}")
     n_rows, width = array.shape
+    device = current_device_id()
     handle, stream_device = stream_handle(stream)
-    if stream_device is not None and stream_device != current_device_id():
+    if stream_device is not None and stream_device != device:
         raise ConfigError(f"gids: the stream is on device {stream_device}, the Runtime on "
-                          f"device {current_device_id()}")
-    d_rows = _row_indices(rt, rows, n_rows)
-    target, result = output_array(out, (d_rows.size, width), array.dtype)
+                          f"device {device}")
+    d_rows = _row_indices(rt, rows, n_rows, device)
+    target, result = output_array(out, (d_rows.size, width), array.dtype, device)
     if d_rows.size == 0:
         return result
     warps = THREADS // 32
@@ -103,51 +119,53 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     # the cache, so that the pages its warps wait for can still be evicted into.
     pin_cap = max(1, rt.cache_slots // (2 * warps * ROWS_PER_WARP))
     blocks = max(1, min(-(-d_rows.size // (warps * ROWS_PER_WARP)), MAX_BLOCKS, pin_cap))
-    s = numba_stream(handle)
+    s = numba_stream(handle, device)
     args = (array.handle, d_rows, np.int64(width), target)
-    if defaults.get("rows_resident_first"):
+    # What the launch reads that the caller may drop: the row indices copied here, and the
+    # caller's arrays (their views do not hold them).
+    keep = (d_rows, rows, out)
+    if resident_first(d_rows.size):
         # The resident rows first, without a miss path; then the rows it set aside.
-        aside, n_aside = _take_aside_list(rt, d_rows.size, s)
+        aside, n_aside = _aside_list(rt, d_rows.size, (device, handle), s)
         resident, set_aside = resident_rows_kernels()
         resident[blocks, THREADS, s](*args, aside, n_aside)
         set_aside[blocks, THREADS, s](*args, aside, n_aside)
-        ready = note_launch(rt, s, keep=(d_rows, aside, n_aside))
-        rt._rows_aside_lists.append((aside, n_aside, ready))
+        keep += (aside, n_aside)
     else:
         gather_rows_kernel()[blocks, THREADS, s](*args)
-        # the row indices copied here live until the launch is known to be done
-        ready = note_launch(rt, s, keep=(d_rows,))
+    ready = note_launch(rt, s, keep)
     if isinstance(result, DeviceArray):
         result.ready = ready
     return result
 
 
-#: Lists a Runtime keeps for its resident-first gathers: with this many in use, the next
-#: gather waits for the oldest's launch (bounded, as every wait in the kernels is).
+#: Streams a Runtime keeps a set-aside list for (the oldest one's is dropped beyond).
 MAX_ASIDE_LISTS = 8
 _ZERO = np.zeros(1, dtype=np.int64)
 
 
-def _take_aside_list(rt, n, stream):
-    """``(aside, n_aside)`` for a resident-first gather of ``n`` rows on ``stream``: one of
-    ``rt``'s lists whose last launch is done (a new one where none is), its count zeroed on
-    ``stream``. Reused, not allocated per gather: a ``cudaFree`` waits for the whole device."""
+def _aside_list(rt, n, key, stream):
+    """``(aside, n_aside)`` for a resident-first gather of ``n`` rows on ``stream`` (``key``:
+    its device and handle): the stream's list, its count zeroed on the stream. Kept per
+    stream, not allocated per gather (a ``cudaFree`` waits for the whole device), and reused
+    with no wait on the host: the stream runs the last gather's launches before the zeroing.
+    A list outgrown or dropped stays alive through its last launch's ``keep``."""
     from numba import cuda
-    from gids.waiting import event_done, poll_until
     lists = rt._rows_aside_lists
-    done = [ready is None or event_done(ready) for _, _, ready in lists]
-    free = [at for at, ok in enumerate(done) if ok]
-    fits = [at for at in free if lists[at][0].size >= n]
-    if fits:
-        aside, n_aside, _ = lists.pop(fits[0])
-    else:
+    kept = lists.get(key)
+    if kept is None or kept[0].size < n:
+        lists.pop(key, None)
         if len(lists) >= MAX_ASIDE_LISTS:
-            _, _, ready = lists.pop(free[0] if free else 0)
-            if ready is not None:
-                poll_until(lambda: event_done(ready))
-        aside = cuda.device_array(1 << max(10, (n - 1).bit_length()), dtype=np.int64)
-        n_aside = cuda.device_array(1, dtype=np.int64)
-    n_aside.copy_to_device(_ZERO, stream=stream)
+            lists.pop(next(iter(lists), None), None)
+        kept = (cuda.device_array(1 << max(10, (n - 1).bit_length()), dtype=np.int64),
+                cuda.device_array(1, dtype=np.int64))
+        lists[key] = kept
+    aside, n_aside = kept
+    if SIMULATOR:
+        n_aside.copy_to_device(_ZERO, stream=stream)
+    else:   # a memset is queued as is; a copy from pageable memory is staged by the driver
+        from numba.cuda.cudadrv.driver import device_memset
+        device_memset(n_aside, 0, n_aside.nbytes, stream=stream)
     return aside, n_aside
 
 
@@ -155,13 +173,9 @@ def note_launch(rt, stream, keep=()):
     """Record an event on ``stream`` (a Numba stream) after a launch, for :meth:`Runtime.sync`
     and :meth:`Runtime.check` to wait for; ``keep``: arrays the launch reads that nothing else
     holds, kept until then. Returns the event (None in the simulator)."""
-    from numba import cuda
     if SIMULATOR:
         return None
-    ready = cuda.event(timing=False)
-    ready.record(stream)
-    rt._kernels.note(ready, keep)
-    return ready
+    return rt._kernels.record(stream, keep)
 
 
 def check(rt):

@@ -320,7 +320,7 @@ class Runtime:
         # an allocation.
         self._err_host = cuda.pinned_array(L.ERR_WORDS, dtype=np.int64)
         self._kernels = KernelWaiter()   # what sync() polls (gids.rows adds its streams)
-        self._rows_aside_lists = []       # gids.rows' lists of rows set aside, for reuse
+        self._rows_aside_lists = {}       # gids.rows' lists of rows set aside, per stream
         self._stats = self._to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
         self._no_zero_copy = self._to_device(np.zeros(1, dtype=np.uint64))
         self._copy_locks = _copy_locks()

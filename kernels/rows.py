@@ -174,6 +174,7 @@ def _cache_page_elems(h):
     return np.int64(1) << h.elem_shift
 
 
+@lru_cache(maxsize=None)
 def gather_rows_kernel():
     """The kernel for arrays read through the gids cache (compiled on first launch)."""
     from kernels.access import pin_page, pinned, unpin_page_after

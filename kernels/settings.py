@@ -51,9 +51,10 @@ Name (environment variable, when; default on a GPU / in the simulator): what it 
   when every page is resident, to measure what they cost.
 - ``bfs_resident_first`` (GIDS_BFS_RESIDENT_FIRST, import; 1): 0 keeps the miss path in the
   BFS's top-down step over a resident graph, to measure what leaving it out gains.
-- ``rows_resident_first`` (GIDS_ROWS_RESIDENT_FIRST, run; 1): ``Runtime.gather_rows`` copies
-  the rows whose pages are resident in a launch without a miss path, then the others with it
-  (0: one launch with it): registers and spills of the hit path vs a second launch per gather.
+- ``rows_resident_first`` (GIDS_ROWS_RESIDENT_FIRST, run; auto): 1: ``Runtime.gather_rows``
+  copies the rows whose pages are resident in a launch without a miss path, then the others
+  with it; 0: one launch with it; auto: resident first for gathers of at least 2**18 rows, one
+  launch below: registers and spills of the hit path vs a second launch's host cost per gather.
 - ``hold_fraction`` (GIDS_HOLD_FRACTION, run; 0.5): the most of the cache that
   ``Runtime.hold`` may pin (``0 < f <= 0.9``): pages kept for the next batches vs room for
   everything else.
@@ -135,6 +136,10 @@ def _fraction(text):
     return value
 
 
+def _auto_or_flag(text):
+    return "auto" if text == "auto" else _flag(text)
+
+
 def _registers(text):
     return _int(0, 255)(text) or None     # 0: no cap
 
@@ -158,7 +163,7 @@ _TABLE = {
     "whole_cache_registers": (64, _registers, "import"),
     "bfs_touch": ("auto", _one_of("auto", "always"), "import"),
     "bfs_resident_first": (True, _flag, "import"),
-    "rows_resident_first": (True, _flag, "run"),
+    "rows_resident_first": ("auto", _auto_or_flag, "run"),
     "commit": (None, str, "run"),
     "hold_fraction": (0.5, _fraction, "run"),
 }

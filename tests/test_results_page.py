@@ -132,7 +132,7 @@ def test_update_reads_a_gather_only_gnn_report_with_its_hit_rate():
     row = lambda label, path, rate, hits=None: {"label": label, "path": path,  # noqa: E731
                                                 "rows_per_s": rate, "hit_rate": hits}
     report = {"command": "gids gnn --gather-only --json x.json", "mode": "gather",
-              "simulator": False, "scale": 20, "fanouts": [10, 5, 5], "rows_resident_first": True,
+              "simulator": False, "scale": 20, "fanouts": [10, 5, 5], "rows_resident_first": "auto",
               "rows": [row("gids 25%", "gids", 6e6, 0.4), row("gids 100%", "gids", 9e6, 1.0),
                        row("memory", "memory", 1e7), row("mmap", "mmap", 1e6)]}
     recs = {r["figure"]: r for r in results.from_json(report)}
@@ -144,6 +144,9 @@ def test_update_reads_a_gather_only_gnn_report_with_its_hit_rate():
     one_launch = {r["figure"] for r in results.from_json({**report, "rows_resident_first": False})}
     assert "feature gather, scale 20, gids 100% cache / memory, one launch " \
            "(GIDS_ROWS_RESIDENT_FIRST=0)" in one_launch
+    two = {r["figure"] for r in results.from_json({**report, "rows_resident_first": True})}
+    assert "feature gather, scale 20, gids 100% cache / memory, resident first " \
+           "(GIDS_ROWS_RESIDENT_FIRST=1)" in two
 
 
 def test_update_reads_the_prefetch_bench(tmp_path):

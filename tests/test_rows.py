@@ -54,7 +54,8 @@ def test_resident_first_some_pages_resident(width):
     # copied by the second (which loads them); a warm repeat is hits only.
     rng = np.random.default_rng()
     data = rng.standard_normal((60, width)).astype(np.float32)
-    with gids.Runtime(page_size=PAGE, cache_pages=32, daemon_threads=1, queues=2) as rt:
+    with gids.defaults.set(rows_resident_first=True), \
+            gids.Runtime(page_size=PAGE, cache_pages=32, daemon_threads=1, queues=2) as rt:
         a = rt.open_array(data)
         warm = rng.choice(60, size=6, replace=False)
         rt.gather_rows(a, warm)
@@ -77,15 +78,16 @@ def test_resident_first_some_pages_resident(width):
 def test_resident_first_lists_are_reused():
     from gids.rows import MAX_ASIDE_LISTS
     data = np.arange(50 * 8, dtype=np.float32).reshape(50, 8)
-    with _runtime() as rt:
+    with gids.defaults.set(rows_resident_first=True), _runtime() as rt:
         a = rt.open_array(data)
         for n in (3, 5, 2, 2000, 4):
             rows = np.arange(n) % 50
             got = rt.gather_rows(a, rows)
             rt.sync()
             np.testing.assert_array_equal(got.copy_to_host(), data[rows])
-        lists = rt._rows_aside_lists
-        assert 1 <= len(lists) <= MAX_ASIDE_LISTS and max(x[0].size for x in lists) >= 2000
+        lists = rt._rows_aside_lists   # one per stream: here the default stream's, grown
+        assert len(lists) == 1 <= MAX_ASIDE_LISTS
+        assert next(iter(lists.values()))[0].size >= 2000
 
 
 def test_resident_first_set_aside_row_out_of_range_raised_at_sync():
@@ -93,7 +95,7 @@ def test_resident_first_set_aside_row_out_of_range_raised_at_sync():
     # raised from the second; the other rows are copied.
     from numba import cuda
     data = np.arange(10 * 8, dtype=np.float32).reshape(10, 8)
-    with _runtime() as rt:
+    with gids.defaults.set(rows_resident_first=True), _runtime() as rt:
         a = rt.open_array(data)
         out = _poisoned((3, 8), np.float32)
         rt.gather_rows(a, cuda.to_device(np.array([2, 99, 4], dtype=np.int64)), out=out)
@@ -106,7 +108,8 @@ ROWS_WARP32 = """
 rng = np.random.default_rng()
 for width in (128, 200):     # a page a row (two rows a warp), rows across pages (one)
     data = rng.standard_normal((60, width)).astype(np.float32)
-    with gids.Runtime(page_size=512, cache_pages=64, queues=2, queue_depth=32, timeout=60) as rt:
+    with gids.defaults.set(rows_resident_first=True), \
+            gids.Runtime(page_size=512, cache_pages=64, queues=2, queue_depth=32, timeout=60) as rt:
         a = rt.open_array(data)
         warm = rng.choice(60, size=5, replace=False)
         rt.gather_rows(a, warm)
@@ -120,6 +123,15 @@ for width in (128, 200):     # a page a row (two rows a warp), rows across pages
         assert not (state & gids.layout.PAGE_REF_MASK).any()   # every pin given back
 print("ROWS_WARP32_OK")
 """
+
+
+@pytest.mark.parametrize("setting, n, two", [("auto", 5, False), ("auto", 1 << 18, True),
+                                             (True, 5, True), (False, 1 << 20, False)])
+def test_resident_first_auto_by_rows(setting, n, two):
+    from gids.rows import RESIDENT_FIRST_ROWS, resident_first
+    assert RESIDENT_FIRST_ROWS == 1 << 18
+    with gids.defaults.set(rows_resident_first=setting):
+        assert resident_first(n) is two
 
 
 def test_resident_first_rows_in_emulated_warps():

@@ -50,8 +50,10 @@ Stages, in order of priority (default: all, in this order):
   and the O_DIRECT loader, each on 1 and 4 emulated P5800X drives, the loader also on the disk;
 - ``gnn-resident``: the gather-only bench at scale 20 (caches of 25 % and 100 % of the
   features, RAM-backed) beside GPU memory, mmap and zero-copy, the whole cache warmed with the
-  timed rows (its hit rate in the JSON); then the whole cache with
-  ``GIDS_ROWS_RESIDENT_FIRST=0`` (one launch, miss path in);
+  timed rows (its hit rate in the JSON); then the host's cost of one ``gather_rows`` call
+  beside ``torch.index_select`` (``python -m workloads.microbench rows-launch``); then the
+  whole cache with ``GIDS_ROWS_RESIDENT_FIRST=1`` (two launches, resident rows first, where
+  the default picks one launch for these gathers of ~32 k rows);
 - ``prefetch``: ``gids bench prefetch --n-ssd 1,4``: a batch loop whose compute per batch is
   its I/O time, with the next batch prefetched (``Runtime.prefetch`` on a side stream) or held
   (``Runtime.hold``) against neither, on a RAM store and emulated drives (prefetch.json);
@@ -258,18 +260,23 @@ STAGES = {
                           "--json", "{dir}/gnn22_ssd_train.json"]], 300),
     # The whole-cache gather against GPU memory: the same gather-only runs (every row of the
     # whole cache warm before timing, the timed hit rate in the JSON) beside GPU memory, mmap
-    # and zero-copy; then the whole cache again with one launch that has the miss path in
-    # (GIDS_ROWS_RESIDENT_FIRST=0), to show what resident first gains. About 60-90 s on the
-    # H200, most of it making the data set (shared with ``gnn`` in /var/tmp/gnn).
+    # and zero-copy; the host's microseconds per gather_rows call (1 and 32 k rows, torch in
+    # and out, resident first 0 and 1) beside index_select's, ~30 s, most of it compiling the
+    # three kernels; then the whole cache again resident first (GIDS_ROWS_RESIDENT_FIRST=1:
+    # two launches; the default makes one for gathers this size), ~25 s. About 110-140 s on
+    # the H200 (an estimate), most of it making the data set (shared with ``gnn`` in
+    # /var/tmp/gnn).
     "gnn-resident": ([([*GIDS, "gnn", "--gather-only", "--scale", "20", "--fanouts", "10,5,5",
                         "--batch-size", "1024", "--batches", "16", "--cache-fractions", "0.25,1",
                         "--data-path", "gids,memory,mmap,zero_copy", "--storage", "memory",
-                        "--dir", "/var/tmp/gnn", "--json", "{dir}/gnn_resident.json"], 110),
-                      ["env", "GIDS_ROWS_RESIDENT_FIRST=0", *GIDS, "gnn", "--gather-only",
+                        "--dir", "/var/tmp/gnn", "--json", "{dir}/gnn_resident.json"], 100),
+                      ([sys.executable, "-m", "workloads.microbench", "rows-launch", "--out",
+                        "{dir}/rows_launch"], 50),
+                      ["env", "GIDS_ROWS_RESIDENT_FIRST=1", *GIDS, "gnn", "--gather-only",
                        "--scale", "20", "--fanouts", "10,5,5", "--batch-size", "1024",
                        "--batches", "16", "--cache-fractions", "1", "--data-path", "gids,memory",
                        "--storage", "memory", "--dir", "/var/tmp/gnn", "--json",
-                       "{dir}/gnn_one_launch.json"]], 150),
+                       "{dir}/gnn_resident_first.json"]], 150),
     # Issue 23's prefetch target: a batch loop (8192 pages a batch, compute = its I/O time)
     # with the next batch prefetched or held, against none; RAM store, then emulated P5800X
     # x1 and x4. About 60 s, most of it compiling and the 800 MiB of data (an estimate).
