@@ -37,7 +37,7 @@ from gids import _platform  # noqa: F401  (first: picks GPU or simulator before 
 from gids import defaults, device, errors, host, layout   # device, host: toolkits (see each)
 from gids.array import StorageArray
 from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError, GidsError,
-                         GidsTimeoutError, ImportOrderError, IndexOutOfRangeError, ReadOnlyError,
+                         GidsTimeoutError, HostTierFullError, ImportOrderError, IndexOutOfRangeError, ReadOnlyError,
                          SharedFileError, StaleHandleError, StorageIOError)
 from gids.runtime import Runtime
 from gids.stats import FileStats, Stats
@@ -77,5 +77,5 @@ __all__ = [
     "read_trace", "replay",
     "GidsError", "ConfigError", "StorageIOError", "IndexOutOfRangeError", "GidsTimeoutError",
     "CacheExhaustedError", "DaemonError", "AbortedError", "ReadOnlyError", "SharedFileError",
-    "StaleHandleError", "ImportOrderError",
+    "StaleHandleError", "ImportOrderError", "HostTierFullError",
 ]

@@ -120,8 +120,15 @@ def take_reference_if_resident(h, page, refs):
     """
     old, slot = take_reference(h, page, refs)
     if slot < 0:
-        red_add(h.page_state, page, _minus(refs))
+        drop_references(h, page, refs)
     return slot
+
+
+@device_helper
+def drop_references(h, page, refs):
+    """Give back ``refs`` references under which nothing was read (no order needed: a relaxed
+    reduction), as :func:`take_reference_if_resident` does."""
+    red_add(h.page_state, page, _minus(refs))
 
 
 @cuda.jit(device=True)

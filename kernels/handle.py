@@ -51,6 +51,12 @@ _ARRAY_FIELDS = [
     # --- the bulk page copy (kernels/bulk.py) ---
     "copy_locks",   # uint32[N_LOCKS] (device, one array per CUDA context): lock b % N_LOCKS
                     # is held by a lane copying a page through block b's shared-memory buffer
+    # --- the host tier (gids.host_tier; kernels/tier.py) ---
+    "tier_slot",    # int64 per global page (device): its slot in the host tier, or
+                    # TIER_NO_SLOT (a 1-word dummy without a tier)
+    "tier",         # the tier's page slots (pinned, device-mapped) viewed as the array's dtype
+    "tier_words",   # the same bytes viewed as uint64 (for page copies)
+    "tier_mode",    # layout.TIER_*: TIER_NONE without a tier, else the array's mode
 ]
 
 

@@ -1,0 +1,84 @@
+"""The host tier on the device: pages kept in pinned, device-mapped host memory, between the GPU
+cache and the store (``gids.host_tier`` fills it).
+
+The tier is a table ``h.tier_slot`` (one int64 per global page: its slot in the tier, or
+``TIER_NO_SLOT``) and the slots' bytes ``h.tier`` / ``h.tier_words``. The host fills both
+between kernels; a kernel only reads them, except that the write-back of a dirty page drops the
+page from the table (:func:`forget_tier_page`), whose tier copy is then stale.
+
+A miss of :mod:`kernels.access` on a page in the tier takes one of two ways, by the array's
+``h.tier_mode``:
+
+- copy (:func:`copy_from_tier`): the page's loader claims a slot as for any miss and its warp
+  copies the page from the tier into it, instead of sending a request and waiting for the host;
+- direct (:func:`read_direct`, read-only arrays): a ``gids.read`` whose page is not in the GPU
+  cache reads its element straight from the tier, a sector over PCIe, and takes no slot (what
+  zero-copy access costs, EMOGI-style). Pins and writes use the copy way.
+
+Without a tier ``h.tier_mode`` is ``TIER_NONE``: the miss path tests that one integer and does
+nothing else; the hit path never looks at the tier.
+"""
+import numpy as np
+from numba import cuda
+
+from kernels import layout as L
+from kernels.cache import drop_references, warp_copy_page
+from kernels.sync import atomic_exch, ld_relaxed_gpu
+from kernels.warp import ballot_sync, lowest_lane, shfl_sync, syncwarp
+
+
+@cuda.jit(device=True)
+def tier_slot_of(h, gpage):
+    """The tier slot holding global page ``gpage``, or ``TIER_NO_SLOT``. Coherent (L2): a
+    write-back in another SM may just have dropped the page (:func:`forget_tier_page`)."""
+    return ld_relaxed_gpu(h.tier_slot, gpage)
+
+
+@cuda.jit(device=True)
+def copy_from_tier(h, mask, tier_at, slot):
+    """Lanes with ``tier_at >= 0`` (loaders owning BUSY on a page in tier slot ``tier_at``)
+    get their page copied from the tier into cache slot ``slot`` by the whole warp, visible
+    GPU-wide when this returns (collective; the caller then publishes it)."""
+    to_copy = ballot_sync(mask, tier_at >= 0)
+    copied = to_copy
+    while to_copy != 0:
+        src_lane = lowest_lane(to_copy)
+        src = shfl_sync(mask, tier_at, src_lane)
+        dst = shfl_sync(mask, slot, src_lane)
+        warp_copy_page(mask, h.tier_words, src * h.page_words, h.cache_words,
+                       dst * h.page_words, h.page_words)
+        to_copy &= to_copy - 1
+    # Every lane's share is visible before any loader publishes (as after _fetch's copies).
+    if copied != 0:
+        cuda.threadfence()
+    syncwarp(mask)
+
+
+@cuda.jit(device=True)
+def read_direct(h, mask, leader, ask, gpage, i, refs, value, done):
+    """Direct mode: a leader that ``ask``\\ s (its page ``gpage`` was not resident in round 1, and
+    it holds the ``refs`` references that lookup took) looks the page up in the tier; if it is
+    there, the leader gives the references back and its lanes read their elements ``i`` from
+    the tier (collective). Returns ``(value, done, served)``, ``served`` for the leader whose
+    page the tier had."""
+    at = np.int64(L.TIER_NO_SLOT)
+    if ask:
+        at = tier_slot_of(h, gpage)
+        if at >= 0:
+            # Nothing is read under them: the page's word need not order anything.
+            drop_references(h, gpage, refs)
+    code = shfl_sync(mask, np.int32(at), leader)
+    if not done and code >= 0:
+        value = h.tier[(np.int64(code) << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))]
+        done = True
+    return value, done, at >= 0
+
+
+@cuda.jit(device=True)
+def forget_tier_page(h, gpage):
+    """A dirty page is being written back to its store: drop it from the tier, whose copy is
+    stale, before the page stops being cached (a later miss then reads the store). The host
+    frees the slot when it next looks at the table (``gids.host_tier``)."""
+    if ld_relaxed_gpu(h.tier_slot, gpage) >= 0:
+        atomic_exch(h.tier_slot, gpage, np.int64(L.TIER_NO_SLOT))
+        cuda.threadfence()
