@@ -1,0 +1,253 @@
+"""The host tier (``Runtime(host_cache_bytes=...)``, ``rt.host_tier``) in the simulator, against
+a numpy model of the store: static fill, copy and direct modes, writes (a write-back drops the
+stale tier copy, a flush updates it), invalidate and clear, statistics, bad input.
+
+That the tier served a page is shown independently of the counters: after the fill, the file's
+bytes are changed behind the Runtime's back, so a page read from the tier has the old bytes and
+one read from the store the new ones."""
+import textwrap
+
+import numpy as np
+import pytest
+
+import gids
+from gids.errors import ConfigError, HostTierFullError
+from tests.helpers import run_compile_script
+
+PAGE = 512
+ELEMS = PAGE // 8          # int64 elements per page
+N_PAGES = 24
+
+
+def _file(tmp_path, seed=0, n_pages=N_PAGES):
+    data = np.random.default_rng(seed).integers(-2**40, 2**40, n_pages * ELEMS, dtype=np.int64)
+    path = tmp_path / "data.bin"
+    data.tofile(path)
+    return path, data
+
+
+def _runtime(tier_pages, cache_pages=4, **kw):
+    return gids.Runtime(cache_pages=cache_pages, page_size=PAGE,
+                        host_cache_bytes=tier_pages * PAGE, **kw)
+
+
+def _changed_behind(path, data):
+    """Rewrite the whole file with other bytes; return them (what the store now holds)."""
+    new = ~data
+    new.tofile(path)
+    return new
+
+
+def _expected(old, new, tier_pages):
+    """Element values when pages in ``tier_pages`` come from the tier (old bytes), the rest
+    from the store (new bytes)."""
+    want = new.copy()
+    for p in tier_pages:
+        want[p * ELEMS:(p + 1) * ELEMS] = old[p * ELEMS:(p + 1) * ELEMS]
+    return want
+
+
+@pytest.mark.parametrize("mode", ["copy", "direct"])
+def test_misses_on_tier_pages_are_served_from_the_tier(tmp_path, mode):
+    path, old = _file(tmp_path)
+    rng = np.random.default_rng(3)
+    tier = np.sort(rng.choice(N_PAGES, 10, replace=False))
+    with _runtime(12) as rt:
+        a = rt.open_array(path, np.int64)
+        assert rt.host_tier.add(a, tier) == 10
+        assert rt.host_tier.add(a, tier[:3]) == 0           # already there
+        np.testing.assert_array_equal(rt.host_tier.pages(a), tier)
+        rt.host_tier.set_mode(a, mode)
+        assert rt.host_tier.mode(a) == mode
+        new = _changed_behind(path, old)
+        want = _expected(old, new, tier)
+        idx = rng.integers(0, old.size, 120)
+        got = rt.gather(a, idx).copy_to_host()
+        np.testing.assert_array_equal(got, want[idx])
+        s = rt.stats()
+        assert s.tier_fills == 10 and s.tier_evictions == 0
+        tier_reads = np.isin(idx // ELEMS, tier)
+        if mode == "copy":
+            assert s.tier_hits > 0 and s.tier_direct == 0
+        else:
+            assert s.tier_direct > 0 and s.tier_hits == 0
+            # Direct reads take no slot: no tier page is in the GPU cache.
+            state = rt._page_state.copy_to_host()[a.page_base + tier]
+            assert not np.any(state & gids.layout.PAGE_VALID)
+        # Every store read was of a page outside the tier.
+        assert s.ios <= np.unique(idx[~tier_reads] // ELEMS).size + s.evictions
+        assert tier_reads.any() and (~tier_reads).any()
+
+
+def test_no_tier_by_default_and_handles_say_so(tmp_path):
+    path, old = _file(tmp_path)
+    with gids.Runtime(cache_pages=4, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        assert rt.host_tier.capacity == 0 and not rt.host_tier.enabled
+        assert a.handle.tier_mode == gids.layout.TIER_NONE
+        with pytest.raises(HostTierFullError):
+            rt.host_tier.add(a, [0])
+        np.testing.assert_array_equal(rt.gather(a, np.arange(0, old.size, 37)).copy_to_host(),
+                                      old[::37])
+    with gids.defaults.set(host_cache_bytes=3 * PAGE), gids.Runtime(cache_pages=4,
+                                                                    page_size=PAGE) as rt:
+        assert rt.host_tier.capacity == 3
+        a = rt.open_array(path, np.int64)
+        assert a.handle.tier_mode == gids.layout.TIER_COPY
+
+
+def test_bad_input_is_named(tmp_path):
+    path, _ = _file(tmp_path)
+    with pytest.raises(ConfigError, match=">= 0"):
+        _runtime(-1)
+    with pytest.raises(ConfigError, match="RAM"):
+        gids.Runtime(cache_pages=4, page_size=PAGE, host_cache_bytes=1 << 62)
+    with _runtime(4) as rt:
+        a = rt.open_array(path, np.int64)
+        w = rt.open_array(path, np.int64, mode="r+")
+        with pytest.raises(HostTierFullError, match="do not fit"):
+            rt.host_tier.add(a, range(5))
+        assert rt.host_tier.pages(a).size == 0            # nothing added
+        with pytest.raises(ConfigError, match="pages must be in"):
+            rt.host_tier.add(a, [N_PAGES])
+        with pytest.raises(ConfigError, match="pages must be in"):
+            rt.host_tier.add(a, [-1])
+        with pytest.raises(ConfigError, match="mode must be"):
+            rt.host_tier.set_mode(a, "zero-copy")
+        with pytest.raises(ConfigError, match="writable"):
+            rt.host_tier.set_mode(w, "direct")
+        with pytest.raises(ConfigError, match="StorageArray"):
+            rt.host_tier.add(np.zeros(4), [0])
+
+
+def test_invalidate_and_clear_cover_the_tier(tmp_path):
+    path, old = _file(tmp_path)
+    with _runtime(8) as rt:
+        a = rt.open_array(path, np.int64)
+        rt.host_tier.add(a, [1, 2, 3])
+        rt.invalidate(keep_host_tier=True)
+        np.testing.assert_array_equal(rt.host_tier.pages(a), [1, 2, 3])
+        rt.invalidate()
+        assert rt.host_tier.pages(a).size == 0 and rt.stats().tier_evictions == 3
+        rt.host_tier.add(a, [4, 5])
+        rt.host_tier.clear()
+        assert rt.host_tier.pages(a).size == 0 and rt.host_tier.used == 0
+        new = _changed_behind(path, old)
+        idx = np.arange(4 * ELEMS, 6 * ELEMS, 7)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), new[idx])
+        rt.reset_stats()
+        assert rt.stats().tier_fills == 0
+
+
+def test_writes_drop_or_update_the_tier_copy(tmp_path):
+    """A written page evicted by a kernel leaves the tier (its copy is stale) and the store
+    has it; a flushed one stays in the tier with the new bytes; every read matches the model."""
+    path, old = _file(tmp_path)
+    model = old.copy()
+    rng = np.random.default_rng(5)
+    with _runtime(N_PAGES, cache_pages=3) as rt:
+        a = rt.open_array(path, np.int64, mode="r+")
+        rt.host_tier.add(a, range(N_PAGES))
+        idx = rng.choice(old.size, 40, replace=False)
+        vals = rng.integers(0, 1000, 40)
+        rt.scatter(a, idx, vals)
+        model[idx] = vals
+        left = set(rt.host_tier.pages(a).tolist())
+        # Each page written back left the tier (once: a written page reloads from the store).
+        written = set((idx // ELEMS).tolist())
+        s = rt.stats()
+        assert s.writebacks > 0 and s.tier_evictions == N_PAGES - len(left)
+        assert set(range(N_PAGES)) - left <= written and s.tier_evictions <= s.writebacks
+        probe = rng.integers(0, old.size, 80)
+        np.testing.assert_array_equal(rt.gather(a, probe).copy_to_host(), model[probe])
+        rt.flush()
+        np.testing.assert_array_equal(np.fromfile(path, np.int64), model)
+        # The tier's copies are current: with the GPU cache emptied, reads come from it.
+        rt.invalidate(keep_host_tier=True)
+        rt.reset_stats()
+        in_tier = np.array(sorted(left))
+        probe = (in_tier[:, None] * ELEMS + rng.integers(0, ELEMS, (in_tier.size, 2))).ravel()
+        np.testing.assert_array_equal(rt.gather(a, probe).copy_to_host(), model[probe])
+        assert rt.stats().tier_hits > 0 and rt.stats().ios == 0
+
+
+def test_random_sequences_match_a_numpy_model(tmp_path):
+    """Random add / clear / read / write / flush / invalidate sequences: every read equals the
+    model, the tier holds only pages added since the last clear, never more than its size."""
+    path, old = _file(tmp_path, seed=9)
+    model = old.copy()
+    rng = np.random.default_rng(11)
+    added = set()
+    with _runtime(8, cache_pages=3) as rt:
+        a = rt.open_array(path, np.int64, mode="r+")
+        for _ in range(14):
+            op = rng.choice(["add", "clear", "read", "write", "flush", "invalidate"])
+            if op == "add":
+                free = rt.host_tier.capacity - rt.host_tier.used
+                pages = rng.choice(N_PAGES, int(rng.integers(1, 5)), replace=False)
+                new = [p for p in pages if p not in set(rt.host_tier.pages(a).tolist())]
+                if len(new) > free:
+                    with pytest.raises(HostTierFullError):
+                        rt.host_tier.add(a, pages)
+                else:
+                    rt.host_tier.add(a, pages)
+                    added |= set(pages.tolist())
+            elif op == "clear":
+                rt.host_tier.clear()
+                added = set()
+            elif op == "read":
+                idx = rng.integers(0, old.size, 40)
+                np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), model[idx])
+            elif op == "write":
+                idx = rng.choice(old.size, 20, replace=False)
+                vals = rng.integers(-99, 99, 20)
+                rt.scatter(a, idx, vals)
+                model[idx] = vals
+            elif op == "flush":
+                rt.flush()
+                np.testing.assert_array_equal(np.fromfile(path, np.int64), model)
+            else:
+                keep = bool(rng.integers(0, 2))
+                rt.invalidate(keep_host_tier=keep)
+                if not keep:
+                    added = set()
+            held = set(rt.host_tier.pages(a).tolist())
+            assert held <= added and len(held) <= rt.host_tier.capacity
+        rt.flush()
+        np.testing.assert_array_equal(np.fromfile(path, np.int64), model)
+
+
+def test_no_tier_hit_path_has_nothing_added():
+    """The tier's code is on the miss path only: the kernel's own body (the hit path) still has
+    one call (the miss path), no coherent load (the tier's table is read with one) and one pin;
+    the miss path tests the tier's mode."""
+    pytest.importorskip("numba.cuda")
+    script = textwrap.dedent('''
+        import os
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+        import numpy as np
+        import numba.cuda.dispatcher as dispatcher
+        from numba import cuda, typeof, types
+
+        class _Hopper:
+            compute_capability = (9, 0)
+        dispatcher.get_current_device = lambda: _Hopper()
+
+        from tests.helpers import fake_handle
+        from gids.kernels_host import gather_kernel
+
+        h = fake_handle(np.int64)
+        ptx, _ = cuda.compile_ptx(gather_kernel.py_func,
+                                  (typeof(h), types.int64[::1], typeof(np.zeros(4, np.int64))),
+                                  cc=(9, 0))
+        lines = [l.strip() for l in ptx.splitlines()]
+        entry = next(i for i, l in enumerate(lines) if l.startswith(".visible .entry"))
+        end = next((i for i, l in enumerate(lines) if i > entry and ".func" in l), len(lines))
+        body = lines[entry:end]
+        assert sum(l.startswith("call") for l in body) == 1, [l for l in body if "call" in l]
+        assert not [l for l in body if l.startswith("ld.relaxed.gpu")]
+        assert sum(l.startswith("atom.relaxed.gpu.global.add.u64") for l in body) == 1
+        print("TIER_PTX_OK")
+    ''')
+    proc = run_compile_script(script)
+    assert "TIER_PTX_OK" in proc.stdout, proc.stderr[-3000:]
