@@ -251,3 +251,68 @@ def test_no_tier_hit_path_has_nothing_added():
     ''')
     proc = run_compile_script(script)
     assert "TIER_PTX_OK" in proc.stdout, proc.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------- graphs
+def _page_scores_by_loops(offsets, scores, itemsize, page_size, n_pages):
+    out = np.zeros(n_pages)
+    for v in range(offsets.size - 1):
+        lo, hi = offsets[v] * itemsize, offsets[v + 1] * itemsize
+        if hi > lo:
+            for p in range(lo // page_size, (hi - 1) // page_size + 1):
+                out[p] += scores[v]
+    return out
+
+
+def test_graph_pages_by_degree_and_reverse_pagerank(tmp_path):
+    from scipy import sparse
+
+    from workloads.graph import generate_kronecker_csr, open_csr
+    from workloads.graph.tier_pages import choose_pages, page_scores, vertex_scores
+    path = tmp_path / "g.csr"
+    generate_kronecker_csr(path, 7, 8, seed=4)
+    graph = open_csr(path)
+    offsets = np.asarray(graph.offsets)
+    nbrs = np.asarray(graph.neighbours)
+    np.testing.assert_array_equal(vertex_scores(graph, "degree"), np.diff(offsets))
+    # Reverse PageRank: the dense power iteration over the reversed, column-normalised edges.
+    n = offsets.size - 1
+    a = sparse.csr_matrix((np.ones(nbrs.size), nbrs, offsets), shape=(n, n)).toarray()
+    indeg = a.sum(axis=0)
+    m = a / np.where(indeg > 0, indeg, 1)
+    r = np.full(n, 1 / n)
+    for _ in range(10):
+        r = 0.15 / n + 0.85 * m @ r
+    np.testing.assert_allclose(vertex_scores(graph, "pagerank"), r, rtol=1e-5)
+    s = vertex_scores(graph, "pagerank")
+    scores = page_scores(graph, s, PAGE)
+    ref = _page_scores_by_loops(offsets, s, nbrs.itemsize, PAGE, scores.size)
+    np.testing.assert_allclose(scores, ref)
+    chosen = choose_pages(graph, "pagerank", 5, PAGE)
+    assert chosen.size == 5 and np.all(np.diff(chosen) > 0)
+    assert scores[chosen].min() >= np.sort(scores)[-5]
+    np.testing.assert_array_equal(choose_pages(graph, "degree", 10**6, PAGE),
+                                  np.arange(scores.size))
+    with pytest.raises(ValueError, match="method"):
+        vertex_scores(graph, "random")
+
+
+@pytest.mark.parametrize("mode", ["copy", "direct"])
+def test_bfs_with_a_host_tier_is_valid_and_uses_it(tmp_path, mode):
+    from workloads.graph import generate_kronecker_csr, open_csr, sample_bfs_roots
+    from workloads.graph.gpu_bfs import validate_bfs_result
+    from workloads.graph.gpu_graph import open_device_graph
+    path = tmp_path / "g.csr"
+    generate_kronecker_csr(path, 6, 8, seed=1)
+    graph = open_csr(path)
+    with open_device_graph(graph, "gids", cache_fraction=0.25, page_size=PAGE,
+                           host_tier="degree", host_tier_fraction=0.5,
+                           host_tier_mode=mode) as dg:
+        assert "host tier" in dg.source.label
+        tier = dg.source.runtime.host_tier
+        assert tier.used == tier.capacity > 0
+        for root in sample_bfs_roots(graph, 2, seed=5).tolist():
+            result = dg.bfs(root)
+            validate_bfs_result(graph, result)
+            assert result.stats["tier_hits"] + result.stats["tier_direct"] > 0
+        assert tier.used == tier.capacity       # cold searches keep the tier
