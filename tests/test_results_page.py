@@ -90,8 +90,8 @@ def test_update_reads_the_host_tier_figures():
     recs = {r["figure"]: r for r in results.from_json(bench_json)}
     assert recs["Zipf tier row"]["area"] == results.TIER and recs["Zipf tier row"]["value"] == 1.1
     assert recs["Zipf: gids / zero_copy"]["area"] == results.WORKLOADS
-    run = lambda path, teps, **o: {"data_path": path, "teps": {"harmonic_mean_TEPS": teps},  # noqa: E731
-                                   "options": o}
+    def run(path, teps, **o):
+        return {"data_path": path, "teps": {"harmonic_mean_TEPS": teps}, "options": o}
     report = {"command": "bfs", "world": "GPU", "simulator": False,
               "graph": {"metadata": {"scale": 24}},
               "runs": [run("zero_copy", 4e9),
@@ -99,5 +99,5 @@ def test_update_reads_the_host_tier_figures():
                            host_tier_fraction=0.75, storage="file")]}
     recs = results.from_json(report)
     assert all(r["area"] == results.TIER for r in recs), recs
-    ratio = [r for r in recs if r["figure"].endswith("gids / zero-copy")][0]
+    ratio = next(r for r in recs if r["figure"].endswith("gids / zero-copy"))
     assert abs(ratio["value"] - 1.5) < 1e-12 and ratio["target"] == ">= 1.2x"
