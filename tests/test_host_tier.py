@@ -316,3 +316,89 @@ def test_bfs_with_a_host_tier_is_valid_and_uses_it(tmp_path, mode):
             validate_bfs_result(graph, result)
             assert result.stats["tier_hits"] + result.stats["tier_direct"] > 0
         assert tier.used == tier.capacity       # cold searches keep the tier
+
+
+# ------------------------------------------------------------------ whole warps, the GPU
+#: Copy and direct mode with 32-lane warps (lanes of one warp on many pages, some in the tier,
+#: some not, several lanes per page): the shuffles, ballots and warp copies of kernels/tier.py.
+#: A file changed behind the Runtime's back tells tier pages (old bytes) from store pages.
+WARP_SCRIPT = textwrap.dedent('''
+    import os, tempfile
+    data = np.random.default_rng(0).integers(0, 1 << 62, 64 * 64, dtype=np.int64)  # 64 pages
+    path = os.path.join(tempfile.mkdtemp(), "d.bin")
+    data.tofile(path)
+    for mode in ("copy", "direct"):
+        with gids.Runtime(cache_pages=32, page_size=512, queues=2, queue_depth=32, timeout=60,
+                          host_cache_bytes=24 * 512) as rt:
+            a = rt.open_array(path, np.int64)
+            tier = np.arange(0, 64, 3)[:24]
+            rt.host_tier.add(a, tier)
+            rt.host_tier.set_mode(a, mode)
+            (~data).tofile(path)
+            want = ~data
+            for p in tier:
+                want[p * 64:(p + 1) * 64] = data[p * 64:(p + 1) * 64]
+            for seed in range(3):
+                idx = np.random.default_rng(seed).integers(0, 24 * 64, 96)   # pages 0-23
+                idx[:8] = idx[0]                                            # lanes sharing
+                got = rt.gather(a, idx).copy_to_host()
+                assert (got == want[idx]).all(), (mode, seed)
+            s = rt.stats()
+            assert (s.tier_hits if mode == "copy" else s.tier_direct) > 0, s
+            state = rt._page_state.copy_to_host()[:rt._n_pages]
+            assert not (state & gids.layout.PAGE_REF_MASK).any()
+        data.tofile(path)
+    print("TIER32_OK")
+''')
+
+
+def test_emulated_warps_use_the_tier():
+    from tests.helpers import run_with_warp32
+    run_with_warp32(WARP_SCRIPT, "TIER32_OK")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["copy", "direct"])
+def test_tier_on_the_gpu_many_warps(tmp_path, mode):
+    """Real warps, thousands of threads, a cache far smaller than the data: every value right,
+    the tier serving its pages, no reference left."""
+    n_pages = 4096
+    data = np.random.default_rng(1).integers(0, 1 << 62, n_pages * 512, dtype=np.int64)
+    path = tmp_path / "d.bin"
+    data.tofile(path)
+    with gids.Runtime(cache_pages=256, page_size=4096,
+                      host_cache_bytes=n_pages // 2 * 4096) as rt:
+        a = rt.open_array(path, np.int64)
+        tier = np.random.default_rng(2).choice(n_pages, n_pages // 2, replace=False)
+        rt.host_tier.add(a, tier)
+        rt.host_tier.set_mode(a, mode)
+        new = _changed_behind(path, data)
+        want = new.copy()
+        for p in tier:
+            want[p * 512:(p + 1) * 512] = data[p * 512:(p + 1) * 512]
+        for seed in range(3):
+            idx = np.random.default_rng(seed).integers(0, data.size, 1 << 18)
+            np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), want[idx])
+        s = rt.stats()
+        assert (s.tier_hits if mode == "copy" else s.tier_direct) > 0
+        state = rt._page_state.copy_to_host()[:rt._n_pages]
+        assert not (state & gids.layout.PAGE_REF_MASK).any()
+
+
+@pytest.mark.gpu
+def test_tier_writes_on_the_gpu(tmp_path):
+    path, old = _file(tmp_path, n_pages=512)
+    model = old.copy()
+    rng = np.random.default_rng(8)
+    with gids.Runtime(cache_pages=64, page_size=PAGE, host_cache_bytes=512 * PAGE) as rt:
+        a = rt.open_array(path, np.int64, mode="r+")
+        rt.host_tier.add(a, range(512))
+        for _ in range(3):
+            idx = rng.choice(old.size, 4096, replace=False)
+            vals = rng.integers(-1000, 1000, idx.size)
+            rt.scatter(a, idx, vals)
+            model[idx] = vals
+            probe = rng.integers(0, old.size, 1 << 16)
+            np.testing.assert_array_equal(rt.gather(a, probe).copy_to_host(), model[probe])
+        rt.flush()
+        np.testing.assert_array_equal(np.fromfile(path, np.int64), model)
