@@ -402,3 +402,96 @@ def test_tier_writes_on_the_gpu(tmp_path):
             np.testing.assert_array_equal(rt.gather(a, probe).copy_to_host(), model[probe])
         rt.flush()
         np.testing.assert_array_equal(np.fromfile(path, np.int64), model)
+
+
+# ------------------------------------------------------------------ a state machine
+def _tier_machine():
+    from hypothesis import settings, strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+    class TierMachine(RuleBasedStateMachine):
+        """A read-only array (its tier mode switched at will) and a writable one over one
+        Runtime with a small GPU cache and tier, against a numpy model of both files."""
+
+        @initialize(seed=st.integers(0, 2**16))
+        def start(self, seed):
+            import tempfile
+            self.dir = tempfile.mkdtemp()
+            self.rt = _runtime(6, cache_pages=3)
+            self.arrays, self.models, self.paths, self.added = [], [], [], []
+            for k, mode in enumerate(("r", "r+")):
+                data = np.random.default_rng([seed, k]).integers(-2**40, 2**40, 8 * ELEMS)
+                path = f"{self.dir}/a{k}.bin"
+                data.tofile(path)
+                self.arrays.append(self.rt.open_array(path, np.int64, mode=mode))
+                self.models.append(data.copy())
+                self.paths.append(path)
+                self.added.append(set())
+
+        def teardown(self):
+            if hasattr(self, "rt"):
+                self.rt.close(flush=False)
+
+        @rule(k=st.integers(0, 1), pages=st.lists(st.integers(0, 7), min_size=1, max_size=4))
+        def add(self, k, pages):
+            held = set(self.rt.host_tier.pages(self.arrays[k]).tolist())
+            new = set(pages) - held
+            if len(new) > self.rt.host_tier.capacity - self.rt.host_tier.used:
+                with pytest.raises(HostTierFullError):
+                    self.rt.host_tier.add(self.arrays[k], pages)
+            else:
+                assert self.rt.host_tier.add(self.arrays[k], pages) == len(new)
+                self.added[k] |= set(pages)
+
+        @rule()
+        def clear(self):
+            self.rt.host_tier.clear()
+            self.added = [set(), set()]
+
+        @rule(mode=st.sampled_from(["copy", "direct"]))
+        def set_mode(self, mode):
+            self.rt.host_tier.set_mode(self.arrays[0], mode)
+
+        @rule(k=st.integers(0, 1), seed=st.integers(0, 2**16))
+        def read(self, k, seed):
+            idx = np.random.default_rng(seed).integers(0, 8 * ELEMS, 24)
+            np.testing.assert_array_equal(self.rt.gather(self.arrays[k], idx).copy_to_host(),
+                                          self.models[k][idx])
+
+        @rule(seed=st.integers(0, 2**16))
+        def write(self, seed):
+            rng = np.random.default_rng(seed)
+            idx = rng.choice(8 * ELEMS, 12, replace=False)
+            vals = rng.integers(-99, 99, 12)
+            self.rt.scatter(self.arrays[1], idx, vals)
+            self.models[1][idx] = vals
+
+        @rule()
+        def flush(self):
+            self.rt.flush()
+            np.testing.assert_array_equal(np.fromfile(self.paths[1], np.int64), self.models[1])
+
+        @rule(keep=st.booleans())
+        def invalidate(self, keep):
+            self.rt.invalidate(keep_host_tier=keep)
+            if not keep:
+                self.added = [set(), set()]
+
+        @invariant()
+        def tier_holds_only_added_pages(self):
+            if not hasattr(self, "rt"):
+                return
+            for k in range(2):
+                assert set(self.rt.host_tier.pages(self.arrays[k]).tolist()) <= self.added[k]
+            assert 0 <= self.rt.host_tier.used <= self.rt.host_tier.capacity
+
+    TierMachine.TestCase.settings = settings(max_examples=4, stateful_step_count=10,
+                                             deadline=None)
+    return TierMachine
+
+
+def test_tier_state_machine():
+    pytest.importorskip("hypothesis")
+    from hypothesis.stateful import run_state_machine_as_test
+    machine = _tier_machine()
+    run_state_machine_as_test(machine, settings=machine.TestCase.settings)
