@@ -406,7 +406,8 @@ def test_tier_writes_on_the_gpu(tmp_path):
 
 # ------------------------------------------------------------------ a state machine
 def _tier_machine():
-    from hypothesis import settings, strategies as st
+    from hypothesis import settings
+    from hypothesis import strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
     class TierMachine(RuleBasedStateMachine):
