@@ -79,6 +79,19 @@ def test_misses_on_tier_pages_are_served_from_the_tier(tmp_path, mode):
         assert tier_reads.any() and (~tier_reads).any()
 
 
+def test_the_nvme_path_copies_from_the_tier_too(tmp_path):
+    path, old = _file(tmp_path)
+    tier = np.arange(0, N_PAGES, 2)
+    with _runtime(12, backend="nvme") as rt:
+        a = rt.open_array(path, np.int64)
+        rt.host_tier.add(a, tier)
+        new = _changed_behind(path, old)
+        want = _expected(old, new, tier)
+        idx = np.random.default_rng(4).integers(0, old.size, 100)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), want[idx])
+        assert rt.stats().tier_hits > 0 and rt.daemon.counters["commands"] == rt.stats().ios
+
+
 def test_no_tier_by_default_and_handles_say_so(tmp_path):
     path, old = _file(tmp_path)
     with gids.Runtime(cache_pages=4, page_size=PAGE) as rt:
