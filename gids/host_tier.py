@@ -195,6 +195,8 @@ class HostTier:
 
     def clear(self):
         """Drop every page from the tier."""
+        if not self.enabled:
+            return
         self._reconcile()
         held = np.flatnonzero(self._table_host >= 0)
         if held.size:
@@ -219,6 +221,13 @@ class HostTier:
         self._array(array, "mode")
         return {v: k for k, v in _MODE_CODES.items()}[self._modes.get(array.array_id,
                                                                        L.TIER_COPY)]
+
+    def close(self):
+        """Give the pinned memory back (the Runtime closes); the tier is empty from now on."""
+        self.capacity = 0
+        self._free = []
+        self._memory = self._bytes = self._table = None
+        self._table_host = np.full(1, L.TIER_NO_SLOT, dtype=np.int64)
 
     def reset_counts(self):
         self.fills = 0

@@ -439,6 +439,7 @@ class Runtime:
             self._aliases.clear()
             self._zero_copy.clear()
             self._written.clear()
+            self.host_tier.close()
         if error is not None:
             raise error
 
