@@ -22,9 +22,10 @@ import numpy as np
 from numba import cuda
 
 from kernels import layout as L
-from kernels.cache import drop_references, warp_copy_page
+from kernels.cache import copy_in_bulk, drop_references, warp_copy_page
+from kernels.platform import BULK_COPY_LANES
 from kernels.sync import atomic_exch, ld_relaxed_gpu
-from kernels.warp import ballot_sync, lowest_lane, shfl_sync, syncwarp
+from kernels.warp import ballot_sync, lowest_lane, popc, shfl_sync, syncwarp
 
 
 @cuda.jit(device=True)
@@ -37,9 +38,16 @@ def tier_slot_of(h, gpage):
 @cuda.jit(device=True)
 def copy_from_tier(h, mask, tier_at, slot):
     """Lanes with ``tier_at >= 0`` (loaders owning BUSY on a page in tier slot ``tier_at``)
-    get their page copied from the tier into cache slot ``slot`` by the whole warp, visible
-    GPU-wide when this returns (collective; the caller then publishes it)."""
-    to_copy = ballot_sync(mask, tier_at >= 0)
+    get their page copied from the tier into cache slot ``slot``, visible GPU-wide when this
+    returns (collective; the caller then publishes it): in a warp of at most
+    ``BULK_COPY_LANES`` lanes each loader alone by bulk copy where that is compiled in, as a
+    miss's page from staging (:func:`kernels.cache.copy_in_bulk`: its copy ends with a
+    release), else by the whole warp's loads."""
+    lanes = popc(mask)
+    bulk = False
+    if tier_at >= 0 and lanes <= BULK_COPY_LANES:
+        bulk = copy_in_bulk(h, lanes, h.tier_words, tier_at * h.page_words, slot)
+    to_copy = ballot_sync(mask, tier_at >= 0 and not bulk)
     copied = to_copy
     while to_copy != 0:
         src_lane = lowest_lane(to_copy)
