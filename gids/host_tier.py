@@ -7,7 +7,11 @@ tier into a GPU slot (``"copy"`` mode), or, for a read-only array in ``"direct"`
 granularity, for fine-grained access). The device side is :mod:`kernels.tier`.
 
 Filling is static: :meth:`HostTier.add` reads chosen pages from their store (for graphs,
-``workloads.graph.tier_pages`` picks them by degree or by reverse PageRank, as GIDS does).
+``workloads.graph.tier_pages`` picks them by degree or by reverse PageRank, as GIDS does); with
+``host_tier_fill="victims"`` also dynamic: clean pages of read-only arrays that kernels evict
+from the GPU cache enter free tier slots (a victim cache, as GMT's), and after each
+``Runtime.sync`` the host frees slots by clock (a slot hit since the hand last passed is kept)
+so that the next kernels find free ones again.
 
 Writes: a page has one writable copy at a time. A writable array's page may be in the tier (it
 is copied into the GPU cache to be written); the write-back of a dirty page from a kernel drops
@@ -24,6 +28,10 @@ from gids._platform import host_view
 from gids.errors import ConfigError, HostTierFullError
 
 MODES = ("copy", "direct")
+FILLS = ("static", "victims")
+#: With victim fill, the clock runs once fewer than this share of the slots is free, and
+#: frees slots until twice as many are.
+_LOW_WATER = 8
 _MODE_CODES = {"copy": L.TIER_COPY, "direct": L.TIER_DIRECT}
 #: Pages read from the store by one call while filling (contiguous pages of one array).
 _FILL_RUN_PAGES = 256
@@ -42,7 +50,9 @@ class HostTier:
     memory and a device table page -> tier slot. Its methods run between kernels (they wait for
     the kernels launched so far)."""
 
-    def __init__(self, runtime, capacity_bytes):
+    def __init__(self, runtime, capacity_bytes, fill="static"):
+        if fill not in FILLS:
+            raise ConfigError(f"gids: host_tier_fill must be one of {FILLS}, got {fill!r}")
         capacity_bytes = int(capacity_bytes)
         if capacity_bytes < 0:
             raise ConfigError(f"gids: host_cache_bytes must be >= 0, got {capacity_bytes}")
@@ -68,6 +78,15 @@ class HostTier:
         self._modes = {}        # array id -> TIER_COPY or TIER_DIRECT
         self.fills = 0
         self.evictions = 0
+        #: Clean pages evicted from the GPU cache enter the tier (``host_tier_fill``).
+        self.victims = fill == "victims" and self.capacity > 0
+        slots = max(1, self.capacity)
+        self._ref = cuda.to_device(np.zeros(slots, dtype=np.int32))
+        self._free_list = cuda.to_device(np.zeros(slots, dtype=np.int64))
+        self._free_top = cuda.to_device(np.zeros(2, dtype=np.int64))
+        self._offered = np.zeros(0, dtype=np.int64)   # the free list kernels were given
+        self._hand = 0
+        self._publish_free()
 
     @property
     def enabled(self):
@@ -93,8 +112,12 @@ class HostTier:
     def handle_fields(self, array):
         """The handle fields of ``array`` (:mod:`kernels.handle`, the host tier's block)."""
         mode = self._modes.get(array.array_id, L.TIER_COPY) if self.enabled else L.TIER_NONE
+        victims = int(self.victims and not array.writable
+                      and id(array.store) not in self._rt._written)
         return {"tier_slot": self._table, "tier": self._memory.view(array.dtype),
-                "tier_words": self._memory, "tier_mode": mode}
+                "tier_words": self._memory, "tier_mode": mode, "tier_ref": self._ref,
+                "tier_free": self._free_list, "tier_free_top": self._free_top,
+                "tier_victims": victims}
 
     def written(self, gpage, data):
         """The host wrote ``data`` (the page's bytes) to global page ``gpage``'s store (a flush):
@@ -114,7 +137,66 @@ class HostTier:
         dropped = np.flatnonzero((table < 0) & (self._table_host >= 0))
         if dropped.size:
             self._release(dropped)
+        if self.victims:
+            self._take_victims(table)
         self._table_host = table
+        if self.victims:
+            self._clock()
+            self._publish_free()
+
+    def _take_victims(self, table):
+        """Account for the pages kernels put into the tier (their fills were counted there):
+        the free slots they took hold them, or, taken twice for one page, are free again."""
+        taken = self._offered[:min(int(self._free_top.copy_to_host()[0]), self._offered.size)]
+        if taken.size == 0:
+            return
+        new = np.flatnonzero((table >= 0) & (self._table_host < 0))
+        self._page_of_slot[table[new]] = new
+        held = np.zeros(self.capacity, dtype=bool)
+        held[table[table >= 0]] = True
+        lost = taken[~held[taken]]
+        self._page_of_slot[lost] = -1
+        gone = set(taken[held[taken]].tolist())
+        self._free = [s for s in self._free if s not in gone]
+
+    def _clock(self):
+        """Free slots by clock until twice the low water are free: a slot whose page was hit
+        since the hand last passed (its reference bit) is passed over once, its bit cleared."""
+        if len(self._free) * _LOW_WATER >= self.capacity:
+            return
+        want = 2 * self.capacity // _LOW_WATER
+        ref = self._ref.copy_to_host()
+        freed = []
+        for _ in range(2 * self.capacity):
+            if len(self._free) + len(freed) >= want:
+                break
+            s = self._hand
+            self._hand = (self._hand + 1) % self.capacity
+            if self._page_of_slot[s] < 0:
+                continue
+            if ref[s]:
+                ref[s] = 0
+            else:
+                freed.append(int(self._page_of_slot[s]))
+        if freed:
+            self._release(np.array(freed, dtype=np.int64))
+            self._table.copy_to_device(self._table_host)
+        self._ref.copy_to_device(ref)
+
+    def _publish_free(self):
+        """Give kernels the free slots (victim fill): a list and a count, none taken yet."""
+        if not self.victims:
+            return
+        self._offered = np.array(self._free[::-1], dtype=np.int64)
+        if self._offered.size:
+            self._free_list[:self._offered.size].copy_to_device(self._offered)
+        self._free_top.copy_to_device(np.array([0, self._offered.size], dtype=np.int64))
+
+    def after_kernels(self):
+        """After ``Runtime.sync``: take in the kernels' victims, run the clock, hand out free
+        slots again (victim fill only)."""
+        if self.victims:
+            self._reconcile()
 
     def _release(self, gpages):
         slots = self._table_host[gpages]
@@ -162,6 +244,7 @@ class HostTier:
         self._page_of_slot[slots] = new
         self._table.copy_to_device(self._table_host)
         self.fills += int(new.size)
+        self._publish_free()
         return int(new.size)
 
     def _fill(self, array, pages, slots):
@@ -202,6 +285,7 @@ class HostTier:
         if held.size:
             self._release(held)
             self._table.copy_to_device(self._table_host)
+        self._publish_free()
 
     def set_mode(self, array, mode):
         """How a kernel's miss on ``array``'s pages in the tier is served: ``"copy"`` (into a GPU

@@ -203,6 +203,10 @@ class Runtime:
         Pinned, device-mapped host memory for the host tier (:attr:`host_tier`), rounded down
         to whole pages: pages there are served to kernels without a request to the daemon.
         Default ``gids.defaults.get("host_cache_bytes")`` (0: no tier).
+    host_tier_fill : {"static", "victims"}, optional
+        ``"victims"``: clean pages of read-only arrays evicted from the GPU cache enter the
+        host tier too, which frees slots by clock after each :meth:`sync`. Default
+        ``gids.defaults.get("host_tier_fill")`` (``"static"``: only ``host_tier.add``).
 
     Notes
     -----
@@ -225,7 +229,8 @@ class Runtime:
 
     def __init__(self, backend="host", *, cache_bytes=None, cache_pages=None, page_size=None,
                  daemon_threads=None, queues=None, queue_depth=None, timeout=None, ssd=None,
-                 n_ssd=1, trace=None, engine=None, engine_depth=None, host_cache_bytes=None):
+                 n_ssd=1, trace=None, engine=None, engine_depth=None, host_cache_bytes=None,
+                 host_tier_fill=None):
         if backend not in BACKENDS:
             raise ConfigError(f"gids: unknown backend {backend!r}; choose one of {BACKENDS}")
         page_size = defaults.get("page_size") if page_size is None else int(page_size)
@@ -321,7 +326,9 @@ class Runtime:
         self._page_bases = self._to_device(self._page_bases_host)
         #: The host tier (:class:`gids.host_tier.HostTier`; ``capacity`` 0 without one).
         self.host_tier = HostTier(self, defaults.get("host_cache_bytes")
-                                  if host_cache_bytes is None else host_cache_bytes)
+                                  if host_cache_bytes is None else host_cache_bytes,
+                                  defaults.get("host_tier_fill")
+                                  if host_tier_fill is None else host_tier_fill)
         self._err = self._to_device(np.zeros(L.ERR_WORDS, dtype=np.int64))
         # Where sync() reads it back, allocated once: a short launch's sync should not pay for
         # an allocation.
@@ -1052,6 +1059,7 @@ class Runtime:
         except DaemonError as exc:
             daemon_error = exc
         if err[L.ERR_CODE] == L.ERR_NONE and daemon_error is None and not aborted:
+            self.host_tier.after_kernels()
             return
         if aborted:
             exc = AbortedError("gids: the kernels were stopped by Runtime.abort()")

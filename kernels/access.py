@@ -46,7 +46,8 @@ from kernels.backend import io_submit, io_wait
 from kernels.queue import (expired, hand_on_entry, queue_of_warp, release_entry, staging_word,
                            take_tickets, wait_turn)
 from kernels.sync import atomic_cas, ld_weak_l2, now_ns, red_add, zero_of
-from kernels.tier import copy_from_tier, forget_tier_page, read_direct, tier_slot_of
+from kernels.tier import (copy_from_tier, forget_tier_page, offer_victim, read_direct,
+                          tier_slot_of)
 from kernels.platform import BULK_COPY_LANES, out_of_line
 from kernels.warp import (activemask, ballot_sync, laneid, lowest_lane, match_any_sync, nanosleep,
                           popc, shfl_sync, syncwarp)
@@ -466,14 +467,18 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
             # 2. loaders: a slot, and the write-back of a dirty page that held it
             q = queue_of_warp(h)
             victim = -1
+            clean_victim = -1
             if loading:
                 claim_start = now_ns()
-                slot, ev, victim = claim_slot(h, gpage)
+                slot, clean_victim, victim = claim_slot(h, gpage)
                 _add_stat(h, L.STAT_CLAIM_NS, now_ns() - claim_start)
-                evicted = evicted or ev
+                evicted = evicted or clean_victim >= 0
                 if slot < 0:
                     wait_code = L.ERR_TIMEOUT_SLOT
                     _add_stat(h, L.STAT_SLOT_RETRIES, 1)
+            if h.tier_victims != 0:
+                # Before the load overwrites them: the clean victim's bytes into the host tier.
+                offer_victim(h, mask, clean_victim, slot)
             if ballot_sync(mask, victim >= 0) != 0:
                 ok = _write_back(h, mask, q, victim, slot, deadline)
                 if victim >= 0:

@@ -15,6 +15,14 @@ A miss of :mod:`kernels.access` on a page in the tier takes one of two ways, by 
   cache reads its element straight from the tier, a sector over PCIe, and takes no slot (what
   zero-copy access costs, EMOGI-style). Pins and writes use the copy way.
 
+With ``host_tier_fill="victims"`` (``h.tier_victims``, read-only arrays) a loader that evicted
+a clean page of its array offers it to the tier before its load overwrites the slot
+(:func:`offer_victim`, GMT-style): it takes a free tier slot from the list the host left
+(``h.tier_free``, ``h.tier_free_top``), copies the page there and publishes it in the table.
+Kernels never evict from the tier, so no reader can see a tier slot change under it: between
+kernels the host frees slots by clock over their reference bits (``h.tier_ref``, set on every
+tier hit) and hands kernels a new free list.
+
 Without a tier ``h.tier_mode`` is ``TIER_NONE``: the miss path tests that one integer and does
 nothing else; the hit path never looks at the tier.
 """
@@ -22,9 +30,9 @@ import numpy as np
 from numba import cuda
 
 from kernels import layout as L
-from kernels.cache import copy_in_bulk, drop_references, warp_copy_page
+from kernels.cache import copy_in_bulk, drop_references, warp_copy_out, warp_copy_page
 from kernels.platform import BULK_COPY_LANES
-from kernels.sync import atomic_exch, ld_relaxed_gpu
+from kernels.sync import atomic_add, atomic_exch, ld_relaxed_gpu, red_add
 from kernels.warp import ballot_sync, lowest_lane, popc, shfl_sync, syncwarp
 
 
@@ -45,6 +53,8 @@ def copy_from_tier(h, mask, tier_at, slot):
     release), else by the whole warp's loads."""
     lanes = popc(mask)
     bulk = False
+    if tier_at >= 0:
+        h.tier_ref[tier_at] = 1
     if tier_at >= 0 and lanes <= BULK_COPY_LANES:
         bulk = copy_in_bulk(h, lanes, h.tier_words, tier_at * h.page_words, slot)
     to_copy = ballot_sync(mask, tier_at >= 0 and not bulk)
@@ -75,6 +85,7 @@ def read_direct(h, mask, leader, ask, gpage, i, refs, value, done):
         if at >= 0:
             # Nothing is read under them: the page's word need not order anything.
             drop_references(h, gpage, refs)
+            h.tier_ref[at] = 1
     code = shfl_sync(mask, np.int32(at), leader)
     if not done and code >= 0:
         value = h.tier[(np.int64(code) << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))]
@@ -90,3 +101,36 @@ def forget_tier_page(h, gpage):
     if ld_relaxed_gpu(h.tier_slot, gpage) >= 0:
         atomic_exch(h.tier_slot, gpage, np.int64(L.TIER_NO_SLOT))
         cuda.threadfence()
+
+
+@cuda.jit(device=True)
+def offer_victim(h, mask, victim, slot):
+    """Lanes whose loader evicted clean page ``victim`` (>= 0) from cache ``slot`` (claimed by
+    it, not yet overwritten) put the page into a free tier slot, if it is a page of this array
+    and not in the tier already and a free slot is left (collective). The warp copies each
+    page; it is published in the table once its bytes are there."""
+    n_pages = (h.n_elems + (np.int64(1) << h.elem_shift) - 1) >> h.elem_shift
+    at = np.int64(L.TIER_NO_SLOT)
+    if (victim >= h.page_base and victim < h.page_base + n_pages
+            and tier_slot_of(h, victim) < 0):
+        k = atomic_add(h.tier_free_top, 0, 1)
+        if k < h.tier_free_top[1]:
+            at = h.tier_free[k]
+    to_copy = ballot_sync(mask, at >= 0)
+    copied = to_copy
+    while to_copy != 0:
+        src_lane = lowest_lane(to_copy)
+        src = shfl_sync(mask, slot, src_lane)
+        dst = shfl_sync(mask, at, src_lane)
+        warp_copy_out(mask, h.cache_words, src * h.page_words, h.tier_words,
+                      dst * h.page_words, h.page_words)
+        to_copy &= to_copy - 1
+    if copied != 0:
+        # Every lane's share is in the tier before any lane publishes its page there.
+        cuda.threadfence_system()
+        syncwarp(mask)
+    if at >= 0:
+        h.tier_ref[at] = 0
+        atomic_exch(h.tier_slot, victim, at)
+        shard = cuda.blockIdx.x % L.N_STAT_SHARDS
+        red_add(h.stats, shard * L.N_STATS + L.STAT_TIER_FILLS, np.uint64(1))

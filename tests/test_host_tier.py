@@ -361,6 +361,15 @@ WARP_SCRIPT = textwrap.dedent('''
             state = rt._page_state.copy_to_host()[:rt._n_pages]
             assert not (state & gids.layout.PAGE_REF_MASK).any()
         data.tofile(path)
+    # Victim fill: the warp's loaders offer their clean victims, copied by the whole warp.
+    with gids.Runtime(cache_pages=32, page_size=512, queues=2, queue_depth=32, timeout=60,
+                      host_cache_bytes=24 * 512, host_tier_fill="victims") as rt:
+        a = rt.open_array(path, np.int64)
+        for seed in range(4):
+            idx = np.random.default_rng(seed).integers(0, data.size, 96)
+            assert (rt.gather(a, idx).copy_to_host() == data[idx]).all(), seed
+        s = rt.stats()
+        assert s.tier_fills > 0 and s.tier_hits > 0, s
     print("TIER32_OK")
 ''')
 
@@ -509,3 +518,55 @@ def test_tier_state_machine():
     from hypothesis.stateful import run_state_machine_as_test
     machine = _tier_machine()
     run_state_machine_as_test(machine, settings=machine.TestCase.settings)
+
+
+# ------------------------------------------------------------------ victim fill
+def test_victims_enter_the_tier_and_serve_later_misses(tmp_path):
+    path, old = _file(tmp_path)
+    rng = np.random.default_rng(12)
+    with _runtime(8, cache_pages=3, host_tier_fill="victims") as rt:
+        a = rt.open_array(path, np.int64)
+        assert a.handle.tier_victims == 1
+        for seed in range(4):
+            idx = np.random.default_rng(seed).integers(0, old.size, 60)
+            np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), old[idx])
+            assert 0 < rt.host_tier.used <= rt.host_tier.capacity
+        s = rt.stats()
+        assert s.tier_fills > 0 and s.tier_hits > 0 and s.tier_evictions > 0, s
+        # What the tier holds came from the GPU cache: old bytes, served after the file changed.
+        held = rt.host_tier.pages(a)
+        rt.invalidate(keep_host_tier=True)
+        _changed_behind(path, old)
+        idx = (held[:, None] * ELEMS + rng.integers(0, ELEMS, (held.size, 3))).ravel()
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), old[idx])
+
+
+def test_victim_fill_skips_writable_arrays_and_bad_fill_is_named(tmp_path):
+    path, old = _file(tmp_path)
+    with pytest.raises(ConfigError, match="host_tier_fill"):
+        _runtime(8, host_tier_fill="lru")
+    with _runtime(8, cache_pages=3, host_tier_fill="victims") as rt:
+        a = rt.open_array(path, np.int64, mode="r+")
+        assert a.handle.tier_victims == 0
+        idx = np.arange(0, old.size, ELEMS // 2)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), old[idx])
+        assert rt.host_tier.used == 0 and rt.stats().tier_fills == 0
+
+
+@pytest.mark.gpu
+def test_victim_fill_on_the_gpu(tmp_path):
+    """Thousands of warps evicting into the tier at once (free slots taken by atomics, a page
+    offered twice by two warps): every value right, the tier within its size."""
+    n_pages = 2048
+    data = np.random.default_rng(3).integers(0, 1 << 62, n_pages * 512, dtype=np.int64)
+    path = tmp_path / "d.bin"
+    data.tofile(path)
+    with gids.Runtime(cache_pages=128, page_size=4096, host_cache_bytes=512 * 4096,
+                      host_tier_fill="victims") as rt:
+        a = rt.open_array(path, np.int64)
+        for seed in range(4):
+            idx = np.random.default_rng(seed).integers(0, data.size, 1 << 18)
+            np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), data[idx])
+            assert rt.host_tier.used <= rt.host_tier.capacity
+        s = rt.stats()
+        assert s.tier_fills > 0 and s.tier_hits > 0
