@@ -40,7 +40,7 @@ PARAMS = {"request_bytes": int, "page_size": OPT_INT, "threads": int, "block": i
           "cache_bytes": OPT_INT, "batch_bytes": int, "daemon_threads": OPT_INT,
           "queues": OPT_INT, "queue_depth": OPT_INT, "gather_threads": OPT_INT, "steps": int,
           "hot_fraction": OPT_NUM, "data_bytes": int, "store": str, "cache_fraction": OPT_NUM,
-          "host_tier_bytes": int, "tier_mode": OPT_STR}
+          "host_tier_bytes": int, "tier_mode": OPT_STR, "tier_fill": OPT_STR}
 LATENCY = {"p50": float, "p90": float, "p99": float, "mean": float, "max": float}
 TARGET = {"sweep": str, "workload": str, "setting": str, "issue_setting": bool, "goal": str, "ratios": list,
           "met": (bool, type(None))}
@@ -89,7 +89,9 @@ def test_every_point_runs_and_checks_its_values(result):
     assert all(r["latency_us"]["p50"] > 0 for r in lat)
     # The tier sweep: pages in the host tier are served from it (direct, or copied).
     tier = {(r["workload"], r["params"]["store"], r["params"]["cache_fraction"], r["x"]): r
-            for r in rows if r["sweep"] == "tier" and r["path"] == "gids"}
+            for r in rows if r["sweep"] == "tier" and r["path"] == "gids"
+            and r["params"]["tier_fill"] != "victims"}
+    assert [r for r in rows if r["params"].get("tier_fill") == "victims"]
     assert tier[("pointer_chase", "file", None, 1.0)]["path_stats"]["tier_direct"] > 0
     assert tier[("pointer_chase", "file", None, 1.0)]["path_stats"]["ios"] == 0
     assert tier[("zipf", "file", 0.25, 0.5)]["path_stats"]["tier_hits"] > 0

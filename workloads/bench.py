@@ -30,8 +30,9 @@ Sweeps (each over the data paths; ``all`` runs every one):
     cache x host tier sizes (:data:`TIER_GPU_FRACTIONS` x :data:`TIER_HOST_FRACTIONS`, copy
     mode) against today's gids row over a RAM store (cache 10 %, no tier). The tier is filled
     statically before timing: every page, or the pages the run's requests use most (a profile,
-    as a graph's reverse PageRank stands for one). Its targets (:data:`TIER_TARGETS`) end the
-    report.
+    as a graph's reverse PageRank stands for one); one more Zipf row fills a 20 % tier with
+    nothing but the GPU cache's evictions (``host_tier_fill="victims"``). Its targets
+    (:data:`TIER_TARGETS`) end the report.
 ``latency``
     One warp, one request at a time (queue depth 1): percentiles. memory, zero_copy and gids are
     timed inside the kernel (``%globaltimer``); cpu_batch on the host, one launch per request
@@ -77,7 +78,8 @@ apply; new keys may be added, none removed or retyped without a new version):
                               queues int|null, queue_depth int|null, gather_threads int|null,
                               steps int, hot_fraction float|null, data_bytes int,
                               store str, cache_fraction float|null: the point's own,
-                              host_tier_bytes int, tier_mode str|null},
+                              host_tier_bytes int, tier_mode str|null,
+                              tier_fill str|null},
                       requests int: requests (or single reads) in one timed run,
                       request_bytes int: useful bytes per request,
                       bytes int: requests * request_bytes,
@@ -511,6 +513,7 @@ class Point:
     requests: int = None
     host_tier_fraction: float = None   # tier sweep: host tier / data (0: none)
     tier_mode: str = "copy"
+    tier_fill: str = "static"          # "victims": the GPU cache's evictions fill the tier
     store: str = None                  # "memory" or "file"; None: the config's
 
 
@@ -577,6 +580,10 @@ def tier_points(c):
             for t in TIER_HOST_FRACTIONS:
                 pts.append(Point("tier", "zipf", "gids", x, t, cache_fraction=g, store="file",
                                  host_tier_fraction=t))
+        # The tier as a victim cache (nothing added: what the GPU cache evicts fills it).
+        pts.append(Point("tier", "zipf", "gids", x, TIER_HOST_FRACTIONS[1],
+                         cache_fraction=TIER_GPU_FRACTIONS[0], store="file",
+                         host_tier_fraction=TIER_HOST_FRACTIONS[1], tier_fill="victims"))
     return pts
 
 
@@ -658,6 +665,7 @@ class Runner:
             if pt.host_tier_fraction:
                 opts["host_cache_bytes"] = math.ceil(c.data_bytes * pt.host_tier_fraction
                                                      / page) * page
+                opts["host_tier_fill"] = pt.tier_fill
             return opts
         if pt.path.startswith("cpu_batch"):
             page = _batch_page(request_bytes)
@@ -734,15 +742,17 @@ class Runner:
         plan's requests use most; and set its mode."""
         tier = arr.runtime.host_tier
         n_pages = arr.array.n_pages
+        tier.clear()
+        tier.set_mode(arr.array, pt.tier_mode)
+        arr.handle = arr.array.handle   # the mode is in the handle
+        if pt.tier_fill == "victims":
+            return          # the timed runs' evictions fill it
         if tier.capacity >= n_pages:
             pages = np.arange(n_pages)
         else:
             used = np.bincount(plan.ids * plan.request_bytes // page, minlength=n_pages)
             pages = np.argsort(-used, kind="stable")[:tier.capacity]
-        tier.clear()
         tier.add(arr.array, pages)
-        tier.set_mode(arr.array, pt.tier_mode)
-        arr.handle = arr.array.handle   # the mode is in the handle
 
     def _row_skeleton(self, pt, request_bytes, threads, options, cache_bytes):
         c = self.c
@@ -776,6 +786,7 @@ class Runner:
                 "cache_fraction": pt.cache_fraction,
                 "host_tier_bytes": options.get("host_cache_bytes", 0),
                 "tier_mode": pt.tier_mode if pt.host_tier_fraction else None,
+                "tier_fill": pt.tier_fill if pt.host_tier_fraction else None,
             },
             "requests": 0, "request_bytes": int(request_bytes), "bytes": 0,
             "seconds": None, "reps": int(c.reps), "requests_per_s": None, "bytes_per_s": None,
@@ -1022,14 +1033,14 @@ def evaluate_targets(result):
 
 #: Issue 23's host-tier targets: (workload, setting, the row that must be fast, the reference
 #: row, least ratio of their bytes/s). Rows are named by (path, store, gids cache fraction or
-#: None, host tier fraction or None).
+#: None, host tier fraction or None, "static" / "victims" or None without a tier).
 TIER_TARGETS = (
     ("pointer_chase", "pointer chasing, 8-byte elements, file store in a host tier (direct) "
-     "vs zero-copy over RAM", ("gids", "file", None, 1.0), ("zero_copy", "memory", None, None),
-     0.8),
+     "vs zero-copy over RAM", ("gids", "file", None, 1.0, "static"),
+     ("zero_copy", "memory", None, None, None), 0.8),
     ("zipf", f"Zipf({ZIPF_S}) 4 KiB reads, file store, GPU cache 10 % + host tier 20 % vs gids "
-     "over RAM, cache 10 %, no tier", ("gids", "file", 0.10, 0.20),
-     ("gids", "memory", 0.10, 0.0), 0.9),
+     "over RAM, cache 10 %, no tier", ("gids", "file", 0.10, 0.20, "static"),
+     ("gids", "memory", 0.10, 0.0, None), 0.9),
 )
 
 
@@ -1037,7 +1048,7 @@ def _tier_key(row):
     p = row["params"]
     cache = p.get("cache_fraction") if row["workload"] == "zipf" else None
     tier = row["x"] if row["x_name"] == "host_tier_fraction" else None
-    return (row["workload"], row["path"], p.get("store"), cache, tier)
+    return (row["workload"], row["path"], p.get("store"), cache, tier, p.get("tier_fill"))
 
 
 def evaluate_tier_targets(result):
@@ -1161,7 +1172,9 @@ def format_table(result):
     for r in result["results"]:
         x = "" if r["x"] is None else f"{r['x_name']}={r['x']:g}"
         if r["sweep"] == "tier":
-            x = ", ".join(filter(None, [x, f"{r['params']['store']} store"]))
+            fill = r["params"].get("tier_fill")
+            x = ", ".join(filter(None, [x, f"{r['params']['store']} store",
+                                        "victim fill" if fill == "victims" else ""]))
         lat = r["latency_us"]
         lat_s = "-" if lat is None else f"{lat['p50']:.3g} / {lat['p99']:.3g}"
         ok = "yes" if r["correct"] else ("ERROR" if r["error"] else "WRONG")

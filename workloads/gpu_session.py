@@ -179,7 +179,8 @@ STAGES = {
     # Issue 23's host-tier rows (`gids bench tier`): pointer chasing over 8-byte elements
     # through a file store held in the host tier (direct mode) beside zero-copy over RAM, and
     # Zipf 4 KiB reads through a file store, GPU cache 10/25 % x host tier 0/20/50 %, beside
-    # gids over RAM; 512 MiB of data in /var/tmp, 2**18 requests a run, 2 runs a point.
+    # gids over RAM, and a victim-filled tier; 512 MiB of data in /var/tmp, 2**18 requests a
+    # run, 2 runs a point.
     # Expected under 120 s (an estimate: not yet run on a GPU).
     "tier": ([[*GIDS, "bench", "tier", "--quick", "--requests", "262144", "--reps", "2",
                "--dir", "/var/tmp", "--no-progress", "--out", "{dir}/tier"]], 180),
