@@ -1035,11 +1035,11 @@ def evaluate_targets(result):
 #: row, least ratio of their bytes/s). Rows are named by (path, store, gids cache fraction or
 #: None, host tier fraction or None, "static" / "victims" or None without a tier).
 TIER_TARGETS = (
-    ("pointer_chase", "pointer chasing, 8-byte elements, file store in a host tier (direct) "
-     "vs zero-copy over RAM", ("gids", "file", None, 1.0, "static"),
+    ("pointer_chase", ("pointer chasing, 8-byte elements, file store in a host tier (direct) "
+                       "vs zero-copy over RAM"), ("gids", "file", None, 1.0, "static"),
      ("zero_copy", "memory", None, None, None), 0.8),
-    ("zipf", f"Zipf({ZIPF_S}) 4 KiB reads, file store, GPU cache 10 % + host tier 20 % vs gids "
-     "over RAM, cache 10 %, no tier", ("gids", "file", 0.10, 0.20, "static"),
+    ("zipf", (f"Zipf({ZIPF_S}) 4 KiB reads, file store, GPU cache 10 % + host tier 20 % vs "
+              "gids over RAM, cache 10 %, no tier"), ("gids", "file", 0.10, 0.20, "static"),
      ("gids", "memory", 0.10, 0.0, None), 0.9),
 )
 
