@@ -570,3 +570,18 @@ def test_victim_fill_on_the_gpu(tmp_path):
             assert rt.host_tier.used <= rt.host_tier.capacity
         s = rt.stats()
         assert s.tier_fills > 0 and s.tier_hits > 0
+
+
+def test_graph_cli_with_a_host_tier(tmp_path, capsys):
+    import json
+
+    from workloads.graph.cli import main as cli_main
+    out = tmp_path / "bfs.json"
+    assert cli_main(["bfs", "--scale", "6", "--roots", "1", "--data-path", "gids",
+                     "--cache-fractions", "0.25", "--host-tier", "pagerank",
+                     "--host-tier-fraction", "0.5", "--json", str(out)]) == 0
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["options"]["host_tier"] == "pagerank" and "host tier" in run["label"]
+    assert run["searches"][0]["valid"] and run["searches"][0]["stats"]["tier_hits"] > 0
+    assert cli_main(["cc", "--scale", "6", "--host-tier-fraction", "0.5"]) == 2
+    assert "need --host-tier" in capsys.readouterr().err

@@ -280,7 +280,12 @@ def _runs(args, arrays):
 
 
 def _emulations(args):
-    """The emulated SSD arrays asked for (a :class:`UsageError` where the options are wrong)."""
+    """The emulated SSD arrays asked for (a :class:`UsageError` where the options are wrong,
+    these or the host tier's)."""
+    if args.host_tier is None and (args.host_tier_fraction is not None
+                                   or args.host_tier_mode != "copy"):
+        raise UsageError("--host-tier-fraction and --host-tier-mode need --host-tier "
+                         "(degree or pagerank)")
     try:
         return emulations(args, any(DATA_PATHS[name].runtime for name in args.data_path))
     except ValueError as exc:
