@@ -38,6 +38,7 @@ Stages, in order of priority (default: all, in this order):
   over RAM;
 - ``tier-bfs``: BFS at scale 24 through a file store, GPU cache 25 % + a host tier holding the
   rest, vs zero-copy over RAM;
+- ``tier-ssd``: the same through the tier under real-time emulation of 1 and 4 P5800X drives;
 - ``regress``: the RAM-store figures no new back end may move (all-miss pages, QD1
   latency, hits at the default register cap);
 - ``engine``: ``gids bench files`` on the machine's disk (the disk's ceiling, each storage
@@ -192,6 +193,13 @@ STAGES = {
                    "--dir", "/var/tmp", "--data-path", "zero_copy,gids",
                    "--cache-fractions", "0.25", "--host-tier", "degree",
                    "--host-tier-fraction", "0.75", "--json", "{dir}/bfs_tier.json"]], 240),
+    # The tier-bfs setting with real SSDs behind the tier: gids alone, unemulated and under
+    # real-time emulation of 1 and 4 P5800X drives (2 roots after the warm-up search), to set
+    # beside the bfs-ssd stage's rows without a tier. Expected under 300 s (an estimate).
+    "tier-ssd": ([[*GIDS, "bfs", "--scale", "24", "--roots", "2", "--storage", "file",
+                   "--dir", "/var/tmp", "--data-path", "gids", "--cache-fractions", "0.25",
+                   "--host-tier", "degree", "--host-tier-fraction", "0.75", "--ssd", "p5800x",
+                   "--n-ssd", "1,4", "--json", "{dir}/bfs_tier_ssd.json"]], 480),
     # The RAM-store figures that no new back end may move: all-miss pages (host daemon and
     # NVMe path against the H2D ceiling), QD1 latency, and the hit path at the default cap.
     "regress": ([([sys.executable, "-m", "workloads.microbench", "misses", "--out",

@@ -210,16 +210,19 @@ def _bfs(d):
 
 
 def _bfs_tier(scale, tiered, zero_copy, cmd):
-    """gids with a host tier (``--host-tier``) against zero-copy over RAM (issue 23)."""
+    """gids with a host tier (``--host-tier``) against zero-copy over RAM (issue 23); under
+    real-time SSD emulation, the TEPS alone (beside the BFS area's emulated rows)."""
     recs = []
     for r in tiered:
         o = r["options"]
+        emu = r.get("emulation")
         what = (f"scale {scale}, gids cache {100 * o['cache_fraction']:.3g} % + host tier "
                 f"{100 * o['host_tier_fraction']:.3g} % by {o['host_tier']}, "
-                f"{o.get('storage', 'file')} store, cold")
+                f"{o.get('storage', 'file')} store, cold"
+                + (f", emulated {emu['n_ssd']} x {emu['ssd']}" if emu else ""))
         g = _hmean(r)
         recs.append(record(TIER, f"{what}: TEPS", g, "TEPS", "", "", None, cmd))
-        if zero_copy:
+        if zero_copy and not emu:
             z = _hmean(zero_copy[0])
             recs.append(record(TIER, f"{what}: gids / zero-copy", g / z, "x", ">= 1.2x",
                                "zero-copy over RAM", g / z, cmd))
