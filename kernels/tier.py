@@ -4,7 +4,8 @@ cache and the store (``gids.host_tier`` fills it).
 The tier is a table ``h.tier_slot`` (one int64 per global page: its slot in the tier, or
 ``TIER_NO_SLOT``) and the slots' bytes ``h.tier`` / ``h.tier_words``. The host fills both
 between kernels; a kernel only reads them, except that the write-back of a dirty page drops the
-page from the table (:func:`forget_tier_page`), whose tier copy is then stale.
+page from the table (:func:`forget_tier_page`), whose tier copy is then stale, and that victim
+fill (below) adds pages to free slots.
 
 A miss of :mod:`kernels.access` on a page in the tier takes one of two ways, by the array's
 ``h.tier_mode``:
