@@ -177,7 +177,10 @@ class HostTier:
             if ref[s]:
                 ref[s] = 0
             else:
+                # Marked at once: a second turn of the hand must not free it again (the slot
+                # would be handed out twice, two pages written into it).
                 freed.append(int(self._page_of_slot[s]))
+                self._page_of_slot[s] = -1
         if freed:
             self._release(np.array(freed, dtype=np.int64))
             self._table.copy_to_device(self._table_host)
@@ -199,6 +202,7 @@ class HostTier:
             self._reconcile()
 
     def _release(self, gpages):
+        gpages = np.unique(gpages)
         slots = self._table_host[gpages]
         self._page_of_slot[slots] = -1
         self._free.extend(slots.tolist())

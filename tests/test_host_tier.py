@@ -526,6 +526,31 @@ def test_tier_state_machine():
 
 
 # ------------------------------------------------------------------ victim fill
+def _check_free_slots(tier):
+    """No slot is free twice (it would be handed to two victims) or free and holding a page."""
+    free = tier._free
+    held = np.flatnonzero(tier._page_of_slot >= 0)
+    assert len(set(free)) == len(free) and not set(free) & set(held.tolist())
+    assert len(free) + held.size == tier.capacity
+
+
+def test_the_clock_frees_each_slot_once(tmp_path):
+    """Every slot holds a page and each was hit: the hand takes two turns (clearing the bits,
+    then freeing), and frees each slot once."""
+    path, _ = _file(tmp_path)
+    with _runtime(8, cache_pages=3, host_tier_fill="victims") as rt:
+        rt.open_array(path, np.int64)
+        tier = rt.host_tier
+        tier._free = []
+        tier._page_of_slot[:] = np.arange(8)
+        tier._table_host = np.full(tier._table.size, -1, dtype=np.int64)
+        tier._table_host[:8] = np.arange(8)
+        tier._ref.copy_to_device(np.ones(8, dtype=np.int32))
+        tier._clock()
+        _check_free_slots(tier)
+        assert len(tier._free) == 2 * 8 // 8
+
+
 def test_victims_enter_the_tier_and_serve_later_misses(tmp_path):
     path, old = _file(tmp_path)
     rng = np.random.default_rng(12)
@@ -536,6 +561,7 @@ def test_victims_enter_the_tier_and_serve_later_misses(tmp_path):
             idx = np.random.default_rng(seed).integers(0, old.size, 60)
             np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), old[idx])
             assert 0 < rt.host_tier.used <= rt.host_tier.capacity
+            _check_free_slots(rt.host_tier)
         s = rt.stats()
         assert s.tier_fills > 0 and s.tier_hits > 0 and s.tier_evictions > 0, s
         # What the tier holds came from the GPU cache: old bytes, served after the file changed.
