@@ -535,8 +535,8 @@ def _check_free_slots(tier):
 
 
 def test_the_clock_frees_each_slot_once(tmp_path):
-    """Every slot holds a page and each was hit: the hand takes two turns (clearing the bits,
-    then freeing), and frees each slot once."""
+    """Every slot holds a page, all but slot 0 were hit: the hand frees slot 0, clears the
+    others' bits, comes round to slot 0 again and must free another, not slot 0 twice."""
     path, _ = _file(tmp_path)
     with _runtime(8, cache_pages=3, host_tier_fill="victims") as rt:
         rt.open_array(path, np.int64)
@@ -545,7 +545,7 @@ def test_the_clock_frees_each_slot_once(tmp_path):
         tier._page_of_slot[:] = np.arange(8)
         tier._table_host = np.full(tier._table.size, -1, dtype=np.int64)
         tier._table_host[:8] = np.arange(8)
-        tier._ref.copy_to_device(np.ones(8, dtype=np.int32))
+        tier._ref.copy_to_device(np.array([0] + [1] * 7, dtype=np.int32))
         tier._clock()
         _check_free_slots(tier)
         assert len(tier._free) == 2 * 8 // 8
