@@ -7,7 +7,7 @@ which host daemon threads serve. Without a GPU everything runs in Numba's CUDA s
 >>> import gids, numpy as np
 >>> with gids.Runtime(cache_bytes=1 << 20) as rt:             # doctest: +SKIP
 ...     a = rt.open_array("data.bin", np.float32)
-...     values = rt.gather(a, np.array([3, 1 << 20]))         # a device array
+...     values = rt.gather(a, np.array([3, 1 << 20]))         # DLPack / CUDA array
 ...     print(rt.stats())
 
 In your own kernels::

@@ -13,6 +13,7 @@ streams as a PyTorch stream (``.cuda_stream``), a CuPy stream (``.ptr``), a Numb
 raw ``cudaStream_t`` integer.
 """
 import ctypes
+import sys
 
 import numpy as np
 from numba import cuda
@@ -134,11 +135,27 @@ def current_device_id():
     return cuda.get_current_device().id
 
 
-def numba_stream(handle):
-    """A Numba stream for ``handle`` (0: the default stream; the simulator ignores streams)."""
-    if SIMULATOR or handle == 0:
+#: Numba stream objects by (device, handle): making one costs more than the launch it is for.
+#: A stream object only names its handle, so one kept past its stream's end names whichever
+#: stream the driver gives that handle next, rightly.
+_STREAMS = {}
+MAX_STREAMS = 64
+
+
+def numba_stream(handle, device=None):
+    """A Numba stream for ``handle`` (0: the default stream; the simulator ignores streams) on
+    ``device`` (None: the current one), made once per (device, handle)."""
+    if SIMULATOR:
         return cuda.default_stream()
-    return cuda.external_stream(handle)
+    key = (current_device_id() if device is None else device, handle)
+    stream = _STREAMS.get(key)
+    if stream is None:
+        if len(_STREAMS) >= MAX_STREAMS:
+            # the oldest; None where another thread emptied it meanwhile
+            _STREAMS.pop(next(iter(_STREAMS), None), None)
+        stream = cuda.default_stream() if handle == 0 else cuda.external_stream(handle)
+        _STREAMS[key] = stream
+    return stream
 
 
 # ------------------------------------------------------------------ arrays in
@@ -156,23 +173,106 @@ def device_of(obj):
     return None
 
 
+def _numba_device_array(obj):
+    return getattr(obj, "__cuda_ndarray__", False)
+
+
+def _torch_tensor(obj):
+    """Whether ``obj`` is a torch tensor (without importing torch)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
 def is_cuda_array(obj):
     """True for an object on the GPU: it has ``__cuda_array_interface__`` (or, in the
     simulator, is one of its device arrays)."""
     if SIMULATOR and hasattr(obj, "copy_to_host"):
         return True
+    if isinstance(obj, DeviceArray) or _numba_device_array(obj):
+        return True
+    if _torch_tensor(obj):      # torch builds its interface (a dict) for hasattr too
+        return obj.is_cuda
     try:
         return hasattr(obj, "__cuda_array_interface__")
     except Exception:   # noqa: BLE001  (torch raises for CPU tensors on some versions)
         return False
 
 
+class ViewCache:
+    """Numba views of torch tensors, by what a view is: (pointer, shape, strides, dtype,
+    device), its key.
+
+    Making a view through ``__cuda_array_interface__`` costs tens of microseconds, more than
+    the rest of a gather's host work, and a loader passes the same memory again and again (a
+    slice of one output buffer, a new tensor object each batch). A view here is made from its
+    key alone, with no owner: it holds no tensor and no memory, and is the view a new tensor
+    at a freed and reused pointer would get made afresh. What keeps a tensor's memory alive
+    while a launch reads it is the launch's own list (:func:`gids.rows.note_launch`'s
+    ``keep``), as it holds the caller's objects.
+    """
+
+    def __init__(self, size=64):
+        self.size = size
+        self._views = {}    # key -> view, oldest first
+
+    def get(self, key, make):
+        """The view for ``key`` (``make(key)`` the first time)."""
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) >= self.size:
+                self._views.pop(next(iter(self._views), None), None)
+            view = self._views[key] = make(key)
+        return view
+
+    def __len__(self):
+        return len(self._views)
+
+
+_TORCH_VIEWS = ViewCache()
+
+
+def torch_view_key(tensor):
+    """What a view of a torch tensor is: (pointer, shape, strides in elements, dtype,
+    device)."""
+    return (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype,
+            tensor.get_device())
+
+
+_NUMPY_DTYPES = {}
+
+
+def _numpy_dtype(torch_dtype):
+    """numpy's dtype for a torch dtype (``torch.float32`` -> float32), or None (bfloat16)."""
+    dtype = _NUMPY_DTYPES.get(torch_dtype, False)
+    if dtype is False:
+        try:
+            dtype = np.dtype(str(torch_dtype).removeprefix("torch."))
+        except TypeError:
+            dtype = None
+        _NUMPY_DTYPES[torch_dtype] = dtype
+    return dtype
+
+
+def view_from_key(key):
+    """A Numba device array for a :func:`torch_view_key`, with no owner."""
+    ptr, shape, strides, dtype, _ = key
+    dtype = _numpy_dtype(dtype)
+    desc = {"version": 3, "shape": shape, "typestr": dtype.str, "data": (ptr, False),
+            "strides": tuple(s * dtype.itemsize for s in strides)}
+    # no "stream": the launch is ordered on the caller's stream, not on the producer's
+    return cuda.from_cuda_array_interface(desc, owner=None, sync=False)
+
+
 def as_numba(obj):
-    """A Numba device array over a CUDA array object's memory (no copy)."""
+    """A Numba device array over a CUDA array object's memory (no copy). Torch tensors' views
+    are kept by what they are (:class:`ViewCache`) and hold no tensor: the caller keeps it
+    alive while a launch reads it."""
     if isinstance(obj, DeviceArray):
         return obj.device_array
-    if SIMULATOR:
+    if SIMULATOR or _numba_device_array(obj):
         return obj
+    if _torch_tensor(obj) and _numpy_dtype(obj.dtype) is not None:
+        return _TORCH_VIEWS.get(torch_view_key(obj), view_from_key)
     # sync=False: the launch is ordered on the caller's stream, not on the producer's.
     return cuda.as_cuda_array(obj, sync=False)
 
@@ -211,6 +311,11 @@ class DeviceArray:
 
     def __len__(self):
         return self.shape[0]
+
+    def __getitem__(self, key):
+        """An element (copied to the host, as Numba's arrays do) or a view (a DeviceArray)."""
+        item = self.device_array[key]
+        return DeviceArray(item, self.ready) if hasattr(item, "copy_to_host") else item
 
     def copy_to_host(self):
         """The contents as a numpy array (waits for them)."""

@@ -2,7 +2,10 @@
 asynchronously on the caller's stream.
 
 The kernel (:mod:`kernels.rows`) copies a row per warp, a page at a time through
-``pin_page`` / ``pinned`` / ``unpin_page``. Everything a caller can get wrong is checked here,
+``pin_page`` / ``pinned`` / ``unpin_page``. Resident first (``rows_resident_first``; by default
+for gathers of :data:`RESIDENT_FIRST_ROWS` rows or more) a gather is two launches on the
+stream: the rows whose pages are resident, by a kernel with no miss path, then the rows it set
+aside (a list the Runtime keeps per stream), through ``pin_page``. Everything a caller can get wrong is checked here,
 before any kernel: the array (2-D, this Runtime's), host row indices (range), ``out`` (shape,
 dtype, on the GPU, on this device), the stream (its device). Device row indices are checked by
 the kernel (an out-of-range row is recorded and raised by the next :meth:`Runtime.sync`).
@@ -12,6 +15,7 @@ The launch does not wait. Its kernel's errors are raised by the next :meth:`Runt
 """
 import numpy as np
 
+from gids import defaults
 from gids.errors import ConfigError, IndexOutOfRangeError
 from gids.interop import (DeviceArray, as_host, as_numba, current_device_id, device_of,
                           is_cuda_array, numba_stream, stream_handle)
@@ -20,19 +24,32 @@ from kernels.platform import SIMULATOR
 #: Threads per block of the launch; blocks: enough warps for the rows, at most this many.
 THREADS = 32 if SIMULATOR else 256
 MAX_BLOCKS = 2 if SIMULATOR else 132 * 16
+#: ``rows_resident_first="auto"`` makes two launches from this many rows up: there the GPU's
+#: time (~0.7 ms at HBM speed for 4 KiB rows) dwarfs the host's for a second launch.
+RESIDENT_FIRST_ROWS = 1 << 18
 
 
-def _row_indices(rt, rows, n_rows):
-    """``rows`` as a 1-D integer device array; host indices range-checked here."""
+def resident_first(n_rows):
+    """Whether a gather of ``n_rows`` rows goes resident first (setting ``rows_resident_first``:
+    ``"auto"``, True or False)."""
+    choice = defaults.get("rows_resident_first")
+    if choice == "auto":
+        return n_rows >= RESIDENT_FIRST_ROWS
+    return bool(choice)
+
+
+def _row_indices(rt, rows, n_rows, device):
+    """``rows`` as a 1-D integer device array; host indices range-checked here. ``device``:
+    the Runtime's."""
     if is_cuda_array(rows):
         d = as_numba(rows)
-        if d.ndim != 1 or np.dtype(d.dtype).kind not in "iu":
+        if d.ndim != 1 or d.dtype.kind not in "iu":
             raise ConfigError(f"gids: gather_rows takes a 1-D array of integer row indices, "
                               f"got a {d.ndim}-D array of {d.dtype}")
-        device = device_of(rows)
-        if device is not None and device != current_device_id():
-            raise ConfigError(f"gids: the row indices are on device {device}, the Runtime on "
-                              f"device {current_device_id()}")
+        on = device_of(rows)
+        if on is not None and on != device:
+            raise ConfigError(f"gids: the row indices are on device {on}, the Runtime on "
+                              f"device {device}")
         return d
     host = as_host(rows)
     if host.dtype.kind not in "iu" or host.ndim > 1:
@@ -50,11 +67,15 @@ def _row_indices(rt, rows, n_rows):
     return rt._to_device(np.ascontiguousarray(host))
 
 
-def _output(out, n, width, dtype):
-    """``(numba array to write, what to return)`` for ``out``; a new array if None."""
+def output_array(out, shape, dtype, device=None):
+    """``(numba array to write, what to return)`` for ``out`` (``rt.gather``'s and
+    ``rt.gather_rows``'s): the caller's CUDA array (CUDA Array Interface: torch, CuPy, Numba,
+    a :class:`DeviceArray`) checked for ``shape``, ``dtype`` and ``device`` (None: the current
+    one), or a new :class:`DeviceArray` if None."""
     from numba import cuda
+    shape = tuple(shape)
     if out is None:
-        d = cuda.device_array((n, width), dtype=dtype)
+        d = cuda.device_array(shape, dtype=dtype)
         return d, DeviceArray(d)
     if not is_cuda_array(out):
         if SIMULATOR:   # host memory stands for GPU memory there: numpy, a CPU tensor
@@ -66,29 +87,31 @@ def _output(out, n, width, dtype):
                               f"torch, CuPy, Numba), got {type(out).__name__}")
     else:
         d = as_numba(out)
-        device = device_of(out)
-        if device is not None and device != current_device_id():
-            raise ConfigError(f"gids: out is on device {device}, the Runtime on device "
-                              f"{current_device_id()}")
-    if tuple(d.shape) != (n, width) or np.dtype(d.dtype) != dtype:
-        raise ConfigError(f"gids: out must be ({n}, {width}) of {dtype}, got "
+        on = device_of(out)
+        if device is None:
+            device = current_device_id()
+        if on is not None and on != device:
+            raise ConfigError(f"gids: out is on device {on}, the Runtime on device {device}")
+    if tuple(d.shape) != shape or np.dtype(d.dtype) != dtype:
+        raise ConfigError(f"gids: out must be {shape} of {np.dtype(dtype)}, got "
                           f"{tuple(d.shape)} of {np.dtype(d.dtype)}")
     return d, out
 
 
 def gather_rows(rt, array, rows, out=None, stream=None):
     """See :meth:`gids.Runtime.gather_rows`."""
-    from kernels.rows import ROWS_PER_WARP, gather_rows_kernel
+    from kernels.rows import ROWS_PER_WARP, gather_rows_kernel, resident_rows_kernels
     rt._check_array(array, "gather_rows")
     if array.ndim != 2:
         raise ConfigError(f"gids: gather_rows needs a 2-D array, got shape {array.shape}")
     n_rows, width = array.shape
+    device = current_device_id()
     handle, stream_device = stream_handle(stream)
-    if stream_device is not None and stream_device != current_device_id():
+    if stream_device is not None and stream_device != device:
         raise ConfigError(f"gids: the stream is on device {stream_device}, the Runtime on "
-                          f"device {current_device_id()}")
-    d_rows = _row_indices(rt, rows, n_rows)
-    target, result = _output(out, d_rows.size, width, array.dtype)
+                          f"device {device}")
+    d_rows = _row_indices(rt, rows, n_rows, device)
+    target, result = output_array(out, (d_rows.size, width), array.dtype, device)
     if d_rows.size == 0:
         return result
     warps = THREADS // 32
@@ -96,26 +119,63 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     # the cache, so that the pages its warps wait for can still be evicted into.
     pin_cap = max(1, rt.cache_slots // (2 * warps * ROWS_PER_WARP))
     blocks = max(1, min(-(-d_rows.size // (warps * ROWS_PER_WARP)), MAX_BLOCKS, pin_cap))
-    s = numba_stream(handle)
-    gather_rows_kernel()[blocks, THREADS, s](array.handle, d_rows, np.int64(width), target)
-    # the row indices copied here live until the launch is known to be done
-    ready = note_launch(rt, s, keep=(d_rows,))
+    s = numba_stream(handle, device)
+    args = (array.handle, d_rows, np.int64(width), target)
+    # What the launch reads that the caller may drop: the row indices copied here, and the
+    # caller's arrays (their views do not hold them).
+    keep = (d_rows, rows, out)
+    if resident_first(d_rows.size):
+        # The resident rows first, without a miss path; then the rows it set aside.
+        aside, n_aside = _aside_list(rt, d_rows.size, (device, handle), s)
+        resident, set_aside = resident_rows_kernels()
+        resident[blocks, THREADS, s](*args, aside, n_aside)
+        set_aside[blocks, THREADS, s](*args, aside, n_aside)
+        keep += (aside, n_aside)
+    else:
+        gather_rows_kernel()[blocks, THREADS, s](*args)
+    ready = note_launch(rt, s, keep)
     if isinstance(result, DeviceArray):
         result.ready = ready
     return result
+
+
+#: Streams a Runtime keeps a set-aside list for (the oldest one's is dropped beyond).
+MAX_ASIDE_LISTS = 8
+_ZERO = np.zeros(1, dtype=np.int64)
+
+
+def _aside_list(rt, n, key, stream):
+    """``(aside, n_aside)`` for a resident-first gather of ``n`` rows on ``stream`` (``key``:
+    its device and handle): the stream's list, its count zeroed on the stream. Kept per
+    stream, not allocated per gather (a ``cudaFree`` waits for the whole device), and reused
+    with no wait on the host: the stream runs the last gather's launches before the zeroing.
+    A list outgrown or dropped stays alive through its last launch's ``keep``."""
+    from numba import cuda
+    lists = rt._rows_aside_lists
+    kept = lists.get(key)
+    if kept is None or kept[0].size < n:
+        lists.pop(key, None)
+        if len(lists) >= MAX_ASIDE_LISTS:
+            lists.pop(next(iter(lists), None), None)
+        kept = (cuda.device_array(1 << max(10, (n - 1).bit_length()), dtype=np.int64),
+                cuda.device_array(1, dtype=np.int64))
+        lists[key] = kept
+    aside, n_aside = kept
+    if SIMULATOR:
+        n_aside.copy_to_device(_ZERO, stream=stream)
+    else:   # a memset is queued as is; a copy from pageable memory is staged by the driver
+        from numba.cuda.cudadrv.driver import device_memset
+        device_memset(n_aside, 0, n_aside.nbytes, stream=stream)
+    return aside, n_aside
 
 
 def note_launch(rt, stream, keep=()):
     """Record an event on ``stream`` (a Numba stream) after a launch, for :meth:`Runtime.sync`
     and :meth:`Runtime.check` to wait for; ``keep``: arrays the launch reads that nothing else
     holds, kept until then. Returns the event (None in the simulator)."""
-    from numba import cuda
     if SIMULATOR:
         return None
-    ready = cuda.event(timing=False)
-    ready.record(stream)
-    rt._kernels.note(ready, keep)
-    return ready
+    return rt._kernels.record(stream, keep)
 
 
 def check(rt):
@@ -132,4 +192,4 @@ def check(rt):
     return True
 
 
-__all__ = ["gather_rows", "check", "note_launch"]
+__all__ = ["gather_rows", "check", "note_launch", "output_array"]

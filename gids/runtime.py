@@ -334,6 +334,7 @@ class Runtime:
         # an allocation.
         self._err_host = cuda.pinned_array(L.ERR_WORDS, dtype=np.int64)
         self._kernels = KernelWaiter()   # what sync() polls (gids.rows adds its streams)
+        self._rows_aside_lists = {}       # gids.rows' lists of rows set aside, per stream
         self._stats = self._to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
         self._no_zero_copy = self._to_device(np.zeros(1, dtype=np.uint64))
         self._copy_locks = _copy_locks()
@@ -831,36 +832,37 @@ class Runtime:
         return max(1, min(math.ceil(n / threads), 2 if SIMULATOR else 4096)), threads
 
     def gather(self, array, indices, out=None):
-        """Read ``array.flat[indices]`` on the GPU through the cache; returns a device array.
+        """Read ``array.flat[indices]`` on the GPU through the cache, into ``out`` or a new
+        :class:`gids.interop.DeviceArray`; waits for the kernel (errors are raised here).
 
         Parameters
         ----------
         array : StorageArray
         indices : array-like of int, or a device array of int64
             Host indices are checked before the kernel runs; device indices in the kernel.
-        out : device array, optional
-            Where to write (same length as ``indices``, ``array.dtype``).
+        out : CUDA array, optional
+            Where to write: any 1-D array of ``len(indices)`` elements of ``array.dtype`` with
+            ``__cuda_array_interface__`` (torch, CuPy, Numba; checked before the kernel).
 
         Returns
         -------
-        numba.cuda DeviceNDArray
-            Exposes ``__cuda_array_interface__``: ``cupy.asarray(result)`` and
-            ``torch.as_tensor(result, device="cuda")`` take it without a copy.
+        gids.interop.DeviceArray, or ``out``
+            A new array exposes ``__cuda_array_interface__`` and DLPack:
+            ``torch.from_dlpack(result)``, ``cupy.from_dlpack(result)`` and
+            ``cupy.asarray(result)`` take it without a copy; ``copy_to_host()`` reads it.
         """
         # imported here: the kernel compiles on first use
         from gids.kernels_host import gather_kernel
+        from gids.rows import output_array
         self._check_array(array, "gather")
         d_idx = self._device_indices(array, indices)
         n = d_idx.size
-        if out is None:
-            out = cuda.device_array(n, dtype=array.dtype)
-        elif out.size != n or out.dtype != array.dtype:
-            raise ConfigError(f"gids: out must hold {n} elements of {array.dtype}")
+        target, result = output_array(out, (n,), array.dtype)
         if n:
             blocks, threads = self._grid(n)
-            gather_kernel[blocks, threads](array.handle, d_idx, out)
+            gather_kernel[blocks, threads](array.handle, d_idx, target)
             self.sync()
-        return out
+        return result
 
     def gather_rows(self, array, rows, out=None, stream=None):
         """Rows ``rows`` of a 2-D ``array`` into ``out`` (any CUDA array: torch, CuPy, Numba) or

@@ -1,5 +1,6 @@
 """Waiting for the kernels from the host: a poll loop that sees a short launch end within
 microseconds and costs little CPU over a long one, and lets Ctrl-C in between polls."""
+import threading
 import time
 
 from kernels.platform import SIMULATOR
@@ -55,16 +56,38 @@ class KernelWaiter:
     """Waits for the kernels queued so far, like ``cuda.synchronize()`` but polling an event,
     so that Ctrl-C is seen meanwhile. One event per owner, recorded again at each wait (a
     record replaces the event's previous work), made at the first wait. Launches on other
-    streams (:mod:`gids.rows`) add an event of their own with :meth:`note`; a wait covers them
-    too."""
+    streams (:mod:`gids.rows`) record an event of their own with :meth:`record`; a wait covers
+    them too.
+
+    Those events come from a pool (``cudaEventCreate`` and Numba's finalizer per launch cost
+    more than the launch): one goes back to it once it has been seen done, by a wait or by a
+    later :meth:`record`, which looks at the oldest. A launch's event handed out (a
+    ``DeviceArray.ready``) may so be recorded again later: waiting for it then waits for later
+    work as well, never for less."""
+
+    #: Events the pool keeps at most; launches noted and not yet seen done are not limited.
+    POOL = 32
 
     def __init__(self):
         self._event = None
         self._on_streams = []   # (event, arrays the launch reads, kept alive until it is done)
+        self._free = []         # events seen done, to record again
+        self._lock = threading.Lock()   # launches may come from several threads
 
-    def note(self, event, keep=()):
-        """Wait for ``event`` too (recorded after a launch on another stream)."""
-        self._on_streams.append((event, keep))
+    def record(self, stream, keep=()):
+        """An event recorded on ``stream`` (a Numba stream) after a launch there, waited for
+        by :meth:`wait`; ``keep``: what the launch reads, kept until it is seen done."""
+        from numba import cuda
+        with self._lock:
+            on = self._on_streams
+            # The oldest launch, if done, gives its event back: the list stays as short as
+            # the launches in flight, at one query per launch.
+            if on and event_done(on[0][0]):
+                self._free.append(on.pop(0)[0])
+            event = self._free.pop() if self._free else cuda.event(timing=False)
+            event.record(stream)
+            on.append((event, keep))
+        return event
 
     def streams_done(self):
         """Whether every noted launch has ended (a query, no wait)."""
@@ -74,9 +97,16 @@ class KernelWaiter:
         if SIMULATOR:
             return   # the simulator runs a kernel to its end inside the launch
         from numba import cuda
-        for event, _ in self._on_streams:
+        with self._lock:
+            noted = list(self._on_streams)
+        for event, _ in noted:
             poll_until(lambda: event_done(event))
-        self._on_streams.clear()
+        with self._lock:
+            # What :meth:`record` took back meanwhile is not given back twice.
+            waited = {id(entry) for entry in noted}
+            done = [entry for entry in self._on_streams if id(entry) in waited]
+            self._on_streams = [entry for entry in self._on_streams if id(entry) not in waited]
+            self._free.extend(e for e, _ in done[:max(0, self.POOL - len(self._free))])
         if self._event is None:
             self._event = cuda.event(timing=False)   # no timestamps: lighter to record and query
         done = self._event

@@ -36,6 +36,7 @@ Two options, both off by default:
   the device's part done, completion posted; see :mod:`host_daemon.trace`) into a ring per
   thread, which a Python thread drains to the file.
 """
+import os
 import threading
 import warnings
 from collections import namedtuple
@@ -50,15 +51,16 @@ from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
 from host_daemon.stores import (DIRECT_ALIGN, F_COLUMNS, FAULT_CRASH, FAULT_EIO, FAULT_SHORT,
                                  FAULT_SLOW, FAULT_WRITE_CRASH, FAULT_WRITE_EIO, FAULT_WRITE_SLOW,
-                                 MAX_FILES, T_ADDRESS, T_FAULTS, T_KIND, T_N_FILES, T_NBYTES,
-                                 T_OFFSET, FileStore, StripedStore, count_file_io,
-                                 page_location)
-from host_daemon.sync import load_acquire, load_word, private_array, store_release
+                                 MAP_CHUNK, MAP_TRUST_NS, MAX_FILES, OS_PAGE, T_ADDRESS,
+                                 T_FAULTS, T_KIND, T_MAP, T_MAP_BYTES, T_MAP_CHECKED,
+                                 T_MAP_RESIDENT, T_N_FILES, T_NBYTES, T_OFFSET, FileStore,
+                                 StripedStore, count_file_io, page_location)
+from host_daemon.sync import load_acquire, load_word, private_array, store_release, store_word
 from host_daemon.trace import TRACE_DTYPE
 from host_daemon import uring as U
-from host_daemon.uring import (IORING_OP_READ, IORING_OP_WRITE, ring_consume, ring_cqe,
-                               S_IN_FLIGHT, S_UNSUBMITTED, ring_prep, ring_ready, ring_room,
-                               ring_submit)
+from host_daemon.uring import (IORING_OP_READ, IORING_OP_WRITE, S_ERROR, S_IN_FLIGHT,
+                               S_UNSUBMITTED, ring_consume, ring_cqe, ring_prep, ring_ready,
+                               ring_room, ring_submit, ring_submit_wait)
 
 #: The queue records' words, compiled from their one definition in ``gids.layout`` (``sq_word``
 #: for ``workloads.emulation_bench``, whose threads play the GPU).
@@ -83,10 +85,26 @@ if U.LINUX:
     _preadv2 = types.ExternalFunction("preadv2", types.intp(types.int32, types.uintp,
                                                              types.int32, types.int64,
                                                              types.int32))
+    _mincore = types.ExternalFunction("mincore", types.int32(types.uintp, types.uintp,
+                                                             types.uintp))
+    _madvise = types.ExternalFunction("madvise", types.int32(types.uintp, types.uintp,
+                                                             types.int32))
 else:   # no RWF_NOWAIT elsewhere (nor io_uring): every read goes the ring's way, never taken
     @njit(nogil=True, cache=True)
     def _preadv2(fd, iov, count, offset, flags):
         return -1
+
+    @njit(nogil=True, cache=True)
+    def _mincore(address, length, vec):
+        return -1
+
+    @njit(nogil=True, cache=True)
+    def _madvise(address, length, advice):
+        return -1
+_MADV_POPULATE_READ = 22   # Linux 5.14: map a range's pages (read faults) in one call
+#: A mapped chunk's check word: the time of mincore's answer, and this bit once its pages are
+#: mapped (MADV_POPULATE_READ).
+_POPULATED = 1 << 62
 _RWF_NOWAIT = 0x8   # preadv2: fail with EAGAIN rather than wait for the disk
 _usleep = types.ExternalFunction("usleep", types.int32(types.uint32))
 _clock_gettime = types.ExternalFunction("clock_gettime", types.int32(types.int32, types.uintp))
@@ -390,12 +408,17 @@ P_FILE = 13
 P_BYTES = 14
 P_IOV_BASE = 15  # an iovec for preadv2 (see _ring_page)
 P_IOV_LEN = 16
-P_COLUMNS = 17
+P_IN_RING = 17  # 1 while the request is the ring's (an SQE filled, its last CQE not yet reaped)
+P_COLUMNS = 18
 
 #: _time_batch's status for a request that is in the io_uring engine's hands.
 _QUEUED = -2000
 #: Filled SQEs that make the daemon thread submit before its pass over the queues ends.
 SUBMIT_BATCH = 32
+#: Bounds on one wait in the kernel for a CQE (:func:`end_pass`): with the ring full, and with
+#: nothing else to do (a request the GPU posts meanwhile waits up to this long).
+FULL_WAIT_NS = 1_000_000
+IDLE_WAIT_NS = 20_000
 #: How long a stopping thread waits for its ring's reads and writes to end (seconds).
 DRAIN_S_MAX = 5.0
 
@@ -412,13 +435,61 @@ def _on_ring(table, array_id, page, page_size, op):
 
 
 @njit(nogil=True, cache=True)
+def _all_resident(resident, first, count):
+    """Whether mincore's bytes ``first`` to ``first + count - 1`` (at address ``resident``) all
+    say resident."""
+    for p in range(first, first + count):
+        if (load_word(resident + (p & ~7)) >> (8 * (p & 7))) & 1 == 0:
+            return False
+    return True
+
+
+@njit(nogil=True, cache=True)
+def read_resident(table, array_id, file_offset, n, dst, now):
+    """Copy ``n`` bytes at ``file_offset`` of a mapped FileStore's file to ``dst`` if every OS
+    page of them is in the page cache; returns whether it did. Residency comes from
+    ``mincore`` per MAP_CHUNK of the file, asked again once its answer is MAP_TRUST_NS old
+    (``now``: a monotonic time); threads asking at once write the same answer. The first time
+    a chunk is all resident its pages are mapped in one call (``MADV_POPULATE_READ``, where
+    the kernel has it): a page fault per page touched cost more than its copy."""
+    base = table[array_id, T_MAP]
+    size = table[array_id, T_MAP_BYTES]
+    if base == 0 or file_offset + n > size or n <= 0:
+        return False
+    resident = table[array_id, T_MAP_RESIDENT]
+    for chunk in range(file_offset // MAP_CHUNK, (file_offset + n - 1) // MAP_CHUNK + 1):
+        at = table[array_id, T_MAP_CHECKED] + 8 * chunk
+        word = load_word(at)
+        if now - (word & (_POPULATED - 1)) > MAP_TRUST_NS:
+            start = chunk * MAP_CHUNK
+            length = min(MAP_CHUNK, size - start)
+            if _mincore(base + start, length, resident + start // OS_PAGE) != 0:
+                return False
+            populated = word & _POPULATED
+            if populated == 0 and _all_resident(resident, start // OS_PAGE,
+                                                -(-length // OS_PAGE)):
+                _madvise(base + start, length, _MADV_POPULATE_READ)
+                populated = _POPULATED
+            store_word(at, now | populated)
+    # (mincore's bytes are read eight at a time: the table is padded to a multiple of 8.)
+    first = file_offset // OS_PAGE
+    if not _all_resident(resident, first, (file_offset + n - 1) // OS_PAGE + 1 - first):
+        return False
+    _memcpy(dst, base + file_offset, n)
+    return True
+
+
+@njit(nogil=True, cache=True)
 def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, ticket, seen, op):
     """Fill an SQE that reads (writes) the page between its store file and ``buf``: the file
     and offset from :func:`~host_daemon.stores.page_location` (striped or not), O_DIRECT where
     the page allows it, as :func:`serve_page` does; only the array's own bytes are written, and
     a short last page's tail is zeroed now (the read does not reach it).
 
-    A read through the page cache is first tried on the spot with ``preadv2(RWF_NOWAIT)``,
+    A read of a mapped FileStore (``mapped``: a file without O_DIRECT) whose page is resident
+    is a copy from the mapping (:func:`read_resident`), on the spot; one that is not, a read
+    through the ring. Another read through the page cache is first tried on the spot with
+    ``preadv2(RWF_NOWAIT)``,
     which copies the page if it is cached and refuses (EAGAIN) if it would wait for the disk:
     a cached page then costs one system call, as with ``pread``, instead of an SQE, its
     submission and its CQE; only reads that wait go to the ring. Returns STATUS_OK when the
@@ -449,13 +520,18 @@ def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, t
     p[P_ARRAY] = array_id
     p[P_FILE] = file
     p[P_BYTES] = n
-    if op == L.OP_READ and alt < 0:
+    p[P_IN_RING] = 0
+    if op == L.OP_READ and table[array_id, T_MAP] != 0:
+        if read_resident(table, array_id, file_offset, n, buf, seen):
+            return L.STATUS_OK
+    elif op == L.OP_READ and alt < 0:
         # struct iovec {base, len} in the row itself: two adjacent int64 columns.
         p[P_IOV_BASE] = buf
         p[P_IOV_LEN] = n
         iov = pend.ctypes.data + (row * pend.shape[1] + P_IOV_BASE) * 8
         if _preadv2(fd, iov, 1, file_offset, _RWF_NOWAIT) == n:
             return L.STATUS_OK
+    p[P_IN_RING] = 1
     ring_prep(uring, IORING_OP_WRITE if op == L.OP_WRITE else IORING_OP_READ, fd, buf, n,
               file_offset, 0, row)
     return _QUEUED
@@ -479,22 +555,39 @@ def cqe_status(uring, pend, row, res):
     p = pend[row]
     op = p[P_OP]
     opcode = IORING_OP_WRITE if op == L.OP_WRITE else IORING_OP_READ
-    if res < 0:
-        if res == -22 and p[P_ALT_FD] >= 0:
-            p[P_FD] = p[P_ALT_FD]
-            p[P_ALT_FD] = -1
-            ring_prep(uring, opcode, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
-            return _QUEUED
-        return L.STATUS_IO_ERROR
-    if res < p[P_LEFT]:
-        if res == 0:
-            return L.STATUS_SHORT_WRITE if op == L.OP_WRITE else L.STATUS_SHORT_READ
+    if res == -22 and p[P_ALT_FD] >= 0:   # EINVAL: O_DIRECT refused
+        p[P_FD] = p[P_ALT_FD]
+        p[P_ALT_FD] = -1
+        ring_prep(uring, opcode, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
+        return _QUEUED
+    if 0 < res < p[P_LEFT]:
         p[P_ADDR] += res
         p[P_FILE_OFFSET] += res
         p[P_LEFT] -= res
         ring_prep(uring, opcode, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
         return _QUEUED
+    p[P_IN_RING] = 0
+    if res < 0:
+        return L.STATUS_IO_ERROR
+    if res < p[P_LEFT]:   # 0: the transfer stopped at the end of the file
+        return L.STATUS_SHORT_WRITE if op == L.OP_WRITE else L.STATUS_SHORT_READ
     return L.STATUS_OK
+
+
+@njit(nogil=True, cache=True)
+def reap_next(uring, pend, table, file_io, now):
+    """Reap the ring's next CQE (the caller saw it with ``ring_ready``): ``(row, status)`` of
+    the request in ``pend``'s row it was for, status as :func:`cqe_status` says (``_QUEUED``:
+    a new SQE carries the request on); a request that ended OK is counted against its store
+    file at time ``now``. The part of reaping the host daemon and the NVMe controller share;
+    what they post differs. Allocates nothing (the controller's loop has no reference
+    counting)."""
+    row, res = ring_cqe(uring, 0)
+    ring_consume(uring, 1)
+    status = cqe_status(uring, pend, row, res)
+    if status == L.STATUS_OK:
+        count_ring_io(file_io, table, pend, row, now)
+    return row, status
 
 
 @njit(nogil=True, cache=True)
@@ -509,16 +602,12 @@ def _reap(uring, pend, cq, emu, ring, clock, depth, page_size, table, file_io):
     now = _now_ns(clock)
     ended = 0
     for _ in range(n):
-        row, res = ring_cqe(uring, 0)
-        ring_consume(uring, 1)
-        p = pend[row]
-        op = p[P_OP]
-        status = cqe_status(uring, pend, row, res)
+        row, status = reap_next(uring, pend, table, file_io, now)
         if status == _QUEUED:
             continue
         ended += 1
-        if status == L.STATUS_OK:
-            count_ring_io(file_io, table, pend, row, now)
+        p = pend[row]
+        op = p[P_OP]
         entry = p[P_ENTRY]
         due = p[P_DUE]
         if emu.on and due > now:
@@ -546,6 +635,58 @@ def _drain(uring, clock):
             ring_consume(uring, n)
         else:
             _usleep(NAP_US)
+
+
+@njit(nogil=True, cache=True)
+def ring_usable(uring):
+    """Whether requests go to the io_uring engine: a ring, and no hard error on it yet."""
+    return uring.on and uring.state[S_ERROR] == 0
+
+
+@njit(nogil=True, cache=True)
+def abandon_ring(uring):
+    """After a hard ``io_uring_enter`` error (S_ERROR), once the caller has completed every
+    request the ring held (``pend`` rows with P_IN_RING) with an error: empty the ring's
+    counts, so that the thread serves its later requests synchronously (:func:`ring_usable`)
+    and does not wait for the ring when it stops. I/Os the kernel had already taken may still
+    complete into their buffers; with the ring's descriptor broken nothing can wait for them."""
+    uring.state[S_UNSUBMITTED] = 0
+    uring.state[S_IN_FLIGHT] = 0
+
+
+@njit(nogil=True, cache=True)
+def _fail_ring(uring, pend, cq):
+    """The host daemon's answer to a hard ``io_uring_enter`` error: each request the ring held
+    completes now with STATUS_IO_ERROR (StorageIOError at the kernel's caller, not its bounded
+    timeout); then :func:`abandon_ring`."""
+    for row in range(pend.shape[0]):
+        if pend[row, P_IN_RING]:
+            pend[row, P_IN_RING] = 0
+            _post(cq, pend[row, P_ENTRY], pend[row, P_TICKET], L.STATUS_IO_ERROR,
+                  L.SOURCE_STAGING)
+    abandon_ring(uring)
+
+
+@njit(nogil=True, cache=True)
+def end_pass(uring, progressed, emu, clock):
+    """The end of a daemon thread's pass over its queues, with the io_uring engine: submit what
+    the pass filled; and when the ring is full (no request can be taken before a CQE comes
+    back) or the pass found nothing to do while I/Os are out, wait in the same
+    ``io_uring_enter`` for a CQE (:func:`~host_daemon.uring.ring_submit_wait`), at most
+    FULL_WAIT_NS or IDLE_WAIT_NS and never past the next modelled completion, rather than spin
+    over the queues. Returns what the ``io_uring_enter`` did (:func:`ring_submit`): negative
+    for a hard error."""
+    out = uring.state[S_UNSUBMITTED] + uring.state[S_IN_FLIGHT]
+    full = ring_room(uring) == 0
+    if out > 0 and (full or not progressed):
+        wait_ns = FULL_WAIT_NS if full else IDLE_WAIT_NS
+        if emu.on and emu.size[0] > 0:
+            wait_ns = min(wait_ns, emu.due[0] - _now_ns(clock))
+        if wait_ns > 0:
+            return ring_submit_wait(uring, wait_ns)
+    if uring.state[S_UNSUBMITTED] > 0:
+        return ring_submit(uring)
+    return 0
 
 
 @njit(nogil=True, cache=True)
@@ -653,7 +794,7 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                 seen = _now_ns(clock) if timed else 0
                 buf = staging_address + entry * page_size
                 source = L.SOURCE_STAGING
-                if uring.on and _on_ring(table, array_id, page, page_size, op):
+                if ring_usable(uring) and _on_ring(table, array_id, page, page_size, op):
                     pend_row = k * depth + slot
                     # (its time is the per-file counts' too, so read the clock)
                     status = _ring_page(uring, pend, pend_row, table, array_id, page, page_size,
@@ -693,16 +834,17 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                 _time_batch(cq, emu, ring, clock, depth, page_size, n, batch, pend)
             # Submitted only now, after the model has timed them: no CQE comes back before its
             # request has its due time.
-            if uring.on and uring.state[S_UNSUBMITTED] >= SUBMIT_BATCH:
-                ring_submit(uring)
+            if uring.on and uring.state[S_UNSUBMITTED] >= SUBMIT_BATCH and ring_submit(
+                    uring) < 0:
+                _fail_ring(uring, pend, cq)
             if n > 0:
                 progressed = True
                 if busy < 0:
                     busy = k
                 elif busy != k:
                     several = True
-        if uring.on and uring.state[S_UNSUBMITTED] > 0:
-            ring_submit(uring)
+        if uring.on and end_pass(uring, progressed, emu, clock) < 0:
+            _fail_ring(uring, pend, cq)
         new_hot = busy if hot_every > 0 and not several else -1
         if new_hot != hot:
             hot = new_hot
@@ -835,6 +977,7 @@ class HostDaemon:
         self._urings = [None] * self.n_threads
         self._pend = [None] * self.n_threads
         self._host_ring = None
+        self._engine_error = ""
         # I/Os per store file (rows: T_FILE_SLOT + file; columns F_*), counted per thread.
         self._file_io = [private_array((MAX_FILES, F_COLUMNS)) for _ in range(self.n_threads)]
 
@@ -872,11 +1015,48 @@ class HostDaemon:
 
     @property
     def engine_counters(self):
-        """io_uring's ``submits`` (io_uring_enter calls that submitted) and ``sqes`` (SQEs they
-        took), since start; zeros for the threads engine."""
+        """io_uring's ``submits`` (io_uring_enter calls that submitted), ``sqes`` (SQEs they
+        took), ``waits`` (calls that waited for a CQE), summed over threads, and per thread
+        ``peak_in_flight`` and ``waits_per_thread``, since start; zeros (and empty lists) for
+        the threads engine."""
         rings = [r for r in self._urings if r is not None and r.args is not None]
-        return {"submits": int(sum(r.args.state[U.S_SUBMITS] for r in rings)),
-                "sqes": int(sum(r.args.state[U.S_SUBMITTED] for r in rings))}
+        per = {c: [int(r.args.state[c]) for r in rings]
+               for c in (U.S_SUBMITS, U.S_SUBMITTED, U.S_WAITS, U.S_PEAK_IN_FLIGHT)}
+        return {"submits": sum(per[U.S_SUBMITS]), "sqes": sum(per[U.S_SUBMITTED]),
+                "waits": sum(per[U.S_WAITS]), "peak_in_flight": per[U.S_PEAK_IN_FLIGHT],
+                "waits_per_thread": per[U.S_WAITS]}
+
+    @property
+    def engine_error(self):
+        """Why a daemon thread's ring stopped working (a hard ``io_uring_enter`` error: every
+        request it held failed with an I/O error, and the thread serves later requests
+        synchronously), or "" while every ring works."""
+        for k, ring in enumerate(self._urings):
+            if ring is not None and ring.args is not None and ring.args.state[U.S_ERROR]:
+                err = -int(ring.args.state[U.S_ERROR])
+                return (f"io_uring_enter failed on daemon thread {k}'s ring: "
+                        f"{os.strerror(err)} (errno {err}); its requests failed and it served "
+                        "the rest without the ring")
+        return self._engine_error   # a ring that failed before the last stop
+
+    def follow(self, previous):
+        """This daemon replaces ``previous`` (stopped) on the same queues: its ``engine_error``
+        stays this one's until a ring of this one fails."""
+        self._engine_error = previous.engine_error
+
+    def cpu_seconds(self):
+        """CPU time (user + system, seconds) the daemon's threads have used since they started,
+        from ``/proc`` (clock-tick resolution); None where there is no ``/proc/self/task``."""
+        tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        total = 0
+        for t in self._threads:
+            try:
+                with open(f"/proc/self/task/{t.native_id}/stat") as f:
+                    after_name = f.read().rsplit(")", 1)[1].split()
+            except (OSError, AttributeError, IndexError):
+                return None
+            total += int(after_name[11]) + int(after_name[12])   # utime, stime
+        return total / tick
 
     def write_store(self, store, offset, data):
         """Write ``data`` at byte ``offset`` of ``store`` from the host (``Runtime.flush``):
@@ -1056,6 +1236,7 @@ class HostDaemon:
         # has I/O out (its thread stuck, or the drain's bound passed) must keep its staging
         # pages alive, like a stuck thread.
         stuck = list(stuck)
+        self._engine_error = self.engine_error   # kept past the rings (a restart makes new ones)
         for k, ring in enumerate(self._urings):
             if ring is None or ring.args is None:
                 continue

@@ -59,6 +59,7 @@ from host_daemon.daemon import (
     NAP_US,
     P_DUE,
     P_ENTRY,
+    P_IN_RING,
     P_OFFSET,
     P_OP,
     P_ORDER,
@@ -76,13 +77,15 @@ from host_daemon.daemon import (
     _record,
     _ring_page,
     _usleep,
+    abandon_ring,
     count_ring_io,
-    cqe_status,
+    end_pass,
     page_io,
     park,
+    reap_next,
+    ring_usable,
 )
-from host_daemon.uring import (S_IN_FLIGHT, S_UNSUBMITTED, ring_consume, ring_cqe, ring_ready,
-                               ring_room, ring_submit)
+from host_daemon.uring import S_IN_FLIGHT, S_UNSUBMITTED, ring_ready, ring_room, ring_submit
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
 from host_daemon.stores import T_ADDRESS, T_NBYTES, T_OFFSET
@@ -319,42 +322,61 @@ def _reap_commands(uring, pend, cq, db, ring, depth, page_size, n_threads, state
     now = _now_ns(clock)
     ended = 0
     for _ in range(n):
-        row, res = ring_cqe(uring, 0)
-        ring_consume(uring, 1)
-        status = cqe_status(uring, pend, row, res)
+        row, status = reap_next(uring, pend, table, file_io, now)
         if status == _QUEUED:
             continue
         ended += 1
-        if status == L.STATUS_OK:
-            count_ring_io(file_io, table, pend, row, now)
-        op = pend[row, P_OP]
-        nvme = _nvme_status(status, L.NVME_OP_WRITE if op == L.OP_WRITE else L.NVME_OP_READ)
-        q = pend[row, P_ENTRY]
-        cid = pend[row, P_TICKET]
-        seen = pend[row, P_SEEN]
-        due = pend[row, P_DUE]
-        order = pend[row, P_ORDER]
-        offset = pend[row, P_OFFSET]
-        device = max(due, now) if emu.on else now
-        if (emu.on and due > now) or not post_cqe(cq, db, ring, q, state[q // n_threads], cid,
-                                                   nvme, order, op, counters):
-            park(emu, q * depth + cid % depth, max(due, now), nvme, cid, order, seen, now,
-                 device, offset, page_size, op)
-        elif trace.on:
-            _record(trace, q, offset, page_size, seen, now if emu.on else seen,
-                    device, now, op)
+        _complete_command(pend, row, status, now, cq, db, ring, depth, page_size, n_threads,
+                          state, emu, trace, counters)
     return ended
+
+
+@_per_command
+def _fail_commands(uring, pend, cq, db, ring, depth, page_size, n_threads, state, emu, trace,
+                   counters, clock):
+    """The controller's answer to a hard ``io_uring_enter`` error: each command the ring held
+    completes now with an error status; then ``abandon_ring``."""
+    now = _now_ns(clock)
+    for row in range(pend.shape[0]):
+        if pend[row, P_IN_RING]:
+            pend[row, P_IN_RING] = 0
+            _complete_command(pend, row, L.STATUS_IO_ERROR, now, cq, db, ring, depth, page_size,
+                              n_threads, state, emu, trace, counters)
+    abandon_ring(uring)
+
+
+@_per_command
+def _complete_command(pend, row, status, now, cq, db, ring, depth, page_size, n_threads, state,
+                      emu, trace, counters):
+    """Post the CQE of the command in ``pend``'s row ``row``, ended with ``status``, or park it
+    (its modelled time not yet come, or its CQ full)."""
+    op = pend[row, P_OP]
+    nvme = _nvme_status(status, L.NVME_OP_WRITE if op == L.OP_WRITE else L.NVME_OP_READ)
+    q = pend[row, P_ENTRY]
+    cid = pend[row, P_TICKET]
+    seen = pend[row, P_SEEN]
+    due = pend[row, P_DUE]
+    order = pend[row, P_ORDER]
+    offset = pend[row, P_OFFSET]
+    device = max(due, now) if emu.on else now
+    if (emu.on and due > now) or not post_cqe(cq, db, ring, q, state[q // n_threads], cid,
+                                               nvme, order, op, counters):
+        park(emu, q * depth + cid % depth, max(due, now), nvme, cid, order, seen, now,
+             device, offset, page_size, op)
+    elif trace.on:
+        _record(trace, q, offset, page_size, seen, now if emu.on else seen,
+                device, now, op)
 
 
 @_per_command
 def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base, dma_bytes,
                       table, n_threads, stop, served, counters, emu, trace, clock, jitter_ns, rng,
-                      held, file_io, uring, pend):
+                      held, file_io, uring, pend, capacity):
     """One controller thread's loop (:func:`_serve_pairs`) until ``stop[0]`` becomes non-zero,
     then the wait for its ring's I/O still in flight."""
     _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base, dma_bytes,
                  table, n_threads, stop, served, counters, emu, trace, clock, jitter_ns, rng,
-                 held, file_io, uring, pend)
+                 held, file_io, uring, pend, capacity)
     if uring.on:
         _drain(uring, clock)
 
@@ -362,7 +384,7 @@ def serve_queue_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_
 @_per_command
 def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base, dma_bytes,
                  table, n_threads, stop, served, counters, emu, trace, clock, jitter_ns, rng,
-                 held, file_io, uring, pend):
+                 held, file_io, uring, pend, capacity):
     """One controller thread's loop over ``my_queues`` until ``stop[0]`` becomes non-zero.
 
     Per queue, it takes the commands the SQ tail doorbell shows, up to BATCH of them, as one
@@ -372,7 +394,11 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
     BATCH x H_COLUMNS scratch for them). With the io_uring engine (``uring.on``) a Read or
     Write of a file store becomes an SQE (batched submits, as the host daemon's), and its CQE
     is posted when the engine's CQE arrives (:func:`_reap_commands`); a thread whose ring is
-    full fetches no more commands until CQEs free it."""
+    full fetches no more commands until CQEs free it. Under emulation a command counts against
+    ``capacity`` (the engine's concurrency: 1 for a thread of the ``threads`` engine, the ring's
+    entries for io_uring) until its modelled completion is posted, as in the host daemon
+    (:func:`host_daemon.daemon.serve_queues`): the emulated drives get what the engine could
+    give them, not what an ideal host would."""
     idle = 0
     timed = emu.on or trace.on or jitter_ns > 0
     hold = emu.on or jitter_ns > 0
@@ -398,8 +424,18 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
             # (a pass over many busy queues takes long enough to post them late).
             if timed and emu.size[0] > 0 and emu.due[0] <= seen:
                 _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters, seen)
+            # The engine's concurrency: what its ring has room for; under emulation, what is
+            # not yet posted counts too.
+            limit = BATCH
+            if uring.on:
+                limit = min(limit, ring_room(uring))
+            if emu.on:
+                out = emu.size[0]
+                if uring.on:
+                    out += uring.state[S_IN_FLIGHT] + uring.state[S_UNSUBMITTED]
+                limit = min(limit, capacity - out)
             n = 0
-            while n < BATCH and qs[Q_SQ_HEAD] != tail and (not uring.on or ring_room(uring) > 0):
+            while n < limit and qs[Q_SQ_HEAD] != tail:
                 head = qs[Q_SQ_HEAD]
                 # Fetch (the doorbell's acquire load ordered the SQE's bytes before it) ...
                 sqe = (q * ring + head) * L.NVME_SQE_WORDS
@@ -420,7 +456,7 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
                 row = k * depth + cid % depth
                 status, array_id, page, offset, nbytes = check_command(
                     table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes)
-                if (uring.on and status == L.NVME_SC_SUCCESS
+                if (ring_usable(uring) and status == L.NVME_SC_SUCCESS
                         and _on_ring(table, array_id, page, page_size, op)):
                     status = _ring_page(uring, pend, row, table, array_id, page, page_size,
                                         prp1, q, cid, seen if timed else _now_ns(clock), op)
@@ -456,12 +492,15 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
             if hold:
                 _complete_held(held, n, q, qs, cq, db, ring, depth, seen, emu, trace, counters,
                                clock, jitter_ns, rng, pend)
-            if uring.on and uring.state[S_UNSUBMITTED] >= SUBMIT_BATCH:
-                ring_submit(uring)
+            if uring.on and uring.state[S_UNSUBMITTED] >= SUBMIT_BATCH and ring_submit(
+                    uring) < 0:
+                _fail_commands(uring, pend, cq, db, ring, depth, page_size, n_threads, state,
+                               emu, trace, counters, clock)
             served[0] += n
             progressed = True
-        if uring.on and uring.state[S_UNSUBMITTED] > 0:
-            ring_submit(uring)
+        if uring.on and end_pass(uring, progressed, emu, clock) < 0:
+            _fail_commands(uring, pend, cq, db, ring, depth, page_size, n_threads, state, emu,
+                           trace, counters, clock)
         if progressed or emu.size[0] > 0 or (uring.on and uring.state[S_IN_FLIGHT] > 0):
             idle = 0
         else:
@@ -529,7 +568,7 @@ class NvmeController(HostDaemon):
                           self.staging.nbytes, self.table, self.n_threads, self._stop,
                           self._served[k], self._counters[k], self._emu[k], self._rings[k],
                           self._clocks[k], self.jitter_ns, self._rng[k], self._held[k],
-                          self._file_io[k], *self._engine_args(k)[:2])
+                          self._file_io[k], *self._engine_args(k))
 
     @property
     def counters(self):

@@ -42,7 +42,19 @@ T_N_FILES = 7     # files the store's bytes lie in: 1 (a file), N (striped over 
 T_STRIPE_UNIT = 8  # striped store: bytes per stripe unit (a multiple of the page size), else 0
 T_FILES = 9       # striped store: address of its int64 [N, 2] table of (fd, fd_direct), else 0
 T_FILE_SLOT = 10  # row of the store's first file in the daemon's per-file I/O counters, or -1
-T_COLUMNS = 11
+T_MAP = 11        # mapped FileStore: address of its read-only mmap of the file, else 0
+T_MAP_BYTES = 12  # and the mapping's length
+T_MAP_CHECKED = 13   # address of its int64 per MAP_CHUNK: when mincore last looked (ns), 0 never
+T_MAP_RESIDENT = 14  # address of mincore's answer: a byte per OS page of the file (bit 0)
+T_COLUMNS = 15
+
+#: A mapped FileStore asks ``mincore`` which pages are resident a chunk of this many bytes at a
+#: time, and trusts a chunk's answer for MAP_TRUST_NS (a page evicted meanwhile is read from the
+#: mapping anyway: the copy then waits for the disk, see FileStore's notes).
+MAP_CHUNK = 16 << 20
+MAP_TRUST_NS = 10_000_000
+#: The OS page: mincore's unit.
+OS_PAGE = mmap.PAGESIZE
 
 # Columns of the daemon's per-file I/O counters (one row per store file; see file_io_counts).
 F_READS = 0
@@ -142,8 +154,10 @@ class Store:
         ``offset`` of the store (``T_FILE_SLOT`` -1: the Runtime sets it)."""
         raise NotImplementedError
 
-    def _row(self, offset, nbytes, fd=-1, fd_direct=-1, address=0, faults=0, unit=0, files=0):
+    def _row(self, offset, nbytes, fd=-1, fd_direct=-1, address=0, faults=0, unit=0, files=0,
+             mapping=(0, 0, 0, 0)):
         row = [0] * T_COLUMNS
+        row[T_MAP], row[T_MAP_BYTES], row[T_MAP_CHECKED], row[T_MAP_RESIDENT] = mapping
         row[T_KIND], row[T_FD], row[T_FD_DIRECT], row[T_ADDRESS] = self.kind, fd, fd_direct, address
         row[T_OFFSET], row[T_NBYTES], row[T_FAULTS] = offset, nbytes, faults
         row[T_N_FILES], row[T_STRIPE_UNIT], row[T_FILES] = self.n_files, unit, files
@@ -195,11 +209,23 @@ class FileStore(Store):
         every page is read through the page cache instead; ``direct_enabled`` tells which.
     writable : bool, default False
         Open the file for writing too (``O_RDWR``); needed by arrays opened with ``mode="r+"``.
+    mapped : bool, optional
+        Also map the file read-only, so that the io_uring engine serves a page that is in the
+        page cache with a ``memcpy`` from the mapping instead of a read (``mincore`` says which
+        pages are resident, per MAP_CHUNK, trusted for MAP_TRUST_NS); other pages are read
+        through the ring. Default: True for a file without an ``O_DIRECT`` descriptor
+        (``direct=False``, or refused), False otherwise. ``mapped_enabled`` says whether it is.
+        The threads engine, and stripe files (a :class:`StripedStore`), always read.
 
     Notes
     -----
     Partial pages at the end of an array, and pages whose file offset is not 4 KiB-aligned
     (an array opened at an unaligned ``offset``), are read through the page cache.
+    A mapped store has two caveats of the mapping: a file truncated below a mapped page while
+    gids reads it makes the copy fault with SIGBUS (the process dies, where a read would say
+    "short read"); and a page evicted after ``mincore`` saw it resident is read from the disk
+    by the copy's page fault, which blocks the daemon thread for that read (its other requests
+    wait; the ring keeps its I/Os in flight).
     Writes always go through the page cache (``pwrite`` on the buffered descriptor): no
     alignment rules, and Linux writes the cached range back before an ``O_DIRECT`` read of it,
     so a direct read never sees older bytes; but that read then waits for a disk write. For
@@ -210,7 +236,7 @@ class FileStore(Store):
     kind = L.STORE_KIND_FILE
     n_files = 1
 
-    def __init__(self, path, direct=True, writable=False):
+    def __init__(self, path, direct=True, writable=False, mapped=None):
         self.path = os.fspath(path)
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"gids: no such file: {self.path!r}")
@@ -225,6 +251,36 @@ class FileStore(Store):
                 self._fd_direct = os.open(self.path, os.O_RDONLY | os.O_DIRECT)
             except OSError:
                 self._fd_direct = -1
+        self._map = self._map_view = None
+        self._mapping = (0, 0, 0, 0)
+        if mapped is None:
+            mapped = self._fd_direct < 0
+        if mapped:
+            self._open_map()
+
+    def _open_map(self):
+        """Map the file and make mincore's tables (an empty file, or a mapping refused, leaves
+        the store unmapped)."""
+        size = self.nbytes
+        if size == 0:
+            return
+        try:
+            self._map = mmap.mmap(self._fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        except (OSError, ValueError):
+            return
+        if hasattr(self._map, "madvise"):   # a copy that faults reads one page, not a window
+            self._map.madvise(mmap.MADV_RANDOM)
+        self._map_view = np.frombuffer(self._map, dtype=np.uint8)
+        self._checked = np.zeros(-(-size // MAP_CHUNK), dtype=np.int64)
+        pages = -(-size // OS_PAGE)
+        self._resident = np.zeros(-(-pages // 8) * 8, dtype=np.uint8)   # read 8 at a time
+        self._mapping = (self._map_view.ctypes.data, size, self._checked.ctypes.data,
+                         self._resident.ctypes.data)
+
+    @property
+    def mapped_enabled(self):
+        """Whether resident pages are copied from a mapping of the file (see ``mapped``)."""
+        return self._map is not None
 
     def fileno(self):
         """The buffered descriptor (what writes and fsync use)."""
@@ -242,7 +298,8 @@ class FileStore(Store):
         return os.fstat(self._fd).st_size
 
     def table_row(self, offset, nbytes, zero_copy_address=0):
-        return self._row(offset, nbytes, fd=self._fd, fd_direct=self._fd_direct)
+        return self._row(offset, nbytes, fd=self._fd, fd_direct=self._fd_direct,
+                         mapping=self._mapping)
 
     def read_bytes(self, offset, nbytes):
         return os.pread(self._fd, nbytes, offset)
@@ -263,6 +320,14 @@ class FileStore(Store):
             os.fsync(self._fd)
 
     def close(self):
+        if self._map is not None:
+            self._map_view = None
+            self._mapping = (0, 0, 0, 0)
+            try:
+                self._map.close()
+            except BufferError:   # a view is still alive; the mapping goes with it
+                pass
+            self._map = None
         for fd in (self._fd, self._fd_direct):
             if fd >= 0:
                 os.close(fd)
@@ -350,7 +415,8 @@ class StripedStore(Store):
         self.fds = np.full((self.n_files, 2), -1, dtype=np.int64)
         try:
             for f, path in enumerate(self.paths):
-                self.files.append(FileStore(path, direct=direct, writable=writable))
+                self.files.append(FileStore(path, direct=direct, writable=writable,
+                                            mapped=False))
                 self.fds[f] = (self.files[f]._fd, self.files[f]._fd_direct)
         except BaseException:
             self.close()

@@ -73,3 +73,17 @@ def private_array(shape, dtype=np.int64):
     raw = np.zeros(nbytes + 2 * PRIVATE_BYTES, dtype=np.uint8)
     start = -raw.ctypes.data % PRIVATE_BYTES
     return raw[start:start + nbytes].view(dtype).reshape(shape)   # a view: raw stays alive
+
+
+@intrinsic
+def store_word(typingctx, address, value):
+    """Write the int64 ``value`` at host address ``address`` (memory the store table points at),
+    in place, as :func:`load_word` reads it."""
+    sig = types.void(address, value)
+
+    def codegen(context, builder, sig, args):
+        at = context.cast(builder, args[0], sig.args[0], types.intp)
+        val = context.cast(builder, args[1], sig.args[1], types.int64)
+        builder.store(val, builder.inttoptr(at, ir.IntType(64).as_pointer()))
+        return context.get_dummy_value()
+    return sig, codegen

@@ -13,8 +13,16 @@ layout written here (liburing's ``include/liburing/io_uring.h``; little-endian h
 
 No submission-queue polling thread and no interrupts of our own: a daemon thread submits a batch
 with one ``io_uring_enter`` and later reaps whatever CQEs have arrived, without waiting for any
-(the thread never blocks on one I/O). :func:`ring_wait` (for host-side work such as ``flush``)
-waits with a bound.
+(the thread never blocks on one I/O); when it has nothing else to do, or its ring is full,
+:func:`ring_submit_wait` submits and sleeps in the kernel until a CQE arrives, with a bound
+(``IORING_ENTER_EXT_ARG``'s timeout) instead of spinning. Host-side work such as ``flush`` waits
+with a bound too (:func:`ring_rw_all`).
+
+Rings are set up with ``IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG`` where the kernel
+has them (5.19; plain setup where it says EINVAL, :attr:`Ring.setup_flags` says which): the
+kernel then does not interrupt the thread to post completions, but flags the SQ ring
+(``IORING_SQ_TASKRUN``) and posts them at the thread's next ``io_uring_enter``, which
+:func:`ring_ready` makes when it sees the flag and no CQE.
 
 The SQ array (the kernel's indirection from SQ ring position to SQE index) is set to the
 identity once, so an SQE's index is its ring position.
@@ -42,7 +50,14 @@ IORING_OFF_SQ_RING = 0
 IORING_OFF_CQ_RING = 0x8000000
 IORING_OFF_SQES = 0x10000000
 IORING_FEAT_SINGLE_MMAP = 1 << 0
+IORING_FEAT_EXT_ARG = 1 << 8
 IORING_ENTER_GETEVENTS = 1 << 0
+IORING_ENTER_EXT_ARG = 1 << 3
+IORING_SETUP_COOP_TASKRUN = 1 << 8
+IORING_SETUP_TASKRUN_FLAG = 1 << 9
+#: SQ ring flag: completions wait for the owner's next io_uring_enter (COOP_TASKRUN).
+IORING_SQ_TASKRUN = 1 << 3
+ETIME = 62
 
 # Opcodes used here.
 IORING_OP_NOP = 0
@@ -84,7 +99,10 @@ I_CQ_HEAD = 5
 I_CQ_TAIL = 6
 I_CQ_MASK = 7
 I_CQ_ENTRIES = 8
-I_COLUMNS = 9
+I_SQ_FLAGS = 9     # the SQ ring's flags word
+I_FEATURES = 10    # io_uring_params.features
+I_SETUP_FLAGS = 11  # the flags the ring was set up with
+I_COLUMNS = 12
 
 # Columns of RingArgs.state (written by the one thread that owns the ring).
 S_TAIL = 0        # SQEs filled (the SQ tail we will publish)
@@ -92,12 +110,30 @@ S_UNSUBMITTED = 1  # of which not yet taken by io_uring_enter
 S_IN_FLIGHT = 2   # submitted, CQE not yet reaped
 S_SUBMITS = 3     # io_uring_enter calls that submitted (a counter)
 S_SUBMITTED = 4   # SQEs they took (a counter)
-S_COLUMNS = 5
+S_PEAK_IN_FLIGHT = 5  # the most requests in flight at once
+S_WAITS = 6       # io_uring_enter calls that waited for a CQE (a counter)
+S_ERROR = 7       # the first hard io_uring_enter error (-errno), 0 while the ring works
+S_COLUMNS = 8
+
+#: ``struct io_uring_getevents_arg`` (sigmask, sigmask_sz + pad, ts pointer) then the
+#: ``__kernel_timespec`` it points to (seconds, nanoseconds), as int64 words in RingArgs.wait.
+W_TS_POINTER = 2
+W_SECONDS = 3
+W_NANOSECONDS = 4
+W_WORDS = 5
+GETEVENTS_ARG_BYTES = 24
 
 #: What ``njit`` code gets of a ring: ``on`` (0: a stand-in of the same types, no ring), the SQ
 #: and CQ ring regions as uint32 words, the SQEs and the CQEs as int64 words (the CQEs are a
-#: view of the CQ region from ``cq_off.cqes``), ``idx`` (I_* columns) and ``state`` (S_*).
-RingArgs = namedtuple("RingArgs", ["on", "sq", "cq", "sqes", "cqes", "idx", "state"])
+#: view of the CQ region from ``cq_off.cqes``), ``idx`` (I_* columns), ``state`` (S_*) and
+#: ``wait`` (W_*: the timeout argument of :func:`ring_submit_wait`).
+RingArgs = namedtuple("RingArgs", ["on", "sq", "cq", "sqes", "cqes", "idx", "state", "wait"])
+
+
+def _wait_words():
+    wait = private_array(W_WORDS)
+    wait[W_TS_POINTER] = wait.ctypes.data + W_SECONDS * 8
+    return wait
 
 #: io_uring is Linux's; elsewhere the ring functions compile to stand-ins (no such symbols to
 #: link) and probe() says why there is no ring.
@@ -159,11 +195,20 @@ class Ring:
         The kernel refused the ring (see :func:`probe`).
     """
 
+    #: Setup flags tried first; a kernel without them says EINVAL and gets a plain setup.
+    COOP = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG
+
     def __init__(self, entries):
         if entries < 1:
             raise ValueError(f"gids: io_uring entries must be >= 1, got {entries}")
         params = np.zeros(1, dtype=PARAMS_DTYPE)
+        params[0]["flags"] = self.COOP
         fd = io_uring_setup(int(entries), params)
+        if fd == -errno.EINVAL:
+            params = np.zeros(1, dtype=PARAMS_DTYPE)
+            fd = io_uring_setup(int(entries), params)
+        #: The flags the ring was set up with (COOP, or 0 on kernels before 5.19).
+        self.setup_flags = int(params[0]["flags"])
         if fd < 0:
             raise UringUnavailable(-fd, _reason(fd))
         self.fd = fd
@@ -215,12 +260,16 @@ class Ring:
         idx[I_CQ_TAIL] = int(cq_off["tail"]) // 4
         idx[I_CQ_MASK] = cq[int(cq_off["ring_mask"]) // 4]
         idx[I_CQ_ENTRIES] = cq[int(cq_off["ring_entries"]) // 4]
+        idx[I_SQ_FLAGS] = int(sq_off["flags"]) // 4
+        idx[I_FEATURES] = int(p["features"])
+        idx[I_SETUP_FLAGS] = int(p["flags"])
         # SQ ring position i names SQE i, for good.
         array = int(sq_off["array"]) // 4
         sq[array:array + self.entries] = np.arange(self.entries, dtype=np.uint32)
         state = private_array(S_COLUMNS)
         state[S_TAIL] = sq[idx[I_SQ_TAIL]]
-        self.args = RingArgs(on=1, sq=sq, cq=cq, sqes=sqes, cqes=cqes, idx=idx, state=state)
+        self.args = RingArgs(on=1, sq=sq, cq=cq, sqes=sqes, cqes=cqes, idx=idx, state=state,
+                             wait=_wait_words())
 
     @property
     def in_flight(self):
@@ -251,7 +300,7 @@ def stand_in():
     return RingArgs(on=0, sq=np.zeros(1, dtype=np.uint32), cq=np.zeros(1, dtype=np.uint32),
                     sqes=np.zeros(SQE_WORDS, dtype=np.int64),
                     cqes=np.zeros(CQE_WORDS, dtype=np.int64), idx=np.zeros(I_COLUMNS, np.int64),
-                    state=private_array(S_COLUMNS))
+                    state=private_array(S_COLUMNS), wait=_wait_words())
 
 
 _probed = {}
@@ -325,33 +374,83 @@ def ring_enter(r, to_submit, min_complete, flags):
 
 
 @njit(nogil=True, cache=True)
-def ring_submit(r):
-    """Publish the filled SQEs and submit them with one ``io_uring_enter``. Returns how many the
-    kernel took (0 when it is busy: EAGAIN, EBUSY, EINTR; the rest stay for the next call), or
-    ``-errno`` for another error."""
-    pending = r.state[S_UNSUBMITTED]
-    if pending == 0:
-        return 0
-    # The SQEs' stores before the tail; the kernel reads the tail with an acquire load.
-    store_release(r.sq, r.idx[I_SQ_TAIL], np.uint32(r.state[S_TAIL] & 0xFFFFFFFF))
-    n = ring_enter(r, pending, 0, 0)
-    if n == -4 or n == -11 or n == -16:   # EINTR, EAGAIN, EBUSY: the kernel is short of room
+def _submitted(r, pending, n):
+    """Account for an ``io_uring_enter`` that was handed ``pending`` SQEs and returned ``n``:
+    how many it took (0 for EINTR, EAGAIN, EBUSY, ETIME: the kernel is short of room or the
+    wait ended; the rest stay for the next call), or ``-errno`` for a hard error, which
+    S_ERROR keeps."""
+    if n == -4 or n == -11 or n == -16 or n == -ETIME:
         return 0
     if n < 0:
+        if r.state[S_ERROR] == 0:
+            r.state[S_ERROR] = n
         return n
+    if pending == 0:   # a wait alone: its result is not a count of SQEs
+        return 0
     r.state[S_UNSUBMITTED] = pending - n
     r.state[S_IN_FLIGHT] += n
     r.state[S_SUBMITS] += 1
     r.state[S_SUBMITTED] += n
+    r.state[S_PEAK_IN_FLIGHT] = max(r.state[S_PEAK_IN_FLIGHT], r.state[S_IN_FLIGHT])
     return n
 
 
 @njit(nogil=True, cache=True)
+def _publish(r):
+    """Make the filled SQEs visible to the kernel: their stores before the tail's (the kernel
+    reads the tail with an acquire load)."""
+    store_release(r.sq, r.idx[I_SQ_TAIL], np.uint32(r.state[S_TAIL] & 0xFFFFFFFF))
+
+
+@njit(nogil=True, cache=True)
+def ring_submit(r):
+    """Publish the filled SQEs and submit them with one ``io_uring_enter``. Returns how many the
+    kernel took (0 when it is busy: EAGAIN, EBUSY, EINTR; the rest stay for the next call), or
+    ``-errno`` for another error (kept in S_ERROR)."""
+    pending = r.state[S_UNSUBMITTED]
+    if pending == 0:
+        return 0
+    _publish(r)
+    return _submitted(r, pending, ring_enter(r, pending, 0, 0))
+
+
+@njit(nogil=True, cache=True)
+def ring_submit_wait(r, timeout_ns):
+    """Submit the filled SQEs and wait for a CQE, in one ``io_uring_enter``
+    (``IORING_ENTER_GETEVENTS`` with an ``IORING_ENTER_EXT_ARG`` timeout of ``timeout_ns``); it
+    returns at once if a CQE is already waiting. What :func:`ring_submit` returns. On a kernel
+    without EXT_ARG (before 5.11) it submits, then naps up to ``timeout_ns`` if no CQE is
+    waiting."""
+    pending = r.state[S_UNSUBMITTED]
+    if pending > 0:
+        _publish(r)
+    r.state[S_WAITS] += 1
+    if (r.idx[I_FEATURES] & IORING_FEAT_EXT_ARG) == 0:
+        n = _submitted(r, pending, ring_enter(r, pending, 0, 0)) if pending > 0 else 0
+        if n >= 0 and ring_ready(r) == 0:
+            _usleep(max(1, timeout_ns // 1000))
+        return n
+    w = r.wait
+    w[W_SECONDS] = timeout_ns // 1_000_000_000
+    w[W_NANOSECONDS] = timeout_ns % 1_000_000_000
+    n = _syscall(SYS_IO_URING_ENTER, r.idx[I_FD], pending, 1,
+                 IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, w.ctypes.data,
+                 GETEVENTS_ARG_BYTES)
+    return _submitted(r, pending, -_errno() if n < 0 else n)
+
+
+@njit(nogil=True, cache=True)
 def ring_ready(r):
-    """CQEs waiting to be reaped."""
+    """CQEs waiting to be reaped. Under COOP_TASKRUN a completion the kernel has but not yet
+    posted shows as the SQ ring's IORING_SQ_TASKRUN flag: one ``io_uring_enter`` posts it."""
     head = r.cq[r.idx[I_CQ_HEAD]]
     tail = load_acquire(r.cq, r.idx[I_CQ_TAIL])
-    return np.int64((tail - head) & 0xFFFFFFFF)
+    n = np.int64((tail - head) & 0xFFFFFFFF)
+    if n == 0 and load_acquire(r.sq, r.idx[I_SQ_FLAGS]) & IORING_SQ_TASKRUN:
+        ring_enter(r, 0, 0, IORING_ENTER_GETEVENTS)
+        tail = load_acquire(r.cq, r.idx[I_CQ_TAIL])
+        n = np.int64((tail - head) & 0xFFFFFFFF)
+    return n
 
 
 @njit(nogil=True, cache=True)
@@ -390,13 +489,11 @@ def ring_nop_roundtrip(r):
 
 @njit(nogil=True, cache=True)
 def _wait_one(r, tag, deadline_ns, clock):
-    """Submit what is filled, then reap until the CQE tagged ``tag`` arrives; returns its res,
-    or -ETIMEDOUT after ``deadline_ns`` (a monotonic time). Other CQEs are dropped (host-side
-    rings carry one request at a time)."""
+    """Submit what is filled, then reap until the CQE tagged ``tag`` arrives (waiting in
+    :func:`ring_submit_wait`, not spinning); returns its res, or -ETIMEDOUT after
+    ``deadline_ns`` (a monotonic time). Other CQEs are dropped (host-side rings carry one
+    request at a time)."""
     while True:
-        s = ring_submit(r)
-        if s < 0:
-            return s
         n = ring_ready(r)
         for i in range(n):
             data, res = ring_cqe(r, i)
@@ -406,10 +503,13 @@ def _wait_one(r, tag, deadline_ns, clock):
         if n:
             ring_consume(r, n)
         _clock_gettime(1, clock.ctypes.data)
-        if clock[0] * 1_000_000_000 + clock[1] > deadline_ns:
+        now = clock[0] * 1_000_000_000 + clock[1]
+        if now > deadline_ns:
             return -errno.ETIMEDOUT
-        _usleep(20)
-
+        # Submit what is filled and sleep in the kernel until a CQE comes (at most 10 ms).
+        s = ring_submit_wait(r, min(10_000_000, deadline_ns - now))
+        if s < 0:
+            return s
 
 
 @njit(nogil=True, cache=True)

@@ -4,12 +4,20 @@
 ``w, w + n_warps, ...``; for each it walks the row's elements a page at a time: it pins the page
 of the next element (every lane of a row's group the same element: one lookup per page and
 warp), its lanes copy elements ``lane, lane + lanes, ...`` of what the row has on that page
-(contiguous loads and stores), and it gives the pin back. A row may start anywhere in a page and span pages (rows wider than a
-page, or not aligned to one): each of its pages is pinned once.
+(contiguous loads and stores, :data:`LOADS_IN_FLIGHT` loads per lane issued before their
+stores), and it gives the pin back. A row may start anywhere in a page and span pages (rows
+wider than a page, or not aligned to one): each of its pages is pinned once.
 
-The kernel is a template over four device functions, so that the same loop reads through the
+The loop is a template over four device functions, so that the same loop reads through the
 gids cache (:func:`gather_rows_kernel`: ``pin_page`` / ``pinned`` / ``unpin_page_after``) or through
 any other reader (``workloads.pager``'s pagers: zero-copy, GPU memory, the CPU batch path).
+
+Resident first (:func:`resident_rows_kernels`, the setting ``rows_resident_first``): a first
+launch pins with ``pin_page_if_resident`` and has no call in it; the rows that met a page not
+resident are set aside in a list, which a second launch copies with ``pin_page`` (loads). Why:
+``pin_page``'s miss path is a call, and a call makes the compiler keep the loop's live values in
+the few registers a call preserves or spill them, on every row, hit or not
+(``kernels.access.pin_page_if_resident``; the BFS does the same, ``workloads/graph/gpu_bfs.py``).
 """
 from functools import lru_cache
 
@@ -28,11 +36,108 @@ WARP_LANES = 32
 #: (``workloads.baselines.REQUESTS_PER_WARP``).
 ROWS_PER_WARP = 2
 
+#: Independent loads a lane issues before it stores their values: a load's latency is paid
+#: once per this many, not once per element (one at a time, a warp's row copy was bound by
+#: latency, not bandwidth). Every reader of the template gets it (gids, GPU memory, zero-copy,
+#: the CPU batch path).
+LOADS_IN_FLIGHT = 8
+
+#: Register cap of the resident-first launch: with no call in it, it needs fewer than this, and
+#: 64 lets an SM run 4 blocks of 256 threads (32 warps, twice the default cap's), hence twice
+#: the loads in flight that a copy bound by memory bandwidth wants.
+RESIDENT_REGISTERS = 64
+
+#: What a launch of the loop does with its rows (compiled in).
+ALL_ROWS = 0        # every row, through ``pin`` (which loads what is missing)
+RESIDENT_ROWS = 1   # every row, through ``pin_if_resident``; rows that miss are set aside
+SET_ASIDE_ROWS = 2  # the rows a RESIDENT_ROWS launch set aside, through ``pin``
+
 
 @device_helper
 def _room(page_elems, i):
     """Elements of ``i``'s page from ``i`` on, pages of ``page_elems`` elements (a power of 2)."""
     return page_elems - (i & (page_elems - 1))
+
+
+@lru_cache(maxsize=None)
+def _row_loop(pin, value, unpin_after, page_elems, mode):
+    """The row loop ``(h, rows, width, out, aside, n_aside)`` as a device function, for one
+    :data:`ALL_ROWS` / :data:`RESIDENT_ROWS` / :data:`SET_ASIDE_ROWS` ``mode`` (``aside`` and
+    ``n_aside[0]``: the positions set aside and their count; unused by ALL_ROWS)."""
+    step = LOADS_IN_FLIGHT
+
+    @cuda.jit(device=True)
+    def copy_page(h, k, r, e, m, sub, lanes, out):
+        """Elements ``sub, sub + lanes, ...`` below ``m`` of the pinned ``k`` into ``out[r, e +
+        ...]``, :data:`LOADS_IN_FLIGHT` loads before their stores; the sum of what was read."""
+        used = 0.0
+        j = sub
+        while j + (step - 1) * lanes < m:
+            v0 = value(h, k + j)
+            v1 = value(h, k + j + lanes)
+            v2 = value(h, k + j + 2 * lanes)
+            v3 = value(h, k + j + 3 * lanes)
+            v4 = value(h, k + j + 4 * lanes)
+            v5 = value(h, k + j + 5 * lanes)
+            v6 = value(h, k + j + 6 * lanes)
+            v7 = value(h, k + j + 7 * lanes)
+            out[r, e + j] = v0
+            out[r, e + j + lanes] = v1
+            out[r, e + j + 2 * lanes] = v2
+            out[r, e + j + 3 * lanes] = v3
+            out[r, e + j + 4 * lanes] = v4
+            out[r, e + j + 5 * lanes] = v5
+            out[r, e + j + 6 * lanes] = v6
+            out[r, e + j + 7 * lanes] = v7
+            used += ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7))
+            j += step * lanes
+        while j < m:
+            v = value(h, k + j)
+            out[r, e + j] = v
+            used += v
+            j += lanes
+        return used
+
+    @cuda.jit(device=True)
+    def row_loop(h, rows, width, out, aside, n_aside):
+        lane = cuda.threadIdx.x % WARP_LANES
+        warp = cuda.grid(1) // WARP_LANES
+        n_warps = cuda.gridsize(1) // WARP_LANES
+        pe = page_elems(h)
+        groups = 1
+        if width % pe == 0 or pe % width == 0:
+            groups = ROWS_PER_WARP
+        lanes = WARP_LANES // groups
+        group = lane // lanes
+        sub = lane - group * lanes
+        n = rows.size
+        if mode == SET_ASIDE_ROWS:
+            n = n_aside[0]
+        for first in range(warp * groups, n, n_warps * groups):   # warp-uniform
+            p = first + group
+            live = p < n
+            if not live:
+                p = first
+            r = p
+            if mode == SET_ASIDE_ROWS:
+                r = aside[p]
+            base = np.int64(rows[r]) * width
+            missed = False
+            e = np.int64(0)
+            while e < width:             # the same trip count for every group of the warp
+                i = base + e
+                k = pin(h, i)
+                if mode == RESIDENT_ROWS and k < 0:
+                    missed = True
+                m = min(_room(pe, i), width - e)
+                used = 0.0
+                if k >= 0 and live and not missed:
+                    used = copy_page(h, k, r, e, m, sub, lanes, out)
+                unpin_after(h, i, k, used)
+                e += m
+            if mode == RESIDENT_ROWS and missed and live and sub == 0:
+                aside[cuda.atomic.add(n_aside, 0, 1)] = r
+    return row_loop
 
 
 @lru_cache(maxsize=None)
@@ -55,39 +160,12 @@ def rows_template(pin, value, unpin_after, page_elems):
     cache needs two slots per resident warp for every warp to progress (a ``CacheExhaustedError``
     after the timeout otherwise, never a hang).
     """
+    loop = _row_loop(pin, value, unpin_after, page_elems, ALL_ROWS)
 
     @jit
     def gather_rows(h, rows, width, out):
-        lane = cuda.threadIdx.x % WARP_LANES
-        warp = cuda.grid(1) // WARP_LANES
-        n_warps = cuda.gridsize(1) // WARP_LANES
-        pe = page_elems(h)
-        groups = 1
-        if width % pe == 0 or pe % width == 0:
-            groups = ROWS_PER_WARP
-        lanes = WARP_LANES // groups
-        group = lane // lanes
-        sub = lane - group * lanes
-        n = rows.size
-        for first in range(warp * groups, n, n_warps * groups):   # warp-uniform
-            r = first + group
-            live = r < n
-            if not live:
-                r = first
-            base = np.int64(rows[r]) * width
-            e = np.int64(0)
-            while e < width:             # the same trip count for every group of the warp
-                i = base + e
-                k = pin(h, i)
-                m = min(_room(pe, i), width - e)
-                used = 0.0
-                if k >= 0 and live:
-                    for j in range(sub, m, lanes):
-                        v = value(h, k + j)
-                        out[r, e + j] = v
-                        used += v
-                unpin_after(h, i, k, used)
-                e += m
+        unused = cuda.local.array(1, np.int64)   # (no list set aside)
+        loop(h, rows, width, out, unused, unused)
     return gather_rows
 
 
@@ -96,7 +174,34 @@ def _cache_page_elems(h):
     return np.int64(1) << h.elem_shift
 
 
+@lru_cache(maxsize=None)
 def gather_rows_kernel():
     """The kernel for arrays read through the gids cache (compiled on first launch)."""
     from kernels.access import pin_page, pinned, unpin_page_after
     return rows_template(pin_page, pinned, unpin_page_after, _cache_page_elems)
+
+
+@lru_cache(maxsize=None)
+def resident_rows_kernels():
+    """``(resident, set_aside)``: the two launches of a resident-first gather through the gids
+    cache, each ``(h, rows, width, out, aside, n_aside)`` on one stream, in that order.
+
+    ``resident`` copies the rows whose pages are all in the cache (``pin_page_if_resident``: no
+    call, nothing loaded, nothing recorded) and appends the position of every other row to
+    ``aside`` (``n_aside[0]``, zero before it, counts them: ``aside`` holds up to
+    ``rows.size``); ``set_aside`` copies those rows with ``pin_page``, which loads what is
+    missing and records what cannot be had (an out-of-range row: raised by the host).
+    """
+    from kernels.access import pin_page, pin_page_if_resident, pinned, unpin_page_after
+    first = _row_loop(pin_page_if_resident, pinned, unpin_page_after, _cache_page_elems,
+                      RESIDENT_ROWS)
+    second = _row_loop(pin_page, pinned, unpin_page_after, _cache_page_elems, SET_ASIDE_ROWS)
+
+    @jit(max_registers=RESIDENT_REGISTERS)
+    def gather_resident_rows(h, rows, width, out, aside, n_aside):
+        first(h, rows, width, out, aside, n_aside)
+
+    @jit
+    def gather_set_aside_rows(h, rows, width, out, aside, n_aside):
+        second(h, rows, width, out, aside, n_aside)
+    return gather_resident_rows, gather_set_aside_rows

@@ -56,6 +56,10 @@ Name (environment variable, when; default on a GPU / in the simulator): what it 
   when every page is resident, to measure what they cost.
 - ``bfs_resident_first`` (GIDS_BFS_RESIDENT_FIRST, import; 1): 0 keeps the miss path in the
   BFS's top-down step over a resident graph, to measure what leaving it out gains.
+- ``rows_resident_first`` (GIDS_ROWS_RESIDENT_FIRST, run; auto): 1: ``Runtime.gather_rows``
+  copies the rows whose pages are resident in a launch without a miss path, then the others
+  with it; 0: one launch with it; auto: resident first for gathers of at least 2**18 rows, one
+  launch below: registers and spills of the hit path vs a second launch's host cost per gather.
 - ``commit`` (GIDS_COMMIT, run; None: ask git): the commit benchmarks record (a copy of the
   tree on another machine may carry a stale .git).
 
@@ -127,6 +131,10 @@ def _poll_ns(text):
     return values
 
 
+def _auto_or_flag(text):
+    return "auto" if text == "auto" else _flag(text)
+
+
 def _registers(text):
     return _int(0, 255)(text) or None     # 0: no cap
 
@@ -152,6 +160,7 @@ _TABLE = {
     "whole_cache_registers": (64, _registers, "import"),
     "bfs_touch": ("auto", _one_of("auto", "always"), "import"),
     "bfs_resident_first": (True, _flag, "import"),
+    "rows_resident_first": ("auto", _auto_or_flag, "run"),
     "commit": (None, str, "run"),
 }
 

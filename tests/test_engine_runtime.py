@@ -71,6 +71,56 @@ def test_a_file_truncated_under_the_engine_names_file_and_page(tmp_path):
         assert got[0] == ref[PAGE // 8 + 5]
 
 
+@pytest.mark.parametrize("backend", ["host", "nvme"])
+def test_a_page_cached_file_reads_through_its_mapping_on_either_back_end(tmp_path, backend):
+    """A file opened without O_DIRECT is mapped (its default): gathers through either back end
+    give the file's values, half of it evicted from the page cache or not, and every page
+    read is counted against the file."""
+    path, ref = _file(tmp_path, pages=32, seed=7)
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 16 * PAGE, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    store = gids.FileStore(path, direct=False)
+    assert store.mapped_enabled
+    with gids.Runtime(cache_pages=64, page_size=PAGE, backend=backend) as rt:
+        a = rt.open_array(store, np.int64, shape=ref.shape)
+        idx = np.random.default_rng().integers(0, ref.size, 200)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
+        s = rt.stats()
+        assert s.files[0].reads == s.ios > 0
+    store.close()
+
+
+@pytest.mark.skipif(U.probe() is not None, reason="no io_uring here")
+@pytest.mark.parametrize("backend", ["host", "nvme"])
+def test_a_hard_io_uring_enter_error_is_a_storage_io_error_at_once(tmp_path, backend):
+    """/dev/null dup2'd over the rings' descriptors (io_uring_enter then fails: EOPNOTSUPP):
+    the gather raises StorageIOError naming the file, well before the Runtime's timeout; the
+    daemon says why in ``engine_error``, and the Runtime goes on without the ring."""
+    import time
+    path, ref = _file(tmp_path, seed=6)
+    with gids.FileStore(path) as probe_store:
+        if not probe_store.direct_enabled:
+            pytest.skip("no O_DIRECT here: reads would not need the ring")
+    with gids.Runtime(cache_pages=32, page_size=PAGE, engine="io_uring", backend=backend,
+                      timeout=300) as rt:
+        a = rt.open_array(path, np.int64)
+        null = os.open(os.devnull, os.O_RDONLY)
+        for ring in rt.daemon._urings:
+            os.dup2(null, ring.fd)
+        os.close(null)
+        start = time.monotonic()
+        with pytest.raises(gids.StorageIOError, match=r"data\.bin") as info:
+            rt.gather(a, [k * PAGE // 8 for k in range(8)])
+        assert time.monotonic() - start < 150, "waited for the timeout"
+        assert info.value.page in range(8)
+        assert "io_uring_enter failed" in rt.daemon.engine_error
+        rt.invalidate(discard_dirty=True)
+        idx = np.random.default_rng(2).integers(0, ref.size, 30)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
+
+
 @pytest.mark.skipif(U.probe() is not None, reason="no io_uring here")
 def test_a_failing_fsync_through_the_ring_is_named_and_loses_nothing(tmp_path, monkeypatch):
     """flush's fsync goes to the ring; when it fails (here: the descriptor it is given is a
@@ -112,7 +162,20 @@ def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
         assert want in kinds, kinds
     assert any(k == "ceiling" for k, _ in kinds)
     assert all(r["correct"] for r in result["rows"])
-    assert "simulator figure" in (out / "files.md").read_text()
+    table = (out / "files.md").read_text()
+    assert "simulator figure" in table
+    if U.probe() is None:   # the probe row (one thread's ring) and every row's fraction of it
+        assert ("probe", "io_uring") in kinds and result["probe_pages_per_s"] > 0
+        direct = [r for r in result["rows"] if r["kind"] == "direct"]
+        assert all(r["of_probe"] > 0 and r["of_ceiling"] > 0 for r in direct)
+        ring = next(r for r in direct if r["engine"] == "io_uring")
+        assert ring["in_flight_peak"] >= 1 and ring["engine_io_us"] > 0
+    for r in result["rows"]:
+        if r["kind"] in ("direct", "cached", "emulated"):
+            assert r["gpu_io_us"] > 0 and "io_latency_us" not in r
+            assert r["daemon_cpu_us_per_page"] is None or r["daemon_cpu_us_per_page"] >= 0
+            assert (r["engine_io_us"] is None) == (r["store"] == "MemoryStore copy")
+    assert "engine I/O us" in table and "GPU I/O us" in table and "of probe" in table
 
 
 def test_bench_files_bad_arguments_exit_2(capsys):

@@ -74,7 +74,8 @@ def test_gather_result_goes_to_cupy_without_copy():
         a = rt.open_array(data)
         out = rt.gather(a, np.arange(0, 10000, 7))
         c = cupy.asarray(out)
-        assert c.data.ptr == out.device_ctypes_pointer.value
+        assert c.data.ptr == out.__cuda_array_interface__["data"][0]
+        assert cupy.from_dlpack(out).data.ptr == c.data.ptr
         np.testing.assert_array_equal(cupy.asnumpy(c), data[::7])
 
 

@@ -47,3 +47,12 @@ def test_every_stage_command_parses(stage, tmp_path):
         command, cap = command if isinstance(command, tuple) else (command, None)
         assert cap is None or 0 < cap <= limit
         _parse([part.replace("{dir}", str(tmp_path)) for part in command])
+
+
+def test_every_estimate_is_within_its_stage_limit():
+    from workloads.gpu_session import ESTIMATES, estimate_line
+    assert set(ESTIMATES) <= set(STAGES)
+    for stage, seconds in ESTIMATES.items():
+        assert 0 < seconds <= STAGES[stage][1], stage
+    assert estimate_line("gnn22-ssd") == "== gnn22-ssd (expected ~150 s, limit 240 s)"
+    assert estimate_line("core").endswith("(limit 540 s)")

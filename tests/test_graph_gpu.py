@@ -16,6 +16,7 @@ import gids  # noqa: F401  (first: picks the world before numba.cuda loads)
 import numpy as np
 import pytest
 from numba import cuda
+from host_daemon.uring import probe as uring_probe
 from kernels.platform import WARP_SIZE
 
 from tests.helpers import run_compile_script
@@ -392,8 +393,10 @@ def test_cli_bfs_and_cc(tmp_path, capsys):
     assert "simulator figures" in captured.out and "hmean TEPS" in captured.out
     lines = captured.out.splitlines()
     rows = lines[[i for i, line in enumerate(lines) if line.startswith("---")][0] + 1:]
-    assert [row.split()[:3] for row in rows] == [["gids", "-", "100%"], ["gids", "-", "50%"],
-                                                 ["memory", "-", "-"]]
+    engine = "io_uring" if uring_probe() is None else "threads"
+    assert [row.split()[:4] for row in rows] == [["gids", "-", engine, "100%"],
+                                                 ["gids", "-", engine, "50%"],
+                                                 ["memory", "-", "memory", "-"]]
     assert "emulation" not in captured.out.split("valid")[-1]     # no emulated rows, no note
     assert "root 2/2" in captured.err                              # progress on stderr
     assert "slowest level" in captured.err
@@ -413,6 +416,7 @@ def test_cli_bfs_and_cc(tmp_path, capsys):
     assert "components" in captured.out and "simulator figures" in captured.out
     runs = json.loads((tmp_path / "cc.json").read_text())["runs"]
     assert [r["valid"] for r in runs] == [True, True]
+    assert [r["engine"] for r in runs] == ["memory", engine]
     assert runs[0]["n_components"] == runs[1]["n_components"]
 
     assert cli_main(["bfs", "--graph", str(tmp_path / "missing.csr")]) == 2
@@ -517,6 +521,12 @@ def test_cli_emulated_ssd_rows(tmp_path, capsys):
     assert [(r["data_path"], r["emulation"]) for r in report["runs"]] == [
         ("gids", None), ("gids", one), ("gids", two), ("nvme", None), ("nvme", one),
         ("nvme", two), ("memory", None)]
+    # The engine column: the Runtime rows' storage engine (--storage file), memory for RAM.
+    engine = "io_uring" if uring_probe() is None else "threads"
+    assert [r["engine"] for r in report["runs"]] == [engine] * 6 + ["memory"]
+    assert all(row[2 if row[1] == "-" else 4] == r["engine"]
+               for row, r in zip(rows, report["runs"]))
+    assert "engine" in lines[start - 2]
     assert all(s["valid"] for run in report["runs"] for s in run["searches"])
 
     # cc: the default drive counts are 1 and 4.

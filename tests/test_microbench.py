@@ -136,3 +136,18 @@ def test_launch_cost_suite_times_each_case(tmp_path):
     assert all(r["correct"] and r["host_us_median"] > 0 for r in res["rows"])
     assert all(r["gpu_us_median"] > 0 for r in res["rows"][:3])
     assert "times mean nothing" in open(os.path.join(tmp_path, "launch_suite.md")).read()
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="a few calls: a check that the suite runs")
+def test_rows_launch_suite_times_each_case(tmp_path):
+    pytest.importorskip("torch")
+    assert microbench.main(["rows-launch", "--out", str(tmp_path), "--calls", "2"]) == 0
+    with open(os.path.join(tmp_path, "rows_launch_suite.json")) as f:
+        res = json.load(f)
+    cases = ["torch.index_select (GPU memory)", "gids gather_rows, rows_resident_first=0",
+             "gids gather_rows, rows_resident_first=1",
+             "gids gather_rows, default setting, a new index tensor and out slice each call"]
+    assert [r["case"] for r in res["rows"]] == cases * 2
+    assert all(r["correct"] and r["host_us_median"] > 0 for r in res["rows"])
+    # auto picks one launch for these small gathers
+    assert [r["auto_picks_this"] for r in res["rows"][:4]] == [None, True, False, None]

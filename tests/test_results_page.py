@@ -101,3 +101,96 @@ def test_update_reads_the_host_tier_figures():
     assert all(r["area"] == results.TIER for r in recs), recs
     ratio = next(r for r in recs if r["figure"].endswith("gids / zero-copy"))
     assert abs(ratio["value"] - 1.5) < 1e-12 and ratio["target"] == ">= 1.2x"
+def _gnn_row(label, path, value, emulation=None, key="rows_per_s"):
+    row = {"label": label, "path": path, "emulation": emulation}
+    if key == "rows_per_s":
+        row["rows_per_s"] = value
+    else:
+        row["epochs"] = [{"epoch_s": value * 2}, {"epoch_s": value}]
+    return row
+
+
+def test_update_reads_gnn_gather_with_emulated_drives_and_the_direct_loader():
+    rate = {label: random.uniform(1e5, 1e7) for label in
+            ("mmap", "gids 25%", "gids 25% on 4 x p5800x", "direct", "direct on 4 x p5800x")}
+    em = {"ssd": "p5800x", "n_ssd": 4}
+    report = {"command": "/x/gids/cli.py gnn --gather-only --scale 22 --json o.json",
+              "mode": "gather", "fanouts": [10, 5, 5], "scale": 22,
+              "rows": [_gnn_row(k, k.split()[0], v, em if "on 4" in k else None)
+                       for k, v in rate.items()]}
+    report["rows"][3]["loader"] = {"threads": 64, "o_direct": True}
+    recs = {r["figure"]: r for r in results.from_json(report)}
+    assert recs["feature gather, scale 22, gids 25% cache / mmap"]["value"] == \
+        rate["gids 25%"] / rate["mmap"]
+    assert recs["feature gather, scale 22, gids 25% cache on 4 x p5800x / direct on 4 x "
+                "p5800x"]["value"] == rate["gids 25% on 4 x p5800x"] / rate["direct on 4 x p5800x"]
+    assert recs["feature gather, scale 22, gids 25% cache / direct"]["ratio"] == \
+        rate["gids 25%"] / rate["direct"]
+    direct = recs["feature gather, scale 22, direct loader (O_DIRECT, 64 threads) on the "
+                  "machine's disk"]
+    assert direct["value"] == rate["direct"] / 1e3 and direct["unit"] == "k rows/s"
+    assert all(r["command"] == "gids gnn --gather-only --scale 22" for r in recs.values())
+    mapped = {r["figure"] for r in results.from_json({**report, "storage": "mmap"})}
+    assert "feature gather, scale 22, gids 25% cache (mmap store) / mmap" in mapped
+
+
+def test_update_reads_a_gnn_training_run():
+    epoch = {label: random.uniform(1, 50) for label in
+             ("mmap", "memory", "gids 25%", "gids 25% loader", "gids 100% loader")}
+    report = {"command": "gids gnn --scale 22", "mode": "train", "fanouts": [15, 10, 5],
+              "scale": 22, "rows": [_gnn_row(k, k.split()[0], v, key="epochs")
+                                    for k, v in epoch.items()]}
+    recs = {r["figure"]: r for r in results.from_json(report)}
+    speedup = recs["epoch, scale 22, gids 25% loader / mmap: speed-up"]
+    assert speedup["value"] == epoch["mmap"] / epoch["gids 25% loader"]
+    assert speedup["target"] == ">= 2x"
+    assert recs["epoch, scale 22, gids 100% loader / memory: speed-up"]["value"] == \
+        epoch["memory"] / epoch["gids 100% loader"]
+    assert "epoch, scale 22, gids 25% / mmap: speed-up" in recs
+    mapped = {r["figure"] for r in results.from_json({**report, "storage": "mmap"})}
+    assert "epoch, scale 22, gids 25% loader (mmap store) / mmap: speed-up" in mapped
+
+
+def test_update_reads_a_gather_only_gnn_report_with_its_hit_rate():
+    row = lambda label, path, rate, hits=None: {"label": label, "path": path,  # noqa: E731
+                                                "rows_per_s": rate, "hit_rate": hits}
+    report = {"command": "gids gnn --gather-only --json x.json", "mode": "gather",
+              "simulator": False, "scale": 20, "fanouts": [10, 5, 5], "rows_resident_first": "auto",
+              "rows": [row("gids 25%", "gids", 6e6, 0.4), row("gids 100%", "gids", 9e6, 1.0),
+                       row("memory", "memory", 1e7), row("mmap", "mmap", 1e6)]}
+    recs = {r["figure"]: r for r in results.from_json(report)}
+    whole = recs["feature gather, scale 20, gids 100% cache / memory"]
+    assert abs(whole["value"] - 0.9) < 1e-12 and whole["target"] == ">= 0.8x"
+    assert recs["feature gather, scale 20, gids 25% cache / mmap"]["value"] == 6.0
+    hits = recs["feature gather, scale 20, gids 100% cache: hit rate of the timed batches"]
+    assert hits["value"] == 100.0 and hits["unit"] == "%"
+    one_launch = {r["figure"] for r in results.from_json({**report, "rows_resident_first": False})}
+    assert "feature gather, scale 20, gids 100% cache / memory, one launch " \
+           "(GIDS_ROWS_RESIDENT_FIRST=0)" in one_launch
+    two = {r["figure"] for r in results.from_json({**report, "rows_resident_first": True})}
+    assert "feature gather, scale 20, gids 100% cache / memory, resident first " \
+           "(GIDS_ROWS_RESIDENT_FIRST=1)" in two
+
+
+def test_update_reads_the_files_bench_with_its_probe_and_engine_columns():
+    """files.json (``gids bench files``): the ceiling, the probe, each direct row against both,
+    and the engine's own columns become figures; a row without the new columns (an older run)
+    still reads."""
+    probe, ceiling = random.uniform(50e3, 90e3), 100e3
+    direct = {"kind": "direct", "engine": "io_uring", "threads": 1, "pages_per_s": 0.8 * probe,
+              "of_ceiling": 0.8 * probe / ceiling, "of_probe": 0.8, "engine_io_us": 900.0,
+              "gpu_io_us": 1200.0, "in_flight_peak": 256, "daemon_cpu_us_per_page": 1.5}
+    old = {"kind": "direct", "engine": "threads", "threads": 1, "pages_per_s": 20e3}
+    d = {"sweep": "files", "command": "gids bench files --out /tmp/x", "simulator": False,
+         "ceiling_pages_per_s": ceiling, "probe_pages_per_s": probe,
+         "rows": [{"kind": "probe", "engine": "io_uring", "threads": 1, "pages_per_s": probe},
+                  direct, old]}
+    recs = {r["figure"]: r for r in results.from_json(d)}
+    assert abs(recs["probe: the engine alone, one thread's ring at depth, no GPU"]["ratio"]
+               - probe / ceiling) < 1e-12
+    what = "gids all-miss from an O_DIRECT file, io_uring, 1 daemon thread(s)"
+    assert recs[f"{what}, of the probe"]["ratio"] == 0.8
+    assert recs[f"{what}: engine I/O time (taken to CQE)"]["value"] == 900.0
+    assert recs[f"{what}: peak in flight per thread"]["value"] == 256
+    assert "gids all-miss from an O_DIRECT file, threads, 1 daemon thread(s)" in recs
+    assert all(r["command"] == "gids bench files" for r in recs.values())

@@ -31,12 +31,13 @@ def _poisoned(shape, dtype):
     return out
 
 
+@pytest.mark.parametrize("resident_first", [True, False])
 @pytest.mark.parametrize("width", [24, 200, 256])
-def test_rows_equal_numpy(width):
+def test_rows_equal_numpy(width, resident_first):
     rng = np.random.default_rng()
     data = rng.standard_normal((40, width)).astype(np.float32)
     rows = rng.integers(0, 40, size=9).astype(np.int32)
-    with _runtime() as rt:
+    with gids.defaults.set(rows_resident_first=resident_first), _runtime() as rt:
         a = rt.open_array(data)
         got = rt.gather_rows(a, rows)
         assert isinstance(got, DeviceArray) and got.shape == (9, width)
@@ -45,6 +46,98 @@ def test_rows_equal_numpy(width):
         # DLPack and numpy's protocol see the same rows
         np.testing.assert_array_equal(np.from_dlpack(got), data[rows])
         np.testing.assert_array_equal(np.asarray(got), data[rows])
+
+
+@pytest.mark.parametrize("width", [24, 128])
+def test_resident_first_some_pages_resident(width):
+    # Rows whose pages are resident are copied by the first launch, the others set aside and
+    # copied by the second (which loads them); a warm repeat is hits only.
+    rng = np.random.default_rng()
+    data = rng.standard_normal((60, width)).astype(np.float32)
+    with gids.defaults.set(rows_resident_first=True), \
+            gids.Runtime(page_size=PAGE, cache_pages=32, daemon_threads=1, queues=2) as rt:
+        a = rt.open_array(data)
+        warm = rng.choice(60, size=6, replace=False)
+        rt.gather_rows(a, warm)
+        rt.sync()
+        rows = np.concatenate([warm, rng.integers(0, 60, size=8)])
+        rng.shuffle(rows)
+        out = _poisoned((rows.size, width), np.float32)
+        rt.gather_rows(a, rows, out=out)
+        rt.sync()
+        np.testing.assert_array_equal(out, data[rows])
+        before = rt.stats()
+        out2 = _poisoned((rows.size, width), np.float32)
+        rt.gather_rows(a, rows[::-1].copy(), out=out2)
+        rt.sync()
+        np.testing.assert_array_equal(out2, data[rows[::-1]])
+        assert rt.stats().misses == before.misses
+        assert rt.stats().hits > before.hits
+
+
+def test_resident_first_lists_are_reused():
+    from gids.rows import MAX_ASIDE_LISTS
+    data = np.arange(50 * 8, dtype=np.float32).reshape(50, 8)
+    with gids.defaults.set(rows_resident_first=True), _runtime() as rt:
+        a = rt.open_array(data)
+        for n in (3, 5, 2, 2000, 4):
+            rows = np.arange(n) % 50
+            got = rt.gather_rows(a, rows)
+            rt.sync()
+            np.testing.assert_array_equal(got.copy_to_host(), data[rows])
+        lists = rt._rows_aside_lists   # one per stream: here the default stream's, grown
+        assert len(lists) == 1 <= MAX_ASIDE_LISTS
+        assert next(iter(lists.values()))[0].size >= 2000
+
+
+def test_resident_first_set_aside_row_out_of_range_raised_at_sync():
+    # An out-of-range device row is set aside by the first launch (which records nothing) and
+    # raised from the second; the other rows are copied.
+    from numba import cuda
+    data = np.arange(10 * 8, dtype=np.float32).reshape(10, 8)
+    with gids.defaults.set(rows_resident_first=True), _runtime() as rt:
+        a = rt.open_array(data)
+        out = _poisoned((3, 8), np.float32)
+        rt.gather_rows(a, cuda.to_device(np.array([2, 99, 4], dtype=np.int64)), out=out)
+        with pytest.raises(IndexOutOfRangeError):
+            rt.sync()
+        np.testing.assert_array_equal(out[[0, 2]], data[[2, 4]])
+
+
+ROWS_WARP32 = """
+rng = np.random.default_rng()
+for width in (128, 200):     # a page a row (two rows a warp), rows across pages (one)
+    data = rng.standard_normal((60, width)).astype(np.float32)
+    with gids.defaults.set(rows_resident_first=True), \
+            gids.Runtime(page_size=512, cache_pages=64, queues=2, queue_depth=32, timeout=60) as rt:
+        a = rt.open_array(data)
+        warm = rng.choice(60, size=5, replace=False)
+        rt.gather_rows(a, warm)
+        rt.sync()
+        rows = np.concatenate([warm, rng.integers(0, 60, size=6)])
+        rng.shuffle(rows)
+        got = rt.gather_rows(a, rows)
+        rt.sync()
+        assert (got.copy_to_host() == data[rows]).all(), width
+        state = rt._page_state.copy_to_host()
+        assert not (state & gids.layout.PAGE_REF_MASK).any()   # every pin given back
+print("ROWS_WARP32_OK")
+"""
+
+
+@pytest.mark.parametrize("setting, n, two", [("auto", 5, False), ("auto", 1 << 18, True),
+                                             (True, 5, True), (False, 1 << 20, False)])
+def test_resident_first_auto_by_rows(setting, n, two):
+    from gids.rows import RESIDENT_FIRST_ROWS, resident_first
+    assert RESIDENT_FIRST_ROWS == 1 << 18
+    with gids.defaults.set(rows_resident_first=setting):
+        assert resident_first(n) is two
+
+
+def test_resident_first_rows_in_emulated_warps():
+    # Both launches' collectives with 32-lane warps: groups of 16 lanes, rows set aside.
+    from tests.helpers import run_with_warp32
+    run_with_warp32(ROWS_WARP32, "ROWS_WARP32_OK")
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint32, np.int64, np.uint64])
@@ -188,6 +281,28 @@ def test_gpu_cupy_out_and_indices():
         np.testing.assert_array_equal(again.copy_to_host(), data[cp.asnumpy(rows)])
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("resident_first", [True, False])
+def test_gpu_resident_first_warm_and_partly_resident(resident_first):
+    # A whole cache, warm (every row from the first launch, no miss), then a cache of a
+    # quarter (rows set aside and loaded by the second launch), rows spanning pages too.
+    rng = np.random.default_rng()
+    for width, cache in ((1024, 48 << 20), (1024, 4 << 20), (300, 2 << 20)):
+        data = rng.standard_normal((8000, width)).astype(np.float32)
+        rows = rng.integers(0, 8000, size=20000)
+        with gids.defaults.set(rows_resident_first=resident_first), \
+                gids.Runtime(cache_bytes=cache) as rt:
+            a = rt.open_array(data)
+            rt.gather_rows(a, rows)
+            rt.sync()
+            before = rt.stats()
+            got = rt.gather_rows(a, rows[::-1].copy())
+            rt.sync()
+            np.testing.assert_array_equal(got.copy_to_host(), data[rows[::-1]])
+            if cache > data.nbytes:
+                assert rt.stats().misses == before.misses
+
+
 ROWS_PTX = '''
 import os
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
@@ -206,6 +321,18 @@ ptx, _ = cuda.compile_ptx(gather_rows_kernel().py_func,
                           cc=(9, 0))
 # a lookup per page, not per element: the pin's and the unpin's match.any, the miss path's call
 print("MATCH", ptx.count("match.any.sync"), "CALLS", ptx.count("call.uni"))
+# resident first: the first launch has no call (no miss path), the second has the miss path's
+from kernels.rows import LOADS_IN_FLIGHT, resident_rows_kernels
+sig = (typeof(h), types.int32[::1], types.int64, types.float32[:, :], types.int64[::1],
+       types.int64[::1])
+resident, set_aside = (cuda.compile_ptx(k.py_func, sig, cc=(9, 0))[0]
+                       for k in resident_rows_kernels())
+print("RESIDENT_CALLS", resident.count("call"), "SET_ASIDE_CALLS", set_aside.count("call.uni"))
+# loads in flight: the copy's unrolled body has LOADS_IN_FLIGHT weak L2 loads before a store
+lines = [l.strip() for l in resident.splitlines() if l.strip().startswith(("ld.global.cg", "st."))]
+run = max((len(list(g)) for key, g in __import__("itertools").groupby(
+    lines, key=lambda l: l.startswith("ld.")) if key), default=0)
+print("LOADS_BEFORE_STORE", run >= LOADS_IN_FLIGHT)
 '''
 
 
@@ -214,3 +341,5 @@ def test_row_kernel_compiles_for_the_gpu_with_one_lookup_per_page():
     proc = run_compile_script(ROWS_PTX)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "MATCH 2 CALLS 1" in proc.stdout, proc.stdout
+    assert "RESIDENT_CALLS 0 SET_ASIDE_CALLS 1" in proc.stdout, proc.stdout
+    assert "LOADS_BEFORE_STORE True" in proc.stdout, proc.stdout

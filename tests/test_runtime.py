@@ -86,6 +86,57 @@ def test_index_out_of_range_in_kernel_raises_and_runtime_recovers():
         assert rt.gather(a, [5])[0] == 5
 
 
+def test_gather_returns_a_device_array_and_writes_any_out():
+    from gids.interop import DeviceArray
+    rng = np.random.default_rng()
+    data = rng.standard_normal(3000).astype(np.float32)
+    idx = rng.integers(0, data.size, 40)
+    with gids.Runtime(cache_pages=4, page_size=512) as rt:
+        a = rt.open_array(data)
+        got = rt.gather(a, idx)
+        assert isinstance(got, DeviceArray) and got.shape == (40,) and got.dtype == np.float32
+        np.testing.assert_array_equal(np.from_dlpack(got), data[idx])   # the simulator: CPU
+        assert isinstance(got[2:5], DeviceArray) and got[3] == data[idx[3]]
+        for out in (cuda.to_device(np.full(40, np.nan, np.float32)),
+                    DeviceArray(cuda.to_device(np.full(40, np.nan, np.float32)))):
+            assert rt.gather(a, idx, out=out) is out
+            np.testing.assert_array_equal(out.copy_to_host(), data[idx])
+        with pytest.raises(gids.ConfigError, match=r"\(40,\) of float32"):
+            rt.gather(a, idx, out=cuda.device_array(39, np.float32))
+        with pytest.raises(gids.ConfigError, match=r"\(40,\) of float32"):
+            rt.gather(a, idx, out=cuda.device_array(40, np.float64))
+        assert a.resident_pages() > 0
+
+
+@pytest.mark.skipif(not gids.SIMULATOR, reason="simulator: host arrays stand for device ones")
+def test_gather_into_a_torch_tensor():
+    torch = pytest.importorskip("torch", reason="torch is not installed (extra: torch)")
+    data = np.arange(1000, dtype=np.int64)
+    idx = torch.tensor([999, 0, 512], dtype=torch.int64)
+    out = torch.full((3,), -1, dtype=torch.int64)
+    with gids.Runtime(cache_pages=4, page_size=512) as rt:
+        assert rt.gather(rt.open_array(data), idx.numpy(), out=out) is out
+    assert out.tolist() == [999, 0, 512]
+
+
+@pytest.mark.gpu
+def test_gpu_gather_into_torch_and_out_through_dlpack():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng()
+    data = rng.standard_normal(1 << 20).astype(np.float32)
+    idx = rng.integers(0, data.size, 5000)
+    with gids.Runtime(cache_bytes=1 << 20) as rt:
+        a = rt.open_array(data)
+        out = torch.full((5000,), float("nan"), device="cuda")
+        torch.cuda.synchronize()                          # the fill first
+        assert rt.gather(a, idx, out=out) is out
+        np.testing.assert_array_equal(out.cpu().numpy(), data[idx])
+        got = torch.from_dlpack(rt.gather(a, idx))
+        np.testing.assert_array_equal(got.cpu().numpy(), data[idx])
+        with pytest.raises(gids.ConfigError, match="of float32"):
+            rt.gather(a, idx, out=torch.empty(5000, dtype=torch.float64, device="cuda"))
+
+
 def test_host_indices_checked_before_the_kernel():
     with gids.Runtime(cache_pages=2, page_size=512) as rt:
         a = rt.open_array(np.arange(10, dtype=np.int64))

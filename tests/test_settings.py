@@ -116,3 +116,10 @@ def test_a_bad_value_is_one_clear_error(variable, value):
     run = _in_a_process({variable: value}, "import gids")
     assert run.returncode != 0
     assert f"ConfigError: gids: {variable}={value!r}" in run.stderr
+
+
+@pytest.mark.parametrize("text, value", [("auto", "auto"), ("1", True), ("0", False)])
+def test_rows_resident_first_is_auto_or_a_flag(text, value):
+    default, parse, _ = settings._TABLE["rows_resident_first"]
+    assert default == "auto"
+    assert parse(text) == value and type(parse(text)) is type(value)

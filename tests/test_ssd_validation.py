@@ -1,15 +1,30 @@
 """The held-out validation's rows: each cites a source and its conditions, none is a figure a
-profile was fitted to, and every profile short of three rows says why."""
+profile or a host path was fitted to, and every profile short of three rows says why."""
+import dataclasses
+import json
+
 import pytest
 
 from host_daemon.ssd_model import PROFILES, get_profile
-from workloads.ssd_validation import HELD_OUT, NOT_FOUND, TOLERANCE, format_table, validate
+from workloads.ssd_validation import (
+    GPU_INITIATED,
+    HELD_OUT,
+    HOST_PATH_FITS,
+    HOST_PATHS,
+    NOT_FOUND,
+    TOLERANCE,
+    format_table,
+    main,
+    model_value,
+    validate,
+)
 
 
 def test_every_row_cites_a_source_and_conditions():
     for row in HELD_OUT:
         assert row.profile in PROFILES
-        assert row.metric in ("iops", "latency_us_mean")
+        assert row.metric in ("iops", "latency_us_mean", "bandwidth_GBps")
+        assert row.pattern in ("random", "sequential")
         assert row.value > 0 and row.n_ssd >= 1 and row.nbytes >= 1
         assert ("http" in row.source or "github" in row.source) and len(row.conditions) > 20
 
@@ -20,6 +35,37 @@ def test_no_row_is_a_fitted_figure():
         published = get_profile(row.profile).published
         fitted = [f.value for f in vars(published).values() if f is not None]
         assert all(abs(row.value / value - 1) > 0.01 for value in fitted), row
+
+
+def test_every_row_names_a_host_path_and_none_is_a_host_path_fit():
+    """A host path's cost comes from its own fitting figure, never from a held-out row."""
+    fits = list(HOST_PATH_FITS.values())
+    assert {fit.host.name for fit in fits} <= {path.name for path in HOST_PATHS}
+    for row in HELD_OUT:
+        assert row.host in HOST_PATHS
+        for fit in fits:
+            assert row.source != fit.source
+            same = (fit.profile, fit.metric, fit.queue_depth) == (
+                row.profile, row.metric, row.queue_depth)
+            assert not same or abs(row.value / fit.value - 1) > 0.01, row
+    for path in HOST_PATHS:
+        assert path.fitted_to and (path.command_ns is None or path.command_ns >= 0)
+
+
+def test_a_host_path_reproduces_its_fitting_figure():
+    for fit in HOST_PATH_FITS.values():
+        value, _ = model_value(fit)
+        assert value == pytest.approx(fit.value, rel=0.01)
+
+
+def test_the_host_path_adds_its_cost_to_a_qd1_read():
+    """At QD1 the host's per-command time lies on every read's path: like-for-like latency is
+    the device's plus the host path's cost."""
+    row = next(r for r in HELD_OUT if r.queue_depth == 1 and r.host.command_ns)
+    with_host, _ = model_value(dataclasses.replace(row, metric="latency_us_mean"))
+    device, _ = model_value(dataclasses.replace(row, metric="latency_us_mean",
+                                                host=GPU_INITIATED))
+    assert with_host - device == pytest.approx(row.host.command_ns / 1e3, rel=0.02)
 
 
 def test_profiles_short_of_three_rows_say_why():
@@ -36,3 +82,24 @@ def test_the_table_reports_each_row_against_the_model():
     text = format_table(["p5800x"], rows)
     assert "kitguru" in text and "fitted to" in text and "held-out measurements missing" in text
     assert ("outside 15 %" in text) == any(abs(r["error"]) > TOLERANCE for r in rows)
+    within = sum(abs(r["error"]) <= TOLERANCE for r in rows)
+    assert f"within 15 %: {within} of {len(rows)} rows (" in text
+    assert "host path:" in text and "host paths fitted to" in text
+
+
+def test_the_command_line_writes_the_rows_as_json(tmp_path, capsys):
+    path = tmp_path / "rows.json"
+    assert main(["--ssd", "micron9550", "--json", str(path)]) == 0
+    data = json.loads(path.read_text())
+    rows = [r for r in HELD_OUT if r.profile == "micron9550"]
+    assert len(data["rows"]) == len(rows) and data["tolerance"] == TOLERANCE
+    assert data["within"] == sum(r["within"] for r in data["rows"])
+    assert {p["name"] for p in data["host_paths"]} == {p.name for p in HOST_PATHS}
+    assert "micron9550" in capsys.readouterr().out
+
+
+def test_an_unknown_profile_is_one_line_and_status_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--ssd", "nosuchdrive"])
+    assert exit_info.value.code == 2
+    assert "nosuchdrive" in capsys.readouterr().err

@@ -138,6 +138,8 @@ def test_daemon_reads_file_pages_on_both_engines(tmp_path, engine, direct):
         # (The short last page is read through the page cache.)
         direct = int((pages < 50).sum())
         assert counters["sqes"] >= direct and counters["submits"] < direct
+        assert len(counters["peak_in_flight"]) == 2 and max(counters["peak_in_flight"]) >= 1
+        assert len(counters["waits_per_thread"]) == 2
     store.close()
 
 
@@ -179,6 +181,10 @@ def test_a_full_ring_holds_requests_back_and_loses_none(tmp_path):
             assert rig.wait(q, t) == L.STATUS_OK
             assert rig.page(entry) == _expected(raw, p)
         assert rig.d.served == len(pages)
+        counters = rig.d.engine_counters
+    assert counters["peak_in_flight"][0] <= 2
+    if store.direct_enabled:   # the full ring was waited on in the kernel, not spun over
+        assert counters["peak_in_flight"] == [2] and counters["waits"] > 0
     store.close()
 
 
@@ -204,7 +210,7 @@ def test_a_failing_read_is_an_io_error_and_a_deleted_file_still_reads(tmp_path, 
     the thread goes on serving; a file unlinked while open still reads its bytes (Linux keeps
     it while a descriptor is open)."""
     path, raw = _file(tmp_path, 8 * PAGE, seed=9)
-    store = FileStore(path, direct=False)
+    store = FileStore(path, direct=False, mapped=False)   # (a mapped page would be copied)
     rig = _Rig(store, len(raw), engine)
     bad = os.open(tmp_path, os.O_RDONLY)
     with rig.d:
@@ -271,6 +277,44 @@ def test_emulation_counts_against_the_engines_concurrency(tmp_path, engine, dept
     store.close()
 
 
+@pytest.mark.parametrize("engine, depth, cap", [("threads", 64, 1), ("io_uring", 4, 4)])
+def test_the_emulated_nvme_controller_counts_against_the_engines_concurrency(tmp_path, engine,
+                                                                            depth, cap):
+    """backend="nvme" under ssd=...: one controller thread never has more commands out
+    (fetched, CQE not yet posted) than its engine could, as the host daemon: one for the
+    threads engine, the ring's depth for io_uring."""
+    from tests.test_nvme import PAGE as NV_PAGE, _Driver
+    path, raw = _file(tmp_path, 64 * NV_PAGE, seed=14)
+    store = FileStore(path, direct=False)
+    tpath = tmp_path / "nvme.trace"
+    writer = TraceWriter(tpath)
+    drv = _Driver(np.frombuffer(raw, dtype=np.uint8), n_queues=2, depth=8, store=store)
+    drv.ctrl = type(drv.ctrl)(drv.sq, drv.cq, drv.db, drv.bounce, drv.table, 2, 8, NV_PAGE, 1,
+                              engine=engine, engine_depth=depth, trace_writer=writer,
+                              model=SsdModel("980pro", n_ssd=4))
+    blocks = NV_PAGE // L.NVME_LBA_BYTES
+    pages = np.random.default_rng(15).integers(0, 64, 32)
+    with drv.ctrl:
+        assert drv.ctrl.capacity == cap
+        for start in range(0, 32, 16):
+            for k in range(16):   # 8 a queue, command ids distinct modulo its depth
+                cid = start + k
+                drv.submit(k // 8, cid, int(pages[cid]) * blocks, k)
+            for q in range(2):
+                assert all(c["status"] == 0 for c in drv.reap(q, 8))
+            for k in range(16):
+                page = int(pages[start + k])
+                assert drv.bounce[k * NV_PAGE:(k + 1) * NV_PAGE].tobytes() == \
+                    raw[page * NV_PAGE:(page + 1) * NV_PAGE]
+    writer.close()
+    trace = read_trace(tpath)
+    assert len(trace) == 32
+    assert _peak_in_flight(trace) <= cap
+    if cap > 1:
+        assert _peak_in_flight(trace) > 1
+    store.close()
+
+
 @pytest.mark.parametrize("engine, jitter_us, ssd", [("io_uring", 0, None), ("threads", 0, None),
                                                      ("io_uring", 300, None),
                                                      ("io_uring", 0, "980pro")])
@@ -332,3 +376,107 @@ def test_rings_refused_at_start_fall_back_to_threads(tmp_path, monkeypatch):
     finally:
         rig.d.stop()
         store.close()
+
+
+def test_submit_and_wait_in_one_enter_and_the_ring_counts_it():
+    """ring_submit_wait: a NOP submitted and its CQE waited for in one io_uring_enter; with
+    nothing out, the wait ends at its bound. Peak in flight and waits are counted; the ring was
+    set up with COOP_TASKRUN where the kernel has it, or plainly."""
+    with U.Ring(8) as ring:
+        a = ring.args
+        assert ring.setup_flags in (U.Ring.COOP, 0)
+        assert a.idx[U.I_SETUP_FLAGS] == ring.setup_flags
+        for k in range(3):
+            U.ring_prep(a, U.IORING_OP_NOP, -1, 0, 0, 0, 0, 100 + k)
+        assert U.ring_submit_wait(a, 1_000_000_000) == 3
+        end = time.monotonic() + 5
+        while U.ring_ready(a) < 3:
+            assert time.monotonic() < end
+        assert sorted(U.ring_cqe(a, i)[0] for i in range(3)) == [100, 101, 102]
+        U.ring_consume(a, 3)
+        assert a.state[U.S_PEAK_IN_FLIGHT] == 3 and a.state[U.S_IN_FLIGHT] == 0
+        start = time.monotonic()
+        assert U.ring_submit_wait(a, 2_000_000) == 0   # nothing out: -ETIME, not an error
+        assert time.monotonic() - start < 1.0
+        assert a.state[U.S_WAITS] == 2 and a.state[U.S_ERROR] == 0
+
+
+def _evict(path, start, nbytes):
+    """Drop the file's clean pages in [start, start + nbytes) from the page cache (what fadvise
+    can drop; the test then asks mincore what it did)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, start, nbytes, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _resident_pages(path):
+    import ctypes
+    import mmap
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+        view = np.frombuffer(m, dtype=np.uint8)
+        vec = np.zeros(-(-size // mmap.PAGESIZE), dtype=np.uint8)
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(size),
+                            ctypes.c_void_p(vec.ctypes.data)) == 0
+        del view
+        m.close()
+    return vec & 1
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_a_page_cached_file_store_copies_resident_pages_and_reads_the_rest(tmp_path, mapped):
+    """A file partly in the page cache, through the io_uring engine: a mapped store (the default
+    without O_DIRECT) copies its resident pages from the mapping and reads the others through
+    the ring; unmapped, it reads as before. Either way every page holds the file's bytes."""
+    path, raw = _file(tmp_path, 64 * PAGE + 300, seed=11)
+    _evict(path, 32 * PAGE, 33 * PAGE)   # (folio-aligned: fadvise drops whole folios)
+    per_os_page = _resident_pages(path)
+    os_pages = PAGE // os.sysconf("SC_PAGE_SIZE")
+    resident = [per_os_page[p * os_pages:(p + 1) * os_pages].all() for p in range(65)]
+    store = FileStore(path, direct=False, mapped=None if mapped else False)
+    assert store.mapped_enabled == mapped
+    with FileStore(path) as direct:   # with O_DIRECT: not mapped unless asked
+        assert direct.mapped_enabled != direct.direct_enabled
+    rig = _Rig(store, len(raw), "io_uring")
+    pages = np.random.default_rng(12).permutation(np.arange(65))
+    with rig.d:
+        reqs = [(rig.submit(i % QUEUES, int(p)), int(p)) for i, p in enumerate(pages)]
+        for (q, t, entry), p in reqs:
+            assert rig.wait(q, t) == L.STATUS_OK
+            assert rig.page(entry) == _expected(raw, p)
+        counters = rig.d.engine_counters
+    cold = 65 - sum(resident)
+    if mapped and 0 < cold < 65:   # (fadvise may keep pages: then all are copied)
+        # Resident pages never went to the ring; cold ones did (fewer if mincore looked
+        # again after the ring's reads had brought some in).
+        assert 0 < counters["sqes"] <= cold
+    store.close()
+
+
+def test_a_hard_io_uring_enter_error_fails_the_rings_requests_at_once(tmp_path):
+    """/dev/null dup2'd over every ring's descriptor: io_uring_enter fails (EOPNOTSUPP), each
+    request the ring held completes with an I/O error at once (no timeout), the daemon says
+    why in ``engine_error``, and later requests are served without the ring."""
+    path, raw = _file(tmp_path, 16 * PAGE, seed=13)
+    store = FileStore(path, direct=True, mapped=False)
+    if not store.direct_enabled:
+        pytest.skip("no O_DIRECT here: reads would not need the ring")
+    rig = _Rig(store, len(raw), "io_uring")
+    null = os.open(os.devnull, os.O_RDONLY)
+    with rig.d:
+        assert rig.d.engine_error == ""
+        for ring in rig.d._urings:
+            os.dup2(null, ring.fd)
+        first = [rig.submit(q, q) for q in range(QUEUES)]
+        statuses = [rig.wait(q, t, timeout=10.0) for q, t, _ in first]
+        assert L.STATUS_IO_ERROR in statuses
+        assert "EOPNOTSUPP" in rig.d.engine_error or "errno 95" in rig.d.engine_error
+        q, t, entry = rig.submit(3, 5)
+        assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, 5)
+    os.close(null)
+    store.close()

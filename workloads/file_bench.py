@@ -3,9 +3,13 @@ own ceiling measured in the same run.
 
 Rows (4 KiB random reads of distinct pages: every read a miss):
 
-- ``ceiling``: the disk alone, O_DIRECT, no GPU: io_uring at high depth (one ring per thread,
-  ``--ceiling-depth`` reads in flight each) and synchronous ``pread`` from many threads; the
-  larger is the disk's ceiling that every ``direct`` row is a fraction of;
+- ``probe``: the engine alone, no GPU: one thread's ring at ``--ceiling-depth`` (256) reads in
+  flight, O_DIRECT, waiting for CQEs as the daemon does (``ring_submit_wait``): what one daemon
+  thread could get from the disk; a row with ``t`` threads is a fraction (``of probe``) of
+  ``t`` probes, at most the ceiling;
+- ``ceiling``: the disk alone, O_DIRECT, no GPU: io_uring at high depth from several threads
+  (one ring per thread) and synchronous ``pread`` from many threads; the largest of these and
+  the probe is the disk's ceiling that every ``direct`` row is a fraction of;
 - ``direct``: ``rt.gather`` all-miss through an O_DIRECT ``FileStore``, each engine at each
   daemon thread count (1, 2, 4, 8);
 - ``cached``: the same file read through the page cache (``FileStore(direct=False)``, warmed),
@@ -17,6 +21,13 @@ Rows (4 KiB random reads of distinct pages: every read a miss):
   entries);
 - ``kvikio``: KvikIO (``CuFile.pread`` per page, all in flight) reading the same pages into GPU
   memory, where ``import kvikio`` works; otherwise the row says why not.
+
+Each gids row also says, over its timed runs: the engine's mean I/O time (``engine I/O us``:
+from the daemon taking a request to its CQE, or to its copy or ``pread`` returning) and the
+GPU's (``GPU I/O us``: from a request published to its completion seen, queueing for the
+daemon included), the requests in flight per daemon thread (mean, by Little's law from the
+engine's time and the rate; peak, counted by the ring), and the daemon threads' CPU time per
+page (from ``/proc``).
 
 Every gids row is checked against the file's bytes (``correct``). Writes ``files.json`` and
 ``files.md`` into ``--out``. In the CUDA simulator sizes are tiny and the figures test the
@@ -35,9 +46,9 @@ from numba import cuda, njit, types
 
 import gids
 from gids import SIMULATOR, FileStore, MemoryStore, defaults, replay
-from gids.host import (DIRECT_ALIGN, IORING_ENTER_GETEVENTS, IORING_OP_READ, UringRing,
-                       ring_consume, ring_cqe, ring_enter, ring_prep, ring_ready, ring_room,
-                       ring_submit, ssd_profile, synthetic_trace, uring_probe)
+from gids.host import (DIRECT_ALIGN, IORING_OP_READ, UringRing, ring_consume, ring_cqe,
+                       ring_prep, ring_ready, ring_room, ring_submit_wait, ssd_profile,
+                       synthetic_trace, uring_probe)
 
 PAGE = 4096
 ENGINES = ("io_uring", "threads")
@@ -54,7 +65,7 @@ def default_options():
             "emulated_threads": 1 if sim else 4,
             "n_ssd": [1, 4], "profile": "980pro",
             "ceiling_depth": 8 if sim else 256,
-            "ceiling_threads": [1, 2] if sim else [1, 4],
+            "ceiling_threads": [2] if sim else [4],
             "pread_threads": 2 if sim else 64,
             "reps": 1 if sim else 3, "dir": None, "seed": 0}
 
@@ -81,9 +92,7 @@ def _uring_random_reads(r, fd, buf, n_reads, n_pages, page, depth, seed):
             ring_prep(r, IORING_OP_READ, fd, buf + slot * page, page,
                       (x % n_pages) * page, 0, slot)
             issued += 1
-        ring_submit(r)
-        if ring_ready(r) == 0:
-            ring_enter(r, 0, 1, IORING_ENTER_GETEVENTS)
+        ring_submit_wait(r, 1_000_000)
         n = ring_ready(r)
         for i in range(n):
             _, res = ring_cqe(r, i)
@@ -125,14 +134,15 @@ def _parallel(n_threads, work):
 
 
 def disk_ceiling(path, n_reads, o):
-    """The disk's 4 KiB random-read IOPS, O_DIRECT: rows for io_uring at depth and for pread."""
+    """The disk's 4 KiB random-read IOPS, O_DIRECT: the probe row (io_uring, one thread at
+    depth), rows for io_uring at depth from several threads, and one for pread."""
     rows = []
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
     n_pages = os.path.getsize(path) // PAGE
     try:
         if uring_probe() is None:
             depth = o["ceiling_depth"]
-            for t in o["ceiling_threads"]:
+            for t in [1, *o["ceiling_threads"]]:
                 rings = [UringRing(depth) for _ in range(t)]
                 bufs = [_aligned(depth * PAGE) for _ in range(t)]
                 per = n_reads // t
@@ -143,7 +153,8 @@ def disk_ceiling(path, n_reads, o):
                     o["seed"] * 1000 + k + 7))
                 for r in rings:
                     r.close()
-                rows.append({"kind": "ceiling", "engine": "io_uring", "threads": t,
+                rows.append({"kind": "probe" if t == 1 else "ceiling", "engine": "io_uring",
+                             "threads": t,
                              "depth": depth, "pages": per * t, "seconds": secs,
                              "pages_per_s": per * t / secs, "correct": sum(failed) == 0})
         t = o["pread_threads"]
@@ -180,6 +191,9 @@ def _gids_row(kind, store_or_path, ref, o, engine, threads, label, **runtime):
                     0, PAGE // 8, pages)
                 d_idx = cuda.to_device(idx)
                 rt.invalidate()
+                if rep == 1:
+                    rt.sync()
+                    before, cpu_before = rt.stats(), rt.daemon.cpu_seconds()
                 t = time.perf_counter()
                 got = rt.gather(a, d_idx)
                 rt.sync()
@@ -187,10 +201,14 @@ def _gids_row(kind, store_or_path, ref, o, engine, threads, label, **runtime):
                 correct &= bool((got.copy_to_host() == ref[idx]).all())
                 if rep:
                     times.append(secs)
-            stats = rt.stats()
+            stats = rt.stats() - before
+            cpu = rt.daemon.cpu_seconds()
+            counters = rt.daemon.engine_counters
         secs = float(np.median(times))
         row.update(seconds=secs, pages_per_s=pages / secs, correct=correct,
-                   io_latency_us=stats.io_latency_us)
+                   **engine_figures(stats, counters, sum(times), threads,
+                                    None if cpu is None or cpu_before is None
+                                    else cpu - cpu_before))
     except Exception as exc:   # one row's failure is reported, not the end of the sweep
         row.update(seconds=None, pages_per_s=None, correct=False,
                    error=f"{type(exc).__name__}: {exc}")
@@ -198,6 +216,23 @@ def _gids_row(kind, store_or_path, ref, o, engine, threads, label, **runtime):
         if hasattr(store_or_path, "close"):
             store_or_path.close()
     return row
+
+
+def engine_figures(stats, counters, seconds, threads, cpu_seconds):
+    """A gids row's I/O figures over its timed runs (``stats``: their difference): the engine's
+    and the GPU's mean I/O us, in flight per thread (mean by Little's law, peak as counted),
+    and the daemon's CPU us per page."""
+    reads = sum(f.reads for f in stats.files)
+    engine_us = (sum(f.read_ns for f in stats.files) / reads / 1e3) if reads else None
+    pages = stats.ios
+    peaks = counters.get("peak_in_flight") or []
+    return {"engine_io_us": engine_us, "gpu_io_us": stats.io_latency_us if pages else None,
+            "in_flight_mean": (reads / seconds * engine_us / 1e6 / threads
+                               if engine_us is not None and seconds > 0 else None),
+            "in_flight_peak": max(peaks) if peaks else None,
+            "daemon_cpu_us_per_page": (cpu_seconds / pages * 1e6
+                                       if cpu_seconds is not None and pages else None),
+            "ring_waits": counters.get("waits")}
 
 
 def model_iops(profile, n_ssd, in_flight, n=20000):
@@ -273,13 +308,20 @@ def run_files(o, command="gids bench files", progress=True):
         rows += disk_ceiling(path, max(o["pages"], 64), o)
         ceiling = max(r["pages_per_s"] for r in rows)
         result["ceiling_pages_per_s"] = ceiling
+        probe = next((r["pages_per_s"] for r in rows if r["kind"] == "probe"), None)
+        result["probe_pages_per_s"] = probe
+
+        def of_disk(row):
+            rate = row["pages_per_s"]
+            row["of_ceiling"] = rate / ceiling if rate else None
+            row["of_probe"] = (rate / min(row["threads"] * probe, ceiling)
+                               if rate and probe else None)
+            return row
         for engine in ENGINES:
             for t in o["daemon_threads"]:
                 say(f"files: direct {engine} x{t}")
-                row = _gids_row("direct", FileStore(path, direct=True), ref, o, engine, t,
-                                "file O_DIRECT")
-                row["of_ceiling"] = (row["pages_per_s"] / ceiling) if row["pages_per_s"] else None
-                rows.append(row)
+                rows.append(of_disk(_gids_row("direct", FileStore(path, direct=True), ref, o,
+                                              engine, t, "file O_DIRECT")))
         # Page-cached: read the whole file once so it is in the page cache.
         with open(path, "rb") as f:
             while f.read(64 << 20):
@@ -293,7 +335,7 @@ def run_files(o, command="gids bench files", progress=True):
         rows.append(mem)
         for engine in ENGINES:
             row = _gids_row("cached", FileStore(path, direct=False), ref, o, engine, t,
-                            "file page cache")
+                            "file page cache" + (" (mapped)" if engine == "io_uring" else ""))
             row["of_memory"] = (row["pages_per_s"] / mem["pages_per_s"]
                                 if row["pages_per_s"] and mem["pages_per_s"] else None)
             rows.append(row)
@@ -328,21 +370,28 @@ def format_files(result):
              f"command: `{result['command']}`  ",
              f"io_uring: {result['uring']}; O_DIRECT: {result.get('direct')}; disk ceiling "
              f"{_f(result.get('ceiling_pages_per_s'))} pages/s", "",
-             "| row | engine | threads | store | pages/s | of ceiling | of memory | model pages/s "
-             "| of model | mean I/O us | correct |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"probe (one thread's ring, no GPU) {_f(result.get('probe_pages_per_s'))} pages/s",
+             "",
+             "| row | engine | threads | store | pages/s | of ceiling | of probe | of memory "
+             "| model pages/s | of model | engine I/O us | GPU I/O us | in flight/thread mean "
+             "| peak | daemon CPU us/page | correct |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         kind = r["kind"] + (f" {r['profile']} x{r['n_ssd']}" if r["kind"] == "emulated" else "")
         engine = r.get("engine_used") or r["engine"]
         if r.get("engine_used") and r["engine_used"] != r["engine"]:
             engine = f"{r['engine']} -> {r['engine_used']}"
-        if r["kind"] == "ceiling":
+        if r["kind"] in ("ceiling", "probe"):
             engine += f" depth {r['depth']}"
         lines.append(
             f"| {kind} | {engine} | {_f(r.get('threads'), '{}')} | {r.get('store', '-')} | "
             f"{_f(r.get('pages_per_s'))} | {_f(r.get('of_ceiling'), '{:.2f}')} | "
+            f"{_f(r.get('of_probe'), '{:.2f}')} | "
             f"{_f(r.get('of_memory'), '{:.2f}')} | {_f(r.get('model_pages_per_s'))} | "
-            f"{_f(r.get('of_model'), '{:.2f}')} | {_f(r.get('io_latency_us'), '{:.1f}')} | "
+            f"{_f(r.get('of_model'), '{:.2f}')} | {_f(r.get('engine_io_us'), '{:.1f}')} | "
+            f"{_f(r.get('gpu_io_us'), '{:.1f}')} | {_f(r.get('in_flight_mean'), '{:.1f}')} | "
+            f"{_f(r.get('in_flight_peak'), '{}')} | "
+            f"{_f(r.get('daemon_cpu_us_per_page'), '{:.2f}')} | "
             f"{'yes' if r.get('correct') else 'NO'} |")
         if r.get("skipped"):
             lines.append(f"\nkvikio skipped: {r['skipped']}\n")

@@ -41,16 +41,31 @@ Stages, in order of priority (default: all, in this order):
 - ``tier-ssd``: the same through the tier under real-time emulation of 1 and 4 P5800X drives;
 - ``regress``: the RAM-store figures no new back end may move (all-miss pages, QD1
   latency, hits at the default register cap);
-- ``engine``: ``gids bench files`` on the machine's disk (the disk's ceiling, each storage
-  engine at 1-8 daemon threads, page-cached file vs the MemoryStore copy, emulated drives
-  through each engine), the write stress run on io_uring, one file against four stripe files;
+- ``engine``: ``gids bench files`` on the machine's disk (the probe and the disk's ceiling,
+  each storage engine at 1 and 8 daemon threads with the engine's own columns, page-cached file
+  vs the MemoryStore copy, one emulated drive through each engine); about 120 s;
+- ``engine-writes``: the write stress run on io_uring, one file against four stripe files;
 - ``gnn``: ``gids gnn --gather-only`` (feature rows/s on every data path) and two GraphSAGE
   epochs on every feature path;
+- ``gnn22``: issue 24's end-to-end epoch at scale 22 (17 GB of 1024-float rows): the mmap
+  loader, all in GPU memory, gids at 25 % and 100 % (plain and through the loader);
+- ``gnn22-ssd``: the scale-22 feature gather under real-time emulation of 1 and 4 P5800X
+  drives: gids at 25 %, the mmap loader, and the O_DIRECT loader on the real disk and on the
+  emulated drives;
+- ``gnn22-ssd-train``: one short scale-22 epoch (4 batches) the same way: mmap, gids at 25 %
+  and the O_DIRECT loader, each on 1 and 4 emulated P5800X drives, the loader also on the disk;
+- ``gnn-resident``: the gather-only bench at scale 20 (caches of 25 % and 100 % of the
+  features, RAM-backed) beside GPU memory, mmap and zero-copy, the whole cache warmed with the
+  timed rows (its hit rate in the JSON); then the host's cost of one ``gather_rows`` call
+  beside ``torch.index_select`` (``python -m workloads.microbench rows-launch``); then the
+  whole cache with ``GIDS_ROWS_RESIDENT_FIRST=1`` (two launches, resident rows first, where
+  the default picks one launch for these gathers of ~32 k rows);
 - ``stress``: the write path under load (``python -m workloads.stress``): 60 s of 1 M threads
   writing and reading a sparse 16 GiB file through a cache of 1 % of it, then flush, fsync and
   a check of the whole file against the model (table of operations, bytes, evictions,
   write-backs, mismatches).
 
+Before each stage its expected time (``ESTIMATES``) and its limit are printed.
 Each stage runs its commands, one process each, within the stage's time limit and writes their
 log and outputs under ``OUT/<stage>/``; ``OUT/summary.md`` collects the tail of every log. At
 the end everything is packed into ``OUT/gpu_session.tar.gz`` as well (the device tool returns
@@ -208,20 +223,23 @@ STAGES = {
                    "--out", "{dir}/latency"], 60),
                  [sys.executable, "-m", "workloads.microbench", "hits", "--caps", "128",
                   "--out", "{dir}/hits"]], 240),
-    # The storage engines on the machine's real disk: `gids bench files` (the disk's ceiling,
-    # each engine at 1-8 daemon threads, O_DIRECT all-miss; page-cached file against the
-    # MemoryStore copy; emulated 980pro x1/x4 through each engine), its data file under
-    # /var/tmp (on the disk; 4 GiB must not be sent back); then the write stress run on the
-    # io_uring engine, and one file against four stripe files of the same bytes.
-    "engine": ([([*GIDS, "bench", "files", "--dir", "/var/tmp", "--pages", "100000",
-                  "--no-progress", "--out", "{dir}/files"], 300),
-                ([sys.executable, "-m", "workloads.stress", "--seconds", "45", "--file-gib", "8",
-                  "--cache-fraction", "0.01", "--engine", "io_uring", "--dir", "/var/tmp",
-                  "--json", "{dir}/stress_io_uring.json"], 110),
-                [sys.executable, "-m", "workloads.stripe_bench", "--files", "4", "--bytes",
-                 str(1 << 30), "--pages", "100000", "--reps", "1", "--daemon-threads", "1,4",
-                 "--backends", "host", "--dir", "/var/tmp", "--json", "{dir}/stripe.json"]],
-               560),
+    # The storage engines on the machine's real disk: `gids bench files` (the probe and the
+    # disk's ceiling; each engine at 1 and 8 daemon threads, O_DIRECT all-miss, with engine
+    # and GPU I/O times, in flight and daemon CPU per page; page-cached file, mapped, against
+    # the MemoryStore copy; emulated 980pro x1 through each engine), its data file under
+    # /var/tmp (on the disk; 4 GiB must not be sent back). About 120 s.
+    "engine": ([[*GIDS, "bench", "files", "--dir", "/var/tmp", "--pages", "100000",
+                 "--daemon-threads", "1,8", "--reps", "2", "--n-ssd", "1", "--no-progress",
+                 "--out", "{dir}/files"]], 170),
+    # The write stress run on the io_uring engine, and one file against four stripe files of
+    # the same bytes.
+    "engine-writes": ([([sys.executable, "-m", "workloads.stress", "--seconds", "45",
+                         "--file-gib", "8", "--cache-fraction", "0.01", "--engine", "io_uring",
+                         "--dir", "/var/tmp", "--json", "{dir}/stress_io_uring.json"], 110),
+                       [sys.executable, "-m", "workloads.stripe_bench", "--files", "4", "--bytes",
+                        str(1 << 30), "--pages", "100000", "--reps", "1", "--daemon-threads",
+                        "1,4", "--backends", "host", "--dir", "/var/tmp", "--json",
+                        "{dir}/stripe.json"]], 260),
     # The GNN path: the feature gather alone (1024-float rows, batches of 1024 seeds x fan-out
     # 10,5,5, the cache at 25 % and 100 %, RAM-backed), then two epochs of GraphSAGE on every
     # feature path. The data set goes to /var/tmp/gnn (made by the first command).
@@ -233,10 +251,80 @@ STAGES = {
               "--epochs", "2", "--train-seeds", "16384", "--eval-seeds", "4096",
               "--cache-fractions", "0.25,1", "--dir", "/var/tmp/gnn", "--json",
               "{dir}/gnn_train.json"]], 400),
+    # Issue 24's end-to-end target at its own scale: scale 22 (4.2 M vertices, 1024-float rows:
+    # 17 GB of features, made in /var/tmp/gids-gnn on every core in well under a minute, or
+    # found there from an earlier run), fan-outs 15,10,5, 2 epochs of 16 batches of 1024 seeds,
+    # RAM-backed store: the mmap loader, all in GPU memory, then gids at 25 % and 100 % of the
+    # features (each plain and through gids.torch.NodeLoader). Rows in order of what the
+    # targets need first; the JSON is rewritten after every row, so a run cut short keeps them.
+    "gnn22": ([[*GIDS, "gnn", "--scale", "22", "--fanouts", "15,10,5", "--batch-size", "1024",
+                "--epochs", "2", "--train-seeds", "16384", "--eval-seeds", "4096",
+                "--data-path", "mmap,memory,gids", "--cache-fractions", "0.25,1",
+                "--storage", "memory", "--json", "{dir}/gnn22_train.json"]], 480),
+    # The same data set under real-time emulation, the feature gather alone (1024 seeds x
+    # 10,5,5, 8 timed batches): mmap; gids at 25 % unemulated and on 1 and 4 modelled P5800X
+    # drives; the O_DIRECT loader (64 host threads) on the same emulated drives, then on the
+    # machine's virtio disk (~85 k random 4 KiB reads/s: ~3 s a batch, the slowest row, last).
+    # gids reads the file's memory map here (--storage mmap): the emulation sets the time, and
+    # a RAM-backed store costs each of the three Runtimes its own pinned copy of 17 GB.
+    "gnn22-ssd": ([[*GIDS, "gnn", "--gather-only", "--scale", "22", "--fanouts", "10,5,5",
+                    "--batch-size", "1024", "--batches", "8", "--data-path", "mmap,gids,direct",
+                    "--cache-fractions", "0.25", "--storage", "mmap", "--ssd", "p5800x",
+                    "--n-ssd", "1,4", "--json", "{dir}/gnn22_ssd.json"]], 240),
+    # The issue's emulated epoch, short: scale 22, fan-outs 15,10,5, one epoch of 4 batches of
+    # 1024 seeds (the direct loader on the virtio disk takes ~7 s a batch of ~600 k rows):
+    # mmap; gids 25 % (the file's map) unemulated and on 1 and 4 modelled P5800X drives
+    # (plain rows: the phase split); the direct loader on those drives, then on the disk.
+    "gnn22-ssd-train": ([[*GIDS, "gnn", "--scale", "22", "--fanouts", "15,10,5",
+                          "--batch-size", "1024", "--epochs", "1", "--train-seeds", "4096",
+                          "--eval-seeds", "1024", "--data-path", "mmap,gids,direct",
+                          "--cache-fractions", "0.25", "--no-loader", "--storage", "mmap",
+                          "--ssd", "p5800x", "--n-ssd", "1,4",
+                          "--json", "{dir}/gnn22_ssd_train.json"]], 300),
+    # The whole-cache gather against GPU memory: the same gather-only runs (every row of the
+    # whole cache warm before timing, the timed hit rate in the JSON) beside GPU memory, mmap
+    # and zero-copy; the host's microseconds per gather_rows call (1 and 32 k rows, torch in
+    # and out, resident first 0 and 1) beside index_select's, ~30 s, most of it compiling the
+    # three kernels; then the whole cache again resident first (GIDS_ROWS_RESIDENT_FIRST=1:
+    # two launches; the default makes one for gathers this size), ~25 s. About 110-140 s on
+    # the H200 (an estimate), most of it making the data set (shared with ``gnn`` in
+    # /var/tmp/gnn).
+    "gnn-resident": ([([*GIDS, "gnn", "--gather-only", "--scale", "20", "--fanouts", "10,5,5",
+                        "--batch-size", "1024", "--batches", "16", "--cache-fractions", "0.25,1",
+                        "--data-path", "gids,memory,mmap,zero_copy", "--storage", "memory",
+                        "--dir", "/var/tmp/gnn", "--json", "{dir}/gnn_resident.json"], 100),
+                      ([sys.executable, "-m", "workloads.microbench", "rows-launch", "--out",
+                        "{dir}/rows_launch"], 50),
+                      ["env", "GIDS_ROWS_RESIDENT_FIRST=1", *GIDS, "gnn", "--gather-only",
+                       "--scale", "20", "--fanouts", "10,5,5", "--batch-size", "1024",
+                       "--batches", "16", "--cache-fractions", "1", "--data-path", "gids,memory",
+                       "--storage", "memory", "--dir", "/var/tmp/gnn", "--json",
+                       "{dir}/gnn_resident_first.json"]], 150),
     # The file goes to the temp dir, not under {dir}: 16 GiB must not be sent back.
     "stress": ([[sys.executable, "-m", "workloads.stress", "--seconds", "60", "--file-gib", "16",
                  "--cache-fraction", "0.01", "--json", "{dir}/stress.json"]], 480),
 }
+
+
+#: Expected seconds of a stage on the H200 (measured where a comment above says so, else
+#: estimated), printed before it runs; stages not listed print their limit only.
+ESTIMATES = {"diagnose": 240, "tests": 175, "hits": 60, "bench": 165, "bfs": 175,
+             "bfs-warm": 185, "bfs-targets": 285, "bfs-ssd": 240,
+             # estimated, not yet run: ~30 s to make the data set, ~25 s compiling, the mmap
+             # loader ~40 s, GPU memory ~25 s, each gids row 20-45 s
+             "gnn22": 330,
+             # estimated: data set ~30 s if not yet made, the direct loader on the disk ~35 s
+             "gnn22-ssd": 150,
+             # estimated: data set ~30 s if not yet made, the direct loader on the disk ~45 s
+             "gnn22-ssd-train": 180}
+
+
+def estimate_line(name):
+    """What is printed before stage ``name`` runs: its expected time and its limit."""
+    limit = STAGES[name][1]
+    expected = ESTIMATES.get(name)
+    guess = f"expected ~{expected} s, " if expected else ""
+    return f"== {name} ({guess}limit {limit} s)"
 
 
 def run_stage(name, out_dir):
@@ -290,8 +378,10 @@ def main(argv=None):
     stages = args.stages or list(STAGES)
     os.makedirs(args.out, exist_ok=True)
     summary = [f"# GPU session {time.strftime('%Y-%m-%d %H:%M')}", ""]
+    known = sum(ESTIMATES.get(n, STAGES[n][1]) for n in stages)
+    print(f"stages: {', '.join(stages)}; expected at most ~{known} s in all", flush=True)
     for name in stages:
-        print(f"== {name}", flush=True)
+        print(estimate_line(name), flush=True)
         rc, secs, log_path = run_stage(name, args.out)
         with open(log_path) as f:
             tail = f.read()[-4000:]

@@ -17,6 +17,10 @@ of :data:`HIT_CAPS`, one labelled row per cap. ``python -m workloads.microbench 
 128,80,64] [--out DIR]`` runs those alone (a short GPU call; in the simulator, a check at tiny
 sizes that the code runs).
 
+``python -m workloads.microbench rows-launch [--out DIR] [--calls N]`` times the host's cost of
+one ``Runtime.gather_rows`` call (torch tensors in and out, a warm whole cache) beside
+``torch.index_select``'s.
+
 ``python -m workloads.microbench latency [--out DIR] [--misses N]`` times one thread, one miss at
 a time under each variant of :data:`LATENCY_VARIANTS` (the completion poll schedule), each in a
 process of its own: the settings are read at import. The processes compile together, then
@@ -743,6 +747,114 @@ def launch_suite(out_dir, n_launches=200):
     return rows
 
 
+def _host_us(call, n_calls):
+    """``(median, p90)`` host microseconds of ``call()`` over ``n_calls`` back-to-back calls,
+    and the microseconds per call with the sync after them: the rate a loop of them sustains
+    (the host's cost or the GPU's, whichever is larger)."""
+    each = []
+    cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n_calls):
+        t0 = time.perf_counter()
+        call()
+        each.append(time.perf_counter() - t0)
+    cuda.synchronize()
+    total = time.perf_counter() - start
+    return (float(np.median(each)) * 1e6, float(np.percentile(each, 90)) * 1e6,
+            total / n_calls * 1e6)
+
+
+def bench_rows_launch(n_rows, width, sizes, n_calls, log):
+    """Host microseconds per ``Runtime.gather_rows`` call, torch tensors in and out, on a
+    whole cache already warm (every row resident: the host's cost is all that differs), for
+    gathers of each of ``sizes`` rows, with ``rows_resident_first`` 0 and 1 (auto picks one
+    of them by the size: :data:`gids.rows.RESIDENT_FIRST_ROWS`); and ``torch.index_select``
+    into the same tensor from a copy of the array in GPU memory, beside it. Each row checks
+    its output against ``index_select``'s."""
+    import torch
+    from gids.rows import resident_first
+    device = "cpu" if gids.SIMULATOR else "cuda"
+    rng = np.random.default_rng(7)
+    data = rng.standard_normal((n_rows, width)).astype(np.float32)
+    resident = torch.from_numpy(data).to(device)
+    rows = []
+    with gids.Runtime(cache_bytes=2 * data.nbytes, page_size=4096) as rt:
+        a = rt.open_array(data)
+        rt.gather_rows(a, np.arange(n_rows))   # warm: every page resident
+        rt.sync()
+        for n in sizes:
+            idx = torch.from_numpy(rng.integers(0, n_rows, size=n)).to(device)
+            want = resident.index_select(0, idx)
+            out = torch.empty((n, width), dtype=torch.float32, device=device)
+
+            def memory(idx=idx, out=out):
+                torch.index_select(resident, 0, idx, out=out)
+
+            def gather(idx=idx, out=out):
+                rt.gather_rows(a, idx, out=out)
+
+            # A loader's pattern: each batch's indices a new tensor (its view made, not
+            # kept), its output a new slice object of one buffer (its view kept).
+            fresh = iter([idx.clone() for _ in range(n_calls + 1)])
+            buffer = torch.empty((n + 1, width), dtype=torch.float32, device=device)
+
+            def gather_fresh(fresh=fresh, buffer=buffer, n=n):
+                rt.gather_rows(a, next(fresh), out=buffer[:n])
+
+            cases = [("torch.index_select (GPU memory)", None, memory)]
+            cases += [(f"gids gather_rows, rows_resident_first={int(first)}", first, gather)
+                      for first in (False, True)]
+            cases.append(("gids gather_rows, default setting, a new index tensor and out slice "
+                          "each call", "auto", gather_fresh))
+            for name, first, call in cases:
+                out.fill_(float("nan"))
+                buffer.fill_(float("nan"))
+                settings = {} if first is None else {"rows_resident_first": first}
+                with gids.defaults.set(**settings):
+                    call()                    # compile, outside the timing
+                    rt.sync()
+                    median, p90, per_call = _host_us(call, n_calls)
+                    rt.sync()
+                got = buffer[:n] if call is gather_fresh else out
+                correct = bool(torch.equal(got, want))
+                auto = None if first in (None, "auto") else resident_first(n) == first
+                row = {"case": name, "rows": n, "calls": n_calls, "host_us_median": median,
+                       "host_us_p90": p90, "us_per_call_with_sync": per_call,
+                       "auto_picks_this": auto, "correct": correct}
+                rows.append(row)
+                log(f"rows-launch, {n} rows, {name}: {median:.1f} us host (median of "
+                    f"{n_calls}; p90 {p90:.1f}), {per_call:.1f} us per call with the sync; "
+                    f"{'ok' if correct else 'WRONG'}")
+    return rows
+
+
+def rows_launch_suite(out_dir, n_calls=200):
+    """``python -m workloads.microbench rows-launch``: :func:`bench_rows_launch` on 65 536
+    rows of 1024 floats (a 4 KiB page each) in gathers of 1 and 32 768 rows, a Markdown table
+    (printed, and OUT/rows_launch_suite.md) and OUT/rows_launch_suite.json. In the simulator
+    it runs a few calls on tiny sizes (the times mean nothing there)."""
+    os.makedirs(out_dir, exist_ok=True)
+    if gids.SIMULATOR:
+        rows = bench_rows_launch(64, 1024, (1, 8), min(n_calls, 3), print)
+        where = "CUDA simulator (times mean nothing)"
+    else:
+        rows = bench_rows_launch(1 << 16, 1024, (1, 1 << 15), n_calls, print)
+        where = _gpu_name()
+    command = f"python -m workloads.microbench rows-launch --calls {n_calls}"
+    meta = {"date": time.strftime("%Y-%m-%d"), "gpu": where, "command": command}
+    lines = [f"Measured {meta['date']} on {where} with `{command}`: a whole cache, warm; "
+             f"torch tensors in and out.", ""]
+    cells = [[r["case"], str(r["rows"]), f"{r['host_us_median']:.1f}",
+              f"{r['host_us_p90']:.1f}", f"{r['us_per_call_with_sync']:.1f}",
+              "-" if r["auto_picks_this"] is None else ("yes" if r["auto_picks_this"] else "no"),
+              "ok" if r["correct"] else "WRONG"] for r in rows]
+    lines.append(console.table(["call", "rows", "host us (median)", "host us (p90)",
+                                "us per call with one sync", "auto picks it", "values"], cells,
+                               markdown=True))
+    _write_suite(out_dir, "rows_launch", {"meta": meta, "rows": rows}, "\n".join(lines) + "\n")
+    return rows
+
+
 def misses_suite(out_dir, quick=False):
     """All-miss pages one per thread against one per warp, by daemon threads
     (``python -m workloads.microbench misses``): does a miss cost more when each warp has one
@@ -1216,6 +1328,12 @@ def build_parser():
                                       "and a fresh handle object), one device array; idle sync")
     p.add_argument("--out", default="out", help="folder for launch_suite.md/.json (default: out)")
     p.add_argument("--launches", type=int, default=200, help="launches per case (200)")
+    p = sub.add_parser("rows-launch", help="host cost of one Runtime.gather_rows call (torch "
+                                           "in and out, 1 and 32768 rows, resident first 0 "
+                                           "and 1) beside torch.index_select")
+    p.add_argument("--out", default="out", help="folder for rows_launch_suite.md/.json "
+                                                "(default: out)")
+    p.add_argument("--calls", type=int, default=200, help="calls per case (200)")
     p = sub.add_parser("nvme", help="the direct NVMe path's all-miss commands/s only")
     p.add_argument("--out", default="out", help="folder for nvme_suite.json (default: out)")
     p.add_argument("--quick", action="store_true", help="smaller sizes")
@@ -1244,6 +1362,9 @@ def main(argv=None):
         return 0 if all(r["correct"] for r in rows) else 1
     if args.cmd == "launch":
         rows = launch_suite(args.out, n_launches=args.launches)
+        return 0 if all(r["correct"] for r in rows) else 1
+    if args.cmd == "rows-launch":
+        rows = rows_launch_suite(args.out, n_calls=args.calls)
         return 0 if all(r["correct"] for r in rows) else 1
     if args.cmd == "misses":
         rows = misses_suite(args.out, quick=args.quick)

@@ -304,15 +304,30 @@ def _files(d):
                                                   if r["kind"] == "ceiling")
     recs = [record(ENGINES, "the disk's ceiling, 4 KiB random O_DIRECT reads", ceiling / 1e3,
                    "k IOPS", "", "", None, cmd)]
+    probe = d.get("probe_pages_per_s")
+    if probe:
+        recs.append(record(ENGINES, "probe: the engine alone, one thread's ring at depth, no GPU",
+                           probe / 1e3, "k IOPS", "", "the disk's ceiling", probe / ceiling, cmd))
     direct = {(r["engine"], r["threads"]): r for r in rows if r["kind"] == "direct"}
     most = max((t for e, t in direct if e == "io_uring"), default=None)
     for engine, threads, target in (("io_uring", 1, ">= 0.90x"), ("io_uring", most, ">= 0.95x"),
                                     ("threads", 1, ""), ("threads", most, "")):
         r = direct.get((engine, threads))
         if r:
-            recs.append(record(ENGINES, f"gids all-miss from an O_DIRECT file, {engine}, "
-                               f"{threads} daemon thread(s)", r["pages_per_s"] / 1e3, "k pages/s",
+            what = f"gids all-miss from an O_DIRECT file, {engine}, {threads} daemon thread(s)"
+            recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s",
                                target, "the disk's ceiling", r["pages_per_s"] / ceiling, cmd))
+            if r.get("of_probe") is not None:
+                recs.append(record(ENGINES, f"{what}, of the probe", r["pages_per_s"] / 1e3,
+                                   "k pages/s", "", "probe x threads (at most the ceiling)",
+                                   r["of_probe"], cmd))
+            for key, figure, unit in (("engine_io_us", "engine I/O time (taken to CQE)", "us"),
+                                      ("gpu_io_us", "GPU I/O time (published to seen)", "us"),
+                                      ("in_flight_peak", "peak in flight per thread", ""),
+                                      ("daemon_cpu_us_per_page", "daemon CPU per page", "us")):
+                if r.get(key) is not None:
+                    recs.append(record(ENGINES, f"{what}: {figure}", r[key], unit, "", "", None,
+                                       cmd))
     cached = {r["engine"]: r for r in rows if r["kind"] == "cached"}
     if "memcpy" in cached:
         for engine in ("io_uring", "threads"):
@@ -363,25 +378,59 @@ def _stripe(d):
 
 def _gnn(d):
     """``gids gnn --json``: the feature gather alone (rows/s) or the training epoch's time,
-    gids against the mmap loader, zero-copy and GPU memory."""
+    gids against the mmap loader, zero-copy, GPU memory and the O_DIRECT loader; rows under
+    emulated drives (labels ending "on N x PROFILE") against the direct loader on the same
+    drives and the mmap loader; the direct loader's own rate on the machine's disk."""
     cmd = re.sub(r" --(json|dir) \S+", "", d.get("command", "gids gnn"))
     cmd = re.sub(r"^\S*gids/(cli|__main__)\.py", "gids", cmd)
-    rows = {r["label"]: r for r in d["rows"] if not r.get("emulation")}
+    rows = {r["label"]: r for r in d["rows"]}
+    arrays = sorted({f" on {r['emulation']['n_ssd']} x {r['emulation']['ssd']}"
+                     for r in d["rows"] if r.get("emulation")})
+    scale = d["scale"]
     recs = []
     if d.get("mode") == "gather":
+        # A run with the row gather's launches forced one way is its own figure ("auto", the
+        # default, picks by the gather's size).
+        variant = {True: ", resident first (GIDS_ROWS_RESIDENT_FIRST=1)",
+                   False: ", one launch (GIDS_ROWS_RESIDENT_FIRST=0)"}.get(
+                       d.get("rows_resident_first", "auto"), "")
         rate = {k: r["rows_per_s"] for k, r in rows.items()}
-        for label, ref, target in (("gids 25%", "mmap", ">= 3x"), ("gids 25%", "zero_copy",
-                                   ">= 0.8x"), ("gids 100%", "memory", ">= 0.8x")):
+        pairs = [("gids 25%", "mmap", ">= 3x"), ("gids 25%", "zero_copy", ">= 0.8x"),
+                 ("gids 100%", "memory", ">= 0.8x"), ("gids 25%", "direct", "")]
+        for on in arrays:
+            pairs += [(f"gids 25%{on}", "mmap", ""), (f"gids 25%{on}", f"direct{on}", "")]
+        for label, ref, target in pairs:
             if label in rate and ref in rate:
-                recs.append(record(GNN, f"feature gather, scale {d['scale']}, {label} cache / "
-                                   f"{ref}", rate[label] / rate[ref], "x", target, ref,
+                # A store other than RAM is named: the figures are not the RAM-backed ones.
+                cache = "cache" if d.get("storage", "memory") == "memory" else \
+                    f"cache ({d['storage']} store)"
+                gids_part = label.replace("gids 25%", f"gids 25% {cache}").replace(
+                    "gids 100%", f"gids 100% {cache}")
+                recs.append(record(GNN, f"feature gather, scale {scale}, {gids_part} / {ref}"
+                                   f"{variant}",
+                                   rate[label] / rate[ref], "x", target, ref,
                                    rate[label] / rate[ref], cmd))
+        if "direct" in rows:
+            threads = (rows["direct"].get("loader") or {}).get("threads", "")
+            recs.append(record(GNN, f"feature gather, scale {scale}, direct loader (O_DIRECT, "
+                               f"{threads} threads) on the machine's disk",
+                               rate["direct"] / 1e3, "k rows/s", "", "", None, cmd))
+        whole = rows.get("gids 100%", {}).get("hit_rate")
+        if whole is not None:
+            recs.append(record(GNN, f"feature gather, scale {scale}, gids 100% cache: hit "
+                               f"rate of the timed batches{variant}", 100 * whole, "%",
+                               "100 %", "", None, cmd))
         return recs
     epoch = {k: r["epochs"][-1]["epoch_s"] for k, r in rows.items()}
-    for label, ref, target in (("gids 25% loader", "mmap", ">= 2x"),
-                               ("gids 100% loader", "memory", ">= 0.8x")):
+    pairs = [("gids 25% loader", "mmap", ">= 2x"), ("gids 100% loader", "memory", ">= 0.8x"),
+             ("gids 25%", "mmap", ""), ("gids 25% loader", "direct", ""),
+             ("gids 25%", "direct", "")]
+    for on in arrays:
+        pairs += [(f"gids 25%{on}", "mmap", ""), (f"gids 25%{on}", f"direct{on}", "")]
+    note = "" if d.get("storage", "memory") == "memory" else f" ({d['storage']} store)"
+    for label, ref, target in pairs:
         if label in epoch and ref in epoch:
-            recs.append(record(GNN, f"epoch, scale {d['scale']}, {label} / {ref}: speed-up",
+            recs.append(record(GNN, f"epoch, scale {scale}, {label}{note} / {ref}: speed-up",
                                epoch[ref] / epoch[label], "x", target, ref,
                                epoch[ref] / epoch[label], cmd))
     return recs

@@ -63,6 +63,16 @@ def emulation_cell(record: dict | None) -> str:
     return "-" if record is None else Emulation(record["ssd"], record["n_ssd"]).label
 
 
+def engine_cell(runtime, storage) -> str:
+    """A row's engine cell in the demos' tables (and its JSON ``engine``): the storage engine
+    that read the file (``io_uring`` or ``threads``: ``runtime.daemon.engine``) for a Runtime
+    over a file store; ``memory`` for data in RAM (a memory or mmap store: the daemon copies,
+    whatever its engine); ``-`` for a path that reads a file without a Runtime."""
+    if storage != "file":
+        return "memory"
+    return runtime.daemon.engine if runtime is not None else "-"
+
+
 def positive_ints(text: str, what: str) -> list[int]:
     """Comma-separated integers, each at least 1 (an argparse type's body; the demos' list
     options). ``what`` names them in the error: "not a list of {what}", "{what} must be ..."."""

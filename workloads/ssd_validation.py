@@ -4,9 +4,15 @@ fitted to, each replayed as a synthetic trace of its own conditions through the 
 Every profile is fitted to its data sheet (``SsdProfile.published``: QD1 latency, 4 KiB random
 IOPS, sequential bandwidth; ``SsdProfile.sources`` says which parameter each figure sets). The
 rows below are other people's measurements of the same drives, under other conditions (512 B
-reads, several drives, thousands of GPU threads, one thread at QD1), with the source and its
-exact conditions. Where no such measurement could be found for a profile, :data:`NOT_FOUND`
-says so instead of inventing one.
+reads, several drives, thousands of GPU threads, one thread at QD1 and QD16), with the source
+and its exact conditions. Where no such measurement could be found for a profile,
+:data:`NOT_FOUND` says so instead of inventing one.
+
+Each row also names the host I/O path it was measured through (:class:`HostPath`): a read
+issued by a CPU through the operating system pays a per-command CPU cost that a GPU-initiated
+read does not. That cost is a parameter too, so it is fitted, like the drives', to one
+published figure that is not a held-out row (``HostPath.fitted_to``); a path with no such
+figure has no cost (``command_ns is None``) and its rows say so.
 
 Usage::
 
@@ -34,11 +40,73 @@ _BAM_CONDITIONS = ("BaM nvm-block-bench (Qureshi et al., ASPLOS'23, artifact-eva
 
 
 @dataclass(frozen=True)
+class HostPath:
+    """How the measuring host issued its reads, and what that costs per command.
+
+    ``command_ns`` is the CPU time per command on the issuing core (submission and completion),
+    served one command at a time: the replay's ``host_command_ns``. It bounds one core's rate at
+    ``1e9 / command_ns`` and adds itself to every read's latency. None: no figure to fit it to,
+    so the replay times the device alone and the row is marked as not like for like.
+    ``fitted_to`` is the published figure ``command_ns`` was set from (never a held-out row).
+    """
+
+    name: str
+    description: str
+    command_ns: float | None
+    fitted_to: str
+
+
+#: GPU threads write the submission entries and ring the doorbells themselves (BaM): no CPU
+#: and no operating system in the I/O path. Its own per-command costs (SQE writes to GPU memory
+#: read by the drive over peer-to-peer PCIe, doorbells, completion polling) have no published
+#: figure, so the path costs nothing beyond the drive's own model.
+GPU_INITIATED = HostPath(
+    name="gpu-initiated", description="GPU threads submit NVMe commands directly (BaM)",
+    command_ns=0.0, fitted_to="none: no published per-command figure of this path")
+
+_AXBOE_POST = ("Jens Axboe, 'io_uring and Optane2' (io-uring and linux-block mailing lists, "
+               "2020-08-21): https://lore.kernel.org/io-uring/"
+               "4af91b50-4a9c-8a16-9470-a51430bd7733@kernel.dk/")
+_AXBOE_CONDITIONS = ("t/io_uring from fio, one thread on one core of an Intel Ice Lake-SP Xeon, "
+                     "kernel 5.9.0-rc1, single Gen2 Optane SSD (a pre-release sample of the "
+                     "drive launched as the P5800X), random 512 B O_DIRECT reads, polled I/O, "
+                     "registered buffers and files")
+
+#: Linux io_uring with polled completions on one core (t/io_uring). Fitted to Axboe's QD128
+#: figure, 2.58 M IOPS per core: at QD128 the core, not the drive, is the limit (the P5800X
+#: serves more 512 B reads than that: its 512 B command rate is 5.9 M/s in the model), so
+#: 1 / 2.58 M = 387.6 ns is the core's time per command. His QD1 and QD16 figures from the
+#: same post are held out.
+IO_URING_POLLED = HostPath(
+    name="io_uring-polled", description="Linux io_uring, polled I/O, one core (t/io_uring)",
+    command_ns=1e9 / 2.58e6,
+    fitted_to=f"QD128: 2.58M IOPS per core (34.9 usec avg latency); {_AXBOE_POST}; "
+              f"{_AXBOE_CONDITIONS}")
+
+#: A desktop benchmark tool through Windows' interrupt-driven NVMe stack. No published figure
+#: of that stack's own per-command cost was found (one would need the same tool's QD1 latency
+#: on a device of known latency), so it is not modelled.
+DESKTOP_OS = HostPath(
+    name="desktop-os", description="a desktop benchmark tool through the OS's interrupt-driven "
+                                   "NVMe stack (Windows)",
+    command_ns=None, fitted_to="none found: the stack's cost is not modelled")
+
+#: A reviewer's benchmark tool through an operating system the source does not state.
+UNSTATED_OS = HostPath(
+    name="os-unstated", description="a reviewer's benchmark tool through an OS stack the "
+                                    "source does not state",
+    command_ns=None, fitted_to="none: the stack is not stated, so its cost is not modelled")
+
+HOST_PATHS = (GPU_INITIATED, IO_URING_POLLED, DESKTOP_OS, UNSTATED_OS)
+
+
+@dataclass(frozen=True)
 class Measurement:
     """One published measurement and the synthetic load that reproduces its conditions.
 
-    ``metric`` is ``"iops"`` (requests / wall time of the run) or ``"latency_us_mean"``.
-    The load: ``n_requests`` reads of ``nbytes`` at random aligned offsets, a closed loop of
+    ``metric`` is ``"iops"`` (requests / wall time of the run), ``"latency_us_mean"`` or
+    ``"bandwidth_GBps"`` (1e9 B/s).
+    The load: ``n_requests`` reads of ``nbytes`` at ``pattern`` aligned offsets, a closed loop of
     ``queue_depth`` (``queue_depth == n_requests``: all issued at once), at most
     ``max_in_flight`` in flight (None: unbounded), on ``n_ssd`` drives striped every
     ``nbytes``.
@@ -54,6 +122,8 @@ class Measurement:
     max_in_flight: int | None
     source: str
     conditions: str
+    host: HostPath
+    pattern: str = "random"
 
 
 HELD_OUT = (
@@ -61,7 +131,8 @@ HELD_OUT = (
         profile="p5800x", metric="iops", value=4.90356e6, n_ssd=1, nbytes=512,
         queue_depth=262144, n_requests=262144, max_in_flight=1 * 128 * 1023,
         source=_BAM + "nvm_block_bench_1_intel.log (Ops/sec: 4.90356e+06)",
-        conditions=_BAM_CONDITIONS.format(size="512 B", drives="1 Intel Optane P5800X")),
+        conditions=_BAM_CONDITIONS.format(size="512 B", drives="1 Intel Optane P5800X"),
+        host=GPU_INITIATED),
     Measurement(
         profile="p5800x", metric="iops", value=74875.0, n_ssd=1, nbytes=4096,
         queue_depth=1, n_requests=20000, max_in_flight=None,
@@ -69,18 +140,63 @@ HELD_OUT = (
                "QD comparison): https://kitguru.net/components/ssd-drives/simon-crisp/"
                "intel-optane-dc-p5800x-800gb-ssd-review/7",
         conditions="4K random read, QD1, one thread, through the reviewer's desktop OS and "
-                   "benchmark tool (74,875 IOPS = 13.4 us per read)"),
+                   "benchmark tool (74,875 IOPS = 13.4 us per read)",
+        host=DESKTOP_OS),
     Measurement(
         profile="980pro", metric="iops", value=798519.0, n_ssd=1, nbytes=4096,
         queue_depth=262144, n_requests=262144, max_in_flight=1 * 128 * 1023,
         source=_BAM + "nvm_block_bench_1_sam.log (Ops/sec: 798519)",
-        conditions=_BAM_CONDITIONS.format(size="4 KiB", drives="1 Samsung 980 PRO")),
+        conditions=_BAM_CONDITIONS.format(size="4 KiB", drives="1 Samsung 980 PRO"),
+        host=GPU_INITIATED),
     Measurement(
         profile="980pro", metric="iops", value=1.52355e6, n_ssd=2, nbytes=4096,
         queue_depth=262144, n_requests=262144, max_in_flight=2 * 128 * 1023,
         source=_BAM + "nvm_block_bench_2_sam.log (Ops/sec: 1.52355e+06)",
         conditions=_BAM_CONDITIONS.format(size="4 KiB", drives="2 Samsung 980 PRO "
-                                          "(requests spread over both)")),
+                                          "(requests spread over both)"),
+        host=GPU_INITIATED),
+    Measurement(
+        profile="p5800x", metric="latency_us_mean", value=3.4, n_ssd=1, nbytes=512,
+        queue_depth=1, n_requests=20000, max_in_flight=None,
+        source=_AXBOE_POST + ": 'QD1 : 290K IOPS per core ( 3.4 usec avg latency)'",
+        conditions=_AXBOE_CONDITIONS + ", queue depth 1", host=IO_URING_POLLED),
+    Measurement(
+        profile="p5800x", metric="iops", value=2.06e6, n_ssd=1, nbytes=512,
+        queue_depth=16, n_requests=200000, max_in_flight=None,
+        source=_AXBOE_POST + ": 'QD16 : 2.06M IOPS per core ( 6.9 usec avg latency)'",
+        conditions=_AXBOE_CONDITIONS + ", queue depth 16", host=IO_URING_POLLED),
+    Measurement(
+        profile="p5800x", metric="latency_us_mean", value=6.9, n_ssd=1, nbytes=512,
+        queue_depth=16, n_requests=200000, max_in_flight=None,
+        source=_AXBOE_POST + ": 'QD16 : 2.06M IOPS per core ( 6.9 usec avg latency)'",
+        conditions=_AXBOE_CONDITIONS + ", queue depth 16 (the same run as the row above: "
+                   "its mean latency)", host=IO_URING_POLLED),
+    Measurement(
+        profile="micron9550", metric="iops", value=3.4e6, n_ssd=1, nbytes=4096,
+        queue_depth=262144, n_requests=262144, max_in_flight=1 * 128 * 1023,
+        source="Micron, 'Complete AI workloads faster using less power with the Micron 9550 "
+               "SSD' (blog): 'This synthetic test is like FIO (flexible IO) but initiated from "
+               "the H100 GPU. Here we see the Micron 9550 hitting 3.4 million input/output "
+               "operations per second': https://in.micron.com/about/blog/storage/ai/"
+               "complete-ai-workloads-faster-using-less-power-with-the-micron-9550-ssd",
+        conditions="BaM's synthetic random-read benchmark on an NVIDIA H100 (PCIe Gen5), one "
+                   "Micron 9550 U.2 7.68 TB, GPU-initiated; the post states neither the read "
+                   "size nor the queues, so the replay assumes BaM's nvm-block-bench load of "
+                   "the rows above (4 KiB, 262,144 at once, 128 queues x 1,023)",
+        host=GPU_INITIATED),
+    Measurement(
+        profile="micron9550", metric="bandwidth_GBps", value=14.734, n_ssd=1, nbytes=131072,
+        queue_depth=32, n_requests=20000, max_in_flight=None, pattern="sequential",
+        source="TweakTown, 'Micron 9550 Pro E1.S 15mm 7.68TB SSD review' (2026): https://www."
+               "tweaktown.com/reviews/11347/micron-9550-pro-e1-s-15mm-7-68tb-ssd-g8-flash-for-"
+               "read-intensive-ai-storage-compute/index.html; the figure as quoted from it by "
+               "https://windowsforum.com/threads/micron-9550-pro-e1-s-fast-gen5-nvme-ai-storage"
+               "-for-read-intensive-workloads.402661/ ('peaks of 14,734 MB/s on sequential "
+               "reads'); the stored copy of the review itself does not show the number",
+        conditions="128 KiB sequential reads, one Micron 9550 PRO E1.S 7.68 TB, a peak (not a "
+                   "mean); queue depth and OS not stated (replayed at QD32 as the calibration's "
+                   "sequential benchmark); MB taken as 1e6 B",
+        host=UNSTATED_OS),
 )
 
 #: Profiles for which no independent measurement was found in the sources searched (the
@@ -88,31 +204,55 @@ HELD_OUT = (
 NOT_FOUND = {
     "pm1743": "no review or paper with PM1743 random-read IOPS or latency numbers was found; "
               "only Samsung's announcement (the fitting source)",
-    "micron9550": "StorageReview's 9550 MAX review was found, but its stored copy gives only "
-                  "the specification table (the fitting source), not its measured results",
-    "p5800x": "only two rows: no third independent P5800X measurement with stated conditions "
-              "was found (AnandTech's and Tom's Hardware's Optane reviews are of the older "
-              "P4800X, a different drive)",
+    "micron9550": "only two rows (Micron's own GPU-initiated run and a review's sequential "
+                  "peak); StorageReview's 9550 MAX and TweakTown's 9550 PRO E1.S reviews were "
+                  "found, but their stored copies give only the specification table (the "
+                  "fitting source) and prose, not their measured 4 KiB random-read or QD1 "
+                  "latency results",
     "980pro": "only two rows (1 and 2 drives, one testbed); AnandTech's 980 PRO review was "
               "found but its stored copy has the charts' captions, not their numbers",
     "ideal": "not a real drive: nothing to measure",
 }
 
-#: BaM logs of the same testbed that are not used, and why.
+#: Published figures that were found and deliberately not used, and why.
 NOT_USED = (
-    "BaM nvm-array-bench logs (asplosaoe/nvm_array_bench_*.log): their time includes the GPU "
-    "software cache serving 128 M accesses (0.9375 hit rate), which the drive model does not "
-    "see, so they measure the cache, not the drive",
+    ("BaM nvm-array-bench logs (asplosaoe/nvm_array_bench_*.log): their time includes the GPU "
+     "software cache serving 128 M accesses (0.9375 hit rate), which the drive model does not "
+     "see, so they measure the cache, not the drive"),
+    ("Axboe's later per-core io_uring figures on P5800X drives (3.8 M, 5.1 M, 10 M IOPS per "
+     "core, 2021, Phoronix): each is bounded by the host core on a newer kernel and CPU (a "
+     "Ryzen 9 5950X, two drives), so they measure the host path's progress, not the drive; "
+     "using them would need a host path fitted per kernel"),
+    ("fio issue #1206 (github.com/axboe/fio/issues/1206, P5800X through io_uring and SPDK): "
+     "random writes, which the model does not time"),
+    ("Micron's blog figure of 2.9 M IOPS for the 9550 training a GNN through BaM: the rate a "
+     "training workload asked for, not what the drive can serve"),
+    ("a survey note in a public repository quoting a PM1743 at 118 MB/s with 1 thread and "
+     "5,606 MB/s with 64: no source, read size or I/O engine given"),
 )
+
+
+#: The published figure each host path's ``command_ns`` was fitted to, as a load the replay
+#: reproduces (shown beside the fitting sources; never counted as validation).
+HOST_PATH_FITS = {
+    IO_URING_POLLED.name: Measurement(
+        profile="p5800x", metric="iops", value=2.58e6, n_ssd=1, nbytes=512,
+        queue_depth=128, n_requests=400000, max_in_flight=None,
+        source=_AXBOE_POST + ": 'QD128 : 2.58M IOPS per core (34.9 usec avg latency)'",
+        conditions=_AXBOE_CONDITIONS + ", queue depth 128", host=IO_URING_POLLED),
+}
 
 
 def model_value(row: Measurement):
     """``(figure, report)``: the model's figure for ``row``'s conditions and the
     :class:`~host_daemon.trace.ReplayReport` of the synthetic trace replayed for it."""
-    trace = synthetic_trace(row.n_requests, row.queue_depth, row.nbytes)
+    trace = synthetic_trace(row.n_requests, row.queue_depth, row.nbytes, row.pattern)
     report = gids.replay(trace, row.profile, n_ssd=row.n_ssd, stripe_bytes=row.nbytes,
-                         max_in_flight=row.max_in_flight)
-    return {"iops": report.iops, "latency_us_mean": report.latency_us_mean}[row.metric], report
+                         max_in_flight=row.max_in_flight,
+                         host_command_ns=row.host.command_ns or 0.0)
+    figures = {"iops": report.iops, "latency_us_mean": report.latency_us_mean,
+               "bandwidth_GBps": report.bandwidth_GBps}
+    return figures[row.metric], report
 
 
 def fitting_sources(name: str) -> list[str]:
@@ -129,40 +269,65 @@ def validate(names) -> list[dict]:
         if row.profile not in names:
             continue
         value, report = model_value(row)
-        results.append(dict(asdict(row), model=value, error=value / row.value - 1,
-                            bound=report.bound))
+        error = value / row.value - 1
+        results.append(dict(asdict(row), model=value, error=error, bound=report.bound,
+                            like_for_like=row.host.command_ns is not None,
+                            within=abs(error) <= TOLERANCE))
     return results
 
 
 def _format_value(metric, value):
-    return f"{value / 1e6:.3f} M" if metric == "iops" else f"{value:.2f} us"
+    return {"iops": f"{value / 1e6:.3f} M", "latency_us_mean": f"{value:.2f} us",
+            "bandwidth_GBps": f"{value:.2f} GB/s"}[metric]
 
 
 def format_table(names, results) -> str:
     """The validation table, the fitting sources and what is missing, as text."""
-    lines = [f"{'profile':<8} {'drives':>6} {'size':>5} {'load':>16} {'metric':<6} "
-             f"{'model':>10} {'measured':>10} {'error':>7}"]
+    lines = [(f"{'profile':<10} {'drives':>6} {'size':>6} {'load':>16} {'metric':<15} "
+              f"{'model':>10} {'measured':>10} {'error':>7}")]
     for r in results:
         load = ("QD1" if r["queue_depth"] == 1 else
                 f"{r['n_requests']} at once" if r["queue_depth"] == r["n_requests"] else
                 f"QD{r['queue_depth']}")
-        flag = "" if abs(r["error"]) <= TOLERANCE else "  (outside 15 %)"
-        lines.append(f"{r['profile']:<8} {r['n_ssd']:>6} {r['nbytes']:>5} {load:>16} "
-                     f"{r['metric']:<6} {_format_value(r['metric'], r['model']):>10} "
+        if r["pattern"] == "sequential":
+            load += " seq"
+        flag = "" if r["within"] else "  (outside 15 %)"
+        lines.append(f"{r['profile']:<10} {r['n_ssd']:>6} {r['nbytes']:>6} {load:>16} "
+                     f"{r['metric']:<15} {_format_value(r['metric'], r['model']):>10} "
                      f"{_format_value(r['metric'], r['value']):>10} {r['error']:>+7.1%}{flag}")
         lines.append(f"    source: {r['source']}")
         lines.append(f"    conditions: {r['conditions']}")
+        host = r["host"]
+        cost = ("not modelled: no figure to fit it to, so the model times the device alone "
+                "(not like for like)" if host["command_ns"] is None
+                else f"{host['command_ns']:.1f} ns per command")
+        lines.append(f"    host path: {host['description']}; {cost}")
         lines.append(f"    model bound by: {r['bound']}")
     by_key = {(r["profile"], r["n_ssd"], r["nbytes"]): r for r in results}
     one, two = by_key.get(("980pro", 1, 4096)), by_key.get(("980pro", 2, 4096))
     if one and two:
         lines.append(f"980pro scaling 1 -> 2 drives: model {two['model'] / one['model']:.3f}x, "
                      f"measured {two['value'] / one['value']:.3f}x (ratio of the rows above)")
+    within = sum(r["within"] for r in results)
+    alike = [r for r in results if r["like_for_like"]]
+    lines.append(f"within 15 %: {within} of {len(results)} rows "
+                 f"({sum(r['within'] for r in alike)} of {len(alike)} like for like, their "
+                 f"host path modelled)")
     lines.append("")
     lines.append("fitted to (data sheets; not validation):")
     for name in names:
         for item in fitting_sources(name):
             lines.append(f"  {name:<10} {item}")
+    lines.append("host paths fitted to (not validation):")
+    for path in HOST_PATHS:
+        fit = HOST_PATH_FITS.get(path.name)
+        check = ""
+        if fit is not None and fit.profile in names:
+            value, _ = model_value(fit)
+            check = (f" (replayed: {_format_value(fit.metric, value)} against "
+                     f"{_format_value(fit.metric, fit.value)})")
+        cost = "not modelled" if path.command_ns is None else f"{path.command_ns:.1f} ns"
+        lines.append(f"  {path.name:<16} {cost}: {path.fitted_to}{check}")
     lines.append("")
     lines.append("held-out measurements missing:")
     for name in names:
@@ -189,8 +354,10 @@ def main(argv=None) -> int:
     print(format_table(args.ssd, results))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"tolerance": TOLERANCE, "rows": results, "not_found": NOT_FOUND,
-                       "not_used": list(NOT_USED)}, f, indent=1)
+            json.dump({"tolerance": TOLERANCE, "rows": results,
+                       "within": sum(r["within"] for r in results),
+                       "host_paths": [asdict(path) for path in HOST_PATHS],
+                       "not_found": NOT_FOUND, "not_used": list(NOT_USED)}, f, indent=1)
     return 0
 
 

@@ -92,7 +92,10 @@ class IoBackend:
         raise NotImplementedError
 
     def start(self):
+        previous = self.server
         self.server = self._make_server()
+        if previous is not None:   # a restart (after an error): what its engine said stays said
+            self.server.follow(previous)
         self.server.start()
 
     def stop(self, bound):

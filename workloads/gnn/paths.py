@@ -13,6 +13,10 @@ earlier queue their work on it). ``close()`` frees what the path holds.
 - ``mmap``: the PyTorch data loader's way: ``np.memmap`` -> ``torch.from_numpy(...)`` ->
   ``index_select`` on the CPU (torch's threads) into a pinned buffer -> ``copy_(...,
   non_blocking=True)`` to the GPU.
+- ``direct``: the CPU-initiated loader over a file outside the page cache
+  (:mod:`workloads.gnn.direct`): ``O_DIRECT`` reads by a pool of host threads into pinned
+  memory, each slice's copy to the GPU overlapped with the next slice's reads; under emulation,
+  each row read from RAM and held until modelled drives would have served it.
 - ``cpu_batch``: the CPU-initiated batch pattern (``workloads.baselines.CpuBatchPath``): the row
   kernel lists the pages it lacks and exits, host threads gather them from the store into pinned
   memory, one copy, the kernel runs again.
@@ -26,8 +30,9 @@ from gids import SIMULATOR
 from gids.device import rows_template
 from gids.sampling import numba_view, torch_device
 from workloads import baselines as B
+from workloads.gnn.direct import DEFAULT_THREADS, DirectRows
 
-PATHS = ("gids", "memory", "zero_copy", "mmap", "cpu_batch")
+PATHS = ("gids", "memory", "zero_copy", "mmap", "cpu_batch", "direct")
 
 
 def row_kernel_template(pager):
@@ -41,10 +46,12 @@ def _blocks(n_rows):
 
 
 class GidsRows:
-    """``rt.gather_rows`` through a cache of ``cache_fraction`` of the features."""
+    """``rt.gather_rows`` through a cache of ``cache_fraction`` of the features; ``store``: a
+    store of the feature file to read instead of opening the file as ``storage`` says (one
+    RAM copy shared by several rows of a run)."""
 
     def __init__(self, data, cache_fraction, storage="memory", page_size=4096, rt=None,
-                 runtime_options=None):
+                 runtime_options=None, store=None):
         nbytes = data.feature_bytes
         self.owned = rt is None
         if rt is None:
@@ -55,8 +62,9 @@ class GidsRows:
             rt = gids.Runtime(cache_bytes=cache, page_size=page_size,
                               **(runtime_options or {}))
         self.rt = rt
-        self.array = rt.open_array(str(data.features_path), np.float32,
-                                   shape=(data.n_vertices, data.dim), storage=storage)
+        self.array = rt.open_array(str(data.features_path) if store is None else store,
+                                   np.float32, shape=(data.n_vertices, data.dim),
+                                   storage=storage)
         self.name = f"gids {cache_fraction:.0%}" + ("" if storage == "file" else f" ({storage})")
 
     def gather(self, nodes, out):
@@ -155,12 +163,24 @@ class MmapRows:
 
 
 def make_feature_path(name, data, *, cache_fraction=0.25, storage="memory", page_size=4096,
-                      max_rows=1 << 16, runtime_options=None):
-    """The feature path ``name`` (see :data:`PATHS`) over data set ``data``;
-    ``runtime_options``: more ``gids.Runtime`` arguments for gids (an emulated SSD array)."""
+                      max_rows=1 << 16, runtime_options=None, emulation=None,
+                      direct_threads=DEFAULT_THREADS, store=None):
+    """The feature path ``name`` (see :data:`PATHS`) over data set ``data``.
+
+    ``emulation``: a ``workloads.ssd_options.Emulation`` (an emulated SSD array) for gids
+    (``Runtime(ssd=, n_ssd=)``) or direct; ``runtime_options``: more ``gids.Runtime``
+    arguments; ``direct_threads``: the direct loader's reading threads; ``store``: the feature
+    file's store for gids (see :class:`GidsRows`)."""
+    if name == "direct":
+        return DirectRows(data, threads=direct_threads, emulation=emulation,
+                          page_size=page_size)
+    if emulation is not None:
+        if name != "gids":
+            raise ValueError(f"feature path {name!r} has no emulated drives")
+        runtime_options = {**(runtime_options or {}), **emulation.runtime_options}
     if name == "gids":
         return GidsRows(data, cache_fraction, storage, page_size,
-                        runtime_options=runtime_options)
+                        runtime_options=runtime_options, store=store)
     if name == "memory":
         return MemoryRows(data)
     if name == "mmap":

@@ -164,17 +164,25 @@ def evaluate(data, path, graph, model, seeds, batch_size):
     return right / max(1, seeds.size)
 
 
-def gather_benchmark(data, path, node_lists, warm_lists, *, repeats=1):
+def gather_benchmark(data, path, node_lists, warm_lists, *, repeats=1, warm_timed=False):
     """Rows/s of ``path`` over the batches' node lists, after an untimed pass over other
     batches (``warm_lists``: it compiles and fills a cache to its steady state without
-    holding the timed batches' rows)."""
+    holding the timed batches' rows). ``warm_timed``: the untimed pass also gathers the timed
+    lists, for a cache that holds every row (the whole-cache row measures hits, not the misses
+    of its first touch). A path with ``stats()`` (gids) reports its hit rate over the timed
+    batches (``hit_rate``; None for the others). A path with nothing to warm
+    (``path.cacheless``: the direct loader, whose every read goes to the drive) gets the first
+    of the warm lists only."""
+    if getattr(path, "cacheless", False):
+        warm_lists, warm_timed = warm_lists[:1], False
     width = data.dim
     out = torch.empty((max(int(n.numel()) for n in [*node_lists, *warm_lists]), width),
                       dtype=torch.float32, device=torch_device())
-    for nodes in warm_lists:
+    for nodes in [*warm_lists, *(node_lists if warm_timed else ())]:
         path.gather(nodes, out[:int(nodes.numel())])
     _sync()
     path.check()
+    before = path.stats() if hasattr(path, "stats") else None
     rows = 0
     t0 = time.perf_counter()
     for _ in range(repeats):
@@ -184,5 +192,10 @@ def gather_benchmark(data, path, node_lists, warm_lists, *, repeats=1):
     _sync()
     path.check()
     seconds = time.perf_counter() - t0
+    hit_rate = None
+    if before is not None:
+        after = path.stats()
+        hits, misses = (after[k] - before[k] for k in ("hits", "misses"))
+        hit_rate = hits / (hits + misses) if hits + misses else None
     return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds,
-            "gb_per_s": rows * width * 4 / seconds / 1e9}
+            "gb_per_s": rows * width * 4 / seconds / 1e9, "hit_rate": hit_rate}

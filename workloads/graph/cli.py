@@ -38,7 +38,7 @@ from gids.cli import (ArgumentParser, TraceRecorder, UsageError, add_trace_argum
                       positive_int, run)
 from gids.console import Progress, say, table
 from ..ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_cell, emulation_record,
-                           emulations)
+                           emulations, engine_cell)
 from .bfs import connected_components_reference, sample_bfs_roots
 from .csr_file import MAGIC, GraphFormatError, open_csr
 from .gpu_bfs import DIRECTIONS, ReferenceMismatchError, validate_bfs_result
@@ -356,6 +356,7 @@ def _bfs_run(args, graph, roots, name: str, options: dict, emulation,
                            **_traced(options, trace)) as dg:
         label = dg.source.label
         cache_pct, pages = _cache_cells(dg)
+        engine = engine_cell(getattr(dg.source, "runtime", None), options.get("storage"))
         if roots.size:
             _warm_up_search(dg, label, int(roots[0]), args.direction)
         for i, root in enumerate(roots.tolist()):
@@ -385,10 +386,11 @@ def _bfs_run(args, graph, roots, name: str, options: dict, emulation,
     ios = [s["stats"]["ios"] for s in searches if s["stats"] and "ios" in s["stats"]]
     hits = [s["stats"]["hit_rate"] for s in searches if s["stats"] and "hit_rate" in s["stats"]]
     record = {"data_path": name, "label": label, "options": dict(options),
-              "emulation": emulation_record(emulation), "teps": teps,
+              "emulation": emulation_record(emulation), "engine": engine, "teps": teps,
               "searches": searches}
     rate = lambda key: _fmt_rate(teps[key] if teps else None)   # noqa: E731
-    row = [name, emulation_cell(record["emulation"]), cache_pct, pages, str(len(searches)),
+    row = [name, emulation_cell(record["emulation"]), engine, cache_pct, pages,
+           str(len(searches)),
            rate("harmonic_mean_TEPS"), rate("min_TEPS"), rate("median_TEPS"), rate("max_TEPS"),
            f"{np.mean(times):.4f}",
            f"{np.mean(ios):,.0f}" if ios else "-", f"{np.mean(hits):.1%}" if hits else "-",
@@ -426,7 +428,8 @@ def cmd_bfs(args) -> int:
           f"{info['n_entries']:,} entries ({info['neighbour_bytes']:,} bytes of neighbours); "
           f"{roots.size} roots, {args.direction}, cache {'warm' if args.warm_cache else 'cold'} "
           "at each search")
-    print(table(["data path", "SSDs", "cache", "pages", "searches", "hmean TEPS", "min TEPS",
+    print(table(["data path", "SSDs", "engine", "cache", "pages", "searches", "hmean TEPS",
+                 "min TEPS",
                   "median TEPS", "max TEPS", "mean s", "I/Os/search", "hit rate", "valid"], rows))
     if arrays:
         print(EMULATION_NOTE)
@@ -449,6 +452,7 @@ def _cc_run(args, graph, expected, name: str, options: dict, emulation,
         dg.connected_components()
         r = dg.connected_components()
         cache_pct, pages = _cache_cells(dg)
+        engine = engine_cell(getattr(dg.source, "runtime", None), options.get("storage"))
     valid = None
     if args.validate == "reference":
         valid = bool(np.array_equal(r.labels, expected))
@@ -466,11 +470,12 @@ def _cc_run(args, graph, expected, name: str, options: dict, emulation,
     _say(f"cc {r.data_path}: {r.seconds:.4f} s, {r.n_components:,} components, "
          f"{r.edges_per_second:.3g} edges/s{verdict}")
     record = {"data_path": name, "label": r.data_path, "options": dict(options),
-              "emulation": emulation_record(emulation),
+              "emulation": emulation_record(emulation), "engine": engine,
               "seconds": r.seconds, "n_components": r.n_components,
               "edges_per_second": r.edges_per_second, "valid": valid, "stats": r.stats}
     s = r.stats or {}
-    row = [name, emulation_cell(record["emulation"]), cache_pct, pages, f"{r.seconds:.4f}",
+    row = [name, emulation_cell(record["emulation"]), engine, cache_pct, pages,
+           f"{r.seconds:.4f}",
            _fmt_rate(r.edges_per_second), f"{r.n_components:,}",
            f"{s['ios']:,}" if "ios" in s else "-",
            f"{s['hit_rate']:.1%}" if "hit_rate" in s else "-",
@@ -518,8 +523,8 @@ def cmd_cc(args) -> int:
     print(f"gids cc on {_world()}")
     print(f"graph: {info['n_vertices']:,} vertices, {info['n_input_edges']:,} input edges, "
           f"{info['n_entries']:,} entries ({info['neighbour_bytes']:,} bytes of neighbours)")
-    print(table(["data path", "SSDs", "cache", "pages", "seconds", "edges/s", "components", "I/Os",
-                  "hit rate", "valid"], rows))
+    print(table(["data path", "SSDs", "engine", "cache", "pages", "seconds", "edges/s",
+                 "components", "I/Os", "hit rate", "valid"], rows))
     if arrays:
         print(EMULATION_NOTE)
     if args.json:

@@ -78,6 +78,12 @@ def _splitmix64(state):
     return z ^ (z >> np.uint64(31))
 
 
+#: SplitMix64's output function and its counter step, for other counter-based generators
+#: (``workloads.gnn.dataset``'s feature rows).
+splitmix64 = _splitmix64
+GOLDEN_GAMMA = _GOLDEN_GAMMA
+
+
 @njit(nogil=True, cache=True)
 def _bit_reverse_64(x):
     """The 64-bit word with its bits in reverse order (swap halves of ever smaller fields)."""
