@@ -37,9 +37,9 @@ from gids import _platform  # noqa: F401  (first: picks GPU or simulator before 
 from gids import defaults, device, errors, host, layout   # device, host: toolkits (see each)
 from gids.array import StorageArray
 from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError, GidsError,
-                         GidsTimeoutError, HoldLimitError, ImportOrderError, IndexOutOfRangeError,
-                         NotHeldError, ReadOnlyError, SharedFileError, StaleHandleError,
-                         StorageIOError)
+                         GidsTimeoutError, HoldLimitError, HostTierFullError,
+                         ImportOrderError, IndexOutOfRangeError, NotHeldError, ReadOnlyError,
+                         SharedFileError, StaleHandleError, StorageIOError)
 from gids.runtime import Runtime
 from gids.stats import FileStats, Stats
 from gids.window import Hold, side_stream
@@ -80,4 +80,5 @@ __all__ = [
     "GidsError", "ConfigError", "StorageIOError", "IndexOutOfRangeError", "GidsTimeoutError",
     "CacheExhaustedError", "DaemonError", "AbortedError", "ReadOnlyError", "SharedFileError",
     "StaleHandleError", "ImportOrderError", "HoldLimitError", "NotHeldError",
+    "HostTierFullError",
 ]

@@ -81,6 +81,7 @@ class StorageArray:
             zero_word=np.uint32(0),
             zero_copy=self._zero_copy,
             early_base=self._early_base,
+            **rt.host_tier.handle_fields(self),
         )
         # The handle's type picks the back end's I/O step (kernels/backend.py).
         return rt.handle_class(**fields)

@@ -10,6 +10,7 @@ from numba import cuda
 from gids import defaults, layout as L
 from gids._platform import host_view
 from gids.array import SUPPORTED_DTYPES, StorageArray
+from gids.host_tier import HostTier
 from gids.backends import BACKENDS as BACKEND_CLASSES
 from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError,
                          GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError, SharedFileError,
@@ -199,6 +200,14 @@ class Runtime:
         (``GIDS_ENGINE``, io_uring). ``rt.stats().engine`` says which runs.
     engine_depth : int, optional
         Ring entries per daemon thread (default 256, ``GIDS_ENGINE_DEPTH``).
+    host_cache_bytes : int, optional
+        Pinned, device-mapped host memory for the host tier (:attr:`host_tier`), rounded down
+        to whole pages: pages there are served to kernels without a request to the daemon.
+        Default ``gids.defaults.get("host_cache_bytes")`` (0: no tier).
+    host_tier_fill : {"static", "victims"}, optional
+        ``"victims"``: clean pages of read-only arrays evicted from the GPU cache enter the
+        host tier too, which frees slots by clock after each :meth:`sync`. Default
+        ``gids.defaults.get("host_tier_fill")`` (``"static"``: only ``host_tier.add``).
 
     Notes
     -----
@@ -221,7 +230,8 @@ class Runtime:
 
     def __init__(self, backend="host", *, cache_bytes=None, cache_pages=None, page_size=None,
                  daemon_threads=None, queues=None, queue_depth=None, timeout=None, ssd=None,
-                 n_ssd=1, trace=None, engine=None, engine_depth=None):
+                 n_ssd=1, trace=None, engine=None, engine_depth=None, host_cache_bytes=None,
+                 host_tier_fill=None):
         if backend not in BACKENDS:
             raise ConfigError(f"gids: unknown backend {backend!r}; choose one of {BACKENDS}")
         page_size = defaults.get("page_size") if page_size is None else int(page_size)
@@ -315,6 +325,11 @@ class Runtime:
         # array in its write request; unused rows sort after every page.
         self._page_bases_host = np.full(L.MAX_ARRAYS, np.iinfo(np.int64).max, dtype=np.int64)
         self._page_bases = self._to_device(self._page_bases_host)
+        #: The host tier (:class:`gids.host_tier.HostTier`; ``capacity`` 0 without one).
+        self.host_tier = HostTier(self, defaults.get("host_cache_bytes")
+                                  if host_cache_bytes is None else host_cache_bytes,
+                                  defaults.get("host_tier_fill")
+                                  if host_tier_fill is None else host_tier_fill)
         self._err = self._to_device(np.zeros(L.ERR_WORDS, dtype=np.int64))
         # Where sync() reads it back, allocated once: a short launch's sync should not pay for
         # an allocation.
@@ -435,6 +450,7 @@ class Runtime:
             self._aliases.clear()
             self._zero_copy.clear()
             self._written.clear()
+            self.host_tier.close()
         if error is not None:
             raise error
 
@@ -756,6 +772,7 @@ class Runtime:
             state[:self._n_pages] = self._page_state.copy_to_host()[:self._n_pages]
         self._page_state = self._to_device(state)
         self._n_pages = n_pages
+        self.host_tier.grow(capacity)
 
     # ----------------------------------------------------------------- the handle
     def handle_fields(self, dtype):
@@ -1035,6 +1052,7 @@ class Runtime:
                     break
                 self._lost.append((array, page))
                 continue
+            self.host_tier.written(gpage, data)
             state[gpage] &= ~L.PAGE_DIRTY   # a uint64 mask: the slot stays
             written += 1
         self._page_state.copy_to_device(state)
@@ -1089,6 +1107,7 @@ class Runtime:
         except DaemonError as exc:
             daemon_error = exc
         if err[L.ERR_CODE] == L.ERR_NONE and daemon_error is None and not aborted:
+            self.host_tier.after_kernels()
             return
         if aborted:
             exc = AbortedError("gids: the kernels were stopped by Runtime.abort()")
@@ -1175,13 +1194,16 @@ class Runtime:
             more = f" and {len(self._lost) - 8} more" if len(self._lost) > 8 else ""
             exc.add_note(f"gids: dirty pages that could not be written back were dropped: "
                          f"{lost}{more}")
-        self.invalidate(discard_dirty=True)
+        # The tier never holds newer bytes than the store (a dirty page's write-back drops
+        # it there; a flush writes both), so it stays.
+        self.invalidate(discard_dirty=True, keep_host_tier=True)
         self._err.copy_to_device(np.zeros(L.ERR_WORDS, dtype=np.int64))
         self._abort_host[0] = 0
         self._restart_server()
 
-    def invalidate(self, discard_dirty=False):
-        """Drop every cached page (between kernels).
+    def invalidate(self, discard_dirty=False, keep_host_tier=False):
+        """Drop every cached page (between kernels), and the host tier's unless
+        ``keep_host_tier``.
 
         Dirty pages are written back to their stores first (not synced: see :meth:`flush`),
         unless ``discard_dirty=True``, which drops their writes (e.g. after :meth:`flush` raised
@@ -1195,6 +1217,8 @@ class Runtime:
         self._page_state.copy_to_device(np.zeros(self._page_state.size, dtype=np.uint64))
         self._slot_page.copy_to_device(np.full(self.cache_slots, L.SLOT_EMPTY, dtype=np.int64))
         self._clock.copy_to_device(np.zeros(1, dtype=np.int64))
+        if not keep_host_tier:
+            self.host_tier.clear()
 
     # ----------------------------------------------------------------- stats
     def stats(self):
@@ -1214,6 +1238,11 @@ class Runtime:
                      copy_ns=int(counts[L.STAT_COPY_NS]),
                      claim_ns=int(counts[L.STAT_CLAIM_NS]),
                      early_copies=int(counts[L.STAT_EARLY_COPIES]),
+                     tier_hits=int(counts[L.STAT_TIER_HITS]),
+                     tier_direct=int(counts[L.STAT_TIER_DIRECT]),
+                     tier_fills=int(counts[L.STAT_TIER_FILLS]) + self.host_tier.fills,
+                     tier_evictions=(int(counts[L.STAT_TIER_EVICTIONS])
+                                     + self.host_tier.evictions),
                      prefetched=int(counts[L.STAT_PREFETCHED]),
                      held_pages=int(counts[L.STAT_HELD_PAGES]),
                      files=self._file_stats(), engine=self._io.server.engine,
@@ -1230,6 +1259,7 @@ class Runtime:
         self._check_open()
         self._stats.copy_to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
         self._flushed_pages = 0
+        self.host_tier.reset_counts()
         self._file_io[:] = 0
         self._io.server.reset_file_io()
 

@@ -84,6 +84,12 @@ class Stats:
     the request was out (a read-only array of a zero-copy ``MemoryStore``: the copy runs during
     the I/O's round trip).
 
+    The host tier (``rt.host_tier``): ``tier_hits`` counts misses whose loader copied the page
+    from the tier into its slot (no I/O: not among ``ios``), ``tier_direct`` page lookups of
+    direct mode answered by reading the elements from the tier (not among ``misses``),
+    ``tier_fills`` and ``tier_evictions`` pages put in the tier and dropped from it (by
+    ``host_tier.clear``, ``invalidate``, or a write-back that made the tier's copy stale).
+
     ``files``: a :class:`FileStats` per file of the Runtime's file stores (one per stripe file
     of a striped store), in the order they were opened; stores in RAM have none.
 
@@ -114,6 +120,10 @@ class Stats:
     copy_ns: int = 0
     claim_ns: int = 0
     early_copies: int = 0
+    tier_hits: int = 0
+    tier_direct: int = 0
+    tier_fills: int = 0
+    tier_evictions: int = 0
     prefetched: int = 0
     held_pages: int = 0
     files: tuple = ()
@@ -170,5 +180,8 @@ class Stats:
                 f"bytes written {self.bytes_written:,}, mean I/O {self.io_latency_us:.1f} us, "
                 f"mean miss {self.miss_latency_us:.1f} us, slot retries {self.slot_retries:,}, "
                 f"bulk copies {self.bulk_copies:,} (early {self.early_copies:,}), "
-                f"engine {self.engine or '-'}"
+                + (f"host tier: hits {self.tier_hits:,}, direct {self.tier_direct:,}, "
+                   f"fills {self.tier_fills:,}, evictions {self.tier_evictions:,}, "
+                   if self.tier_hits or self.tier_direct or self.tier_fills else "")
+                + f"engine {self.engine or '-'}"
                 + (f" ({self.engine_note})" if self.engine_note else ""))

@@ -46,6 +46,8 @@ from kernels.backend import io_submit, io_wait
 from kernels.queue import (expired, hand_on_entry, queue_of_warp, release_entry, staging_word,
                            take_tickets, wait_turn)
 from kernels.sync import atomic_cas, ld_weak_l2, now_ns, red_add, zero_of
+from kernels.tier import (copy_from_tier, forget_tier_page, offer_victim, read_direct,
+                          tier_slot_of)
 from kernels.platform import BULK_COPY_LANES, out_of_line
 from kernels.warp import (activemask, ballot_sync, laneid, lowest_lane, match_any_sync, nanosleep,
                           popc, shfl_sync, syncwarp)
@@ -426,6 +428,13 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
     wait_code = L.ERR_TIMEOUT_LOADER
     pause = WAIT_MIN_NS
     rounds = 0
+    tiered = h.tier_mode != L.TIER_NONE   # the Runtime has a host tier (kernels/tier.py)
+    from_tier = False       # leader only: loaded its page from the host tier
+    direct = False          # leader only: its lanes read their elements from the host tier
+
+    if h.tier_mode == L.TIER_DIRECT and not is_write and not keep:
+        value, done, direct = read_direct(h, mask, leader, is_leader and not hit and not done,
+                                          gpage, i, refs, value, done)
 
     while True:
         # 1. pin and use the hits, or become the loader
@@ -458,18 +467,24 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
             # 2. loaders: a slot, and the write-back of a dirty page that held it
             q = queue_of_warp(h)
             victim = -1
+            clean_victim = -1
             if loading:
                 claim_start = now_ns()
-                slot, ev, victim = claim_slot(h, gpage)
+                slot, clean_victim, victim = claim_slot(h, gpage)
                 _add_stat(h, L.STAT_CLAIM_NS, now_ns() - claim_start)
-                evicted = evicted or ev
+                evicted = evicted or clean_victim >= 0
                 if slot < 0:
                     wait_code = L.ERR_TIMEOUT_SLOT
                     _add_stat(h, L.STAT_SLOT_RETRIES, 1)
+            if h.tier_victims != 0:
+                # Before the load overwrites them: the clean victim's bytes into the host tier.
+                offer_victim(h, mask, clean_victim, slot)
             if ballot_sync(mask, victim >= 0) != 0:
                 ok = _write_back(h, mask, q, victim, slot, deadline)
                 if victim >= 0:
                     if ok:
+                        if tiered:
+                            forget_tier_page(h, victim)
                         finish_write_back(h, victim, slot, gpage)
                         wrote_back = True
                         evicted = True
@@ -479,9 +494,20 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
                         loading = False
                         slot = -1
                         failed = 1
-            # 3. the request, the completion, the copy into the slot
-            asked, completed, status = _fetch(h, mask, lane, q, loading and slot >= 0, page,
+            # 3. the request, the completion, the copy into the slot; or the copy from the
+            # host tier, where the page is there (no request)
+            tier_at = np.int64(L.TIER_NO_SLOT)
+            if tiered and loading and slot >= 0:
+                tier_at = tier_slot_of(h, gpage)
+            asked, completed, status = _fetch(h, mask, lane, q,
+                                              loading and slot >= 0 and tier_at < 0, page,
                                               slot, deadline)
+            if tiered:
+                copy_from_tier(h, mask, tier_at, slot)
+                if tier_at >= 0:
+                    completed = True
+                    status = L.STATUS_OK
+                    from_tier = True
             if asked and not completed:
                 # The entry may never be answered now; the Runtime resets the queues.
                 abandon(h, gpage, slot, refs)
@@ -495,7 +521,7 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
                 if status == L.STATUS_OK:
                     publish(h, gpage, slot)
                     pinned = True
-                    loaded = True
+                    loaded = not from_tier
                 else:
                     record_error(h, L.ERR_IO, page, status)
                     abandon(h, gpage, slot, refs)
@@ -525,11 +551,14 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
             break
 
     _count(h, mask, L.STAT_HITS, is_leader and hit)
-    _count(h, mask, L.STAT_MISSES, is_leader and not hit)
+    _count(h, mask, L.STAT_MISSES, is_leader and not hit and not direct)
     _count(h, mask, L.STAT_IOS, loaded)
     _count(h, mask, L.STAT_EVICTIONS, evicted)
     _count(h, mask, L.STAT_WRITEBACKS, wrote_back)
-    if is_leader and not hit:
+    if tiered:
+        _count(h, mask, L.STAT_TIER_HITS, from_tier)
+        _count(h, mask, L.STAT_TIER_DIRECT, direct)
+    if is_leader and not hit and not direct:
         # From the call's start (``deadline`` was set then): round 1 and the slow path.
         _add_stat(h, L.STAT_MISS_NS, now_ns() - (deadline - h.timeout_ns))
     return value, at

@@ -120,8 +120,15 @@ def take_reference_if_resident(h, page, refs):
     """
     old, slot = take_reference(h, page, refs)
     if slot < 0:
-        red_add(h.page_state, page, _minus(refs))
+        drop_references(h, page, refs)
     return slot
+
+
+@device_helper
+def drop_references(h, page, refs):
+    """Give back ``refs`` references under which nothing was read (no order needed: a relaxed
+    reduction), as :func:`take_reference_if_resident` does."""
+    red_add(h.page_state, page, _minus(refs))
 
 
 @cuda.jit(device=True)
@@ -214,7 +221,9 @@ def unpin_after_reads(h, page, refs, reads_done):
 def claim_slot(h, page):
     """Find a slot for ``page`` (whose BUSY the caller owns).
 
-    Returns ``(slot or -1, evicted_clean, dirty_victim)``. ``dirty_victim >= 0``: the slot
+    Returns ``(slot or -1, clean_victim, dirty_victim)``: ``clean_victim >= 0``, the page
+    whose clean bytes the slot still holds (evicted; the host tier may take them before the
+    caller's load overwrites them: :func:`kernels.tier.offer_victim`). ``dirty_victim >= 0``: the slot
     holds that page's unwritten bytes; the caller must write them back and then call
     :func:`finish_write_back` (or :func:`keep_dirty_victim` if that failed) before the slot is
     its own. Until then ``slot_page[slot]`` stays CLAIMED. The slot goes into ``page``'s word
@@ -244,15 +253,15 @@ def claim_slot(h, page):
                     # Acquire side of the writers' unpin: their stores into the slot are
                     # visible before the caller copies it out.
                     cuda.threadfence()
-                    return s, False, victim   # evicted once its write-back succeeds
+                    return s, -1, victim   # evicted once its write-back succeeds
             elif seen == in_slot | _VALID:
                 evicted = True
             if not evicted:
                 atomic_exch(h.slot_page, s, victim)   # keep it; try the next slot
                 continue
         atomic_exch(h.slot_page, s, page)
-        return s, evicted, -1
-    return -1, False, -1
+        return s, victim if evicted else -1, -1
+    return -1, -1, -1
 
 
 @cuda.jit(device=True)

@@ -59,6 +59,11 @@ class StaleHandleError(GidsError, RuntimeError):
     before the launch; a kernel already running gives up its waits at once)."""
 
 
+class HostTierFullError(ConfigError):
+    """``rt.host_tier.add`` was given more new pages than the host tier has free slots (nothing
+    was added): a larger ``host_cache_bytes``, fewer pages, or ``host_tier.clear()`` first."""
+
+
 class SharedFileError(ConfigError):
     """A file already open in the Runtime was opened again where the two arrays could not share
     their cached pages (another offset, or a larger extent) and one of them is writable: each

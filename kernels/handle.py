@@ -51,6 +51,16 @@ _ARRAY_FIELDS = [
     # --- the bulk page copy (kernels/bulk.py) ---
     "copy_locks",   # uint32[N_LOCKS] (device, one array per CUDA context): lock b % N_LOCKS
                     # is held by a lane copying a page through block b's shared-memory buffer
+    # --- the host tier (gids.host_tier; kernels/tier.py) ---
+    "tier_slot",    # int64 per global page (device): its slot in the host tier, or
+                    # TIER_NO_SLOT (a 1-word dummy without a tier)
+    "tier",         # the tier's page slots (pinned, device-mapped) viewed as the array's dtype
+    "tier_words",   # the same bytes viewed as uint64 (for page copies)
+    "tier_mode",    # layout.TIER_*: TIER_NONE without a tier, else the array's mode
+    "tier_ref",     # int32 per tier slot (device): set by a tier hit; the host's clock clears it
+    "tier_free",    # int64 (device): free tier slots the host left for victims
+    "tier_free_top",  # int64[2] (device): [free slots taken by kernels, free slots left]
+    "tier_victims",   # 1 if this array's clean evicted pages enter the tier
 ]
 
 

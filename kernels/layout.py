@@ -172,6 +172,15 @@ STAT_CLAIM_NS = 11
 # Pages (among STAT_BULK_COPIES) whose bulk copy started while their request was out
 # (kernels/cache.py, start_early_copy).
 STAT_EARLY_COPIES = 12
+# The host tier (gids.host_tier): misses whose page a loader copied from the tier into its slot
+# (no request), page lookups answered by reading the element straight from the tier (direct
+# mode, no slot taken), pages put in the tier and pages dropped from it. Fills and evictions
+# are made by the host (static fill, clear, a write-back that made the tier's copy stale) and
+# counted there; these words stay 0 until a kernel fills the tier itself.
+STAT_TIER_HITS = 13
+STAT_TIER_DIRECT = 14
+STAT_TIER_FILLS = 15
+STAT_TIER_EVICTIONS = 16
 # Window hints (gids/window.py): pages named by Runtime.prefetch, pages pinned by Runtime.hold.
 # (Indices 19-21 are unused.)
 STAT_PREFETCHED = 17
@@ -185,6 +194,14 @@ STORE_KIND_MEMORY = 1       # memcpy from a host buffer
 STORE_KIND_ZERO_COPY = 2    # the buffer is pinned and device-mapped: no copy, the GPU reads it
 STORE_KIND_FAULTY = 3       # memcpy from a host buffer, with injected faults (tests)
 MAX_ARRAYS = 256
+
+# --- Host tier (gids.host_tier; handle field tier_mode) -------------------------------------
+TIER_NONE = 0       # the Runtime has no host tier: the miss path never looks at it
+TIER_COPY = 1       # a miss on a page in the tier copies it into a GPU slot (no request)
+TIER_DIRECT = 2     # a read of a page not in the GPU cache but in the tier reads the element
+                    # there (zero-copy, a sector at a time) and takes no slot; pins, writes:
+                    # as TIER_COPY
+TIER_NO_SLOT = -1   # tier_slot[page]: the page is not in the tier
 
 # --- NVMe queue pairs (Runtime(backend="nvme"); drawn in docs/formats.md) ---------------------
 # Real NVMe record layouts (NVM Express Base Specification 2.0, figures "Common Command Format"

@@ -20,6 +20,11 @@ Name (environment variable, when; default on a GPU / in the simulator): what it 
   from 512 B to 64 KiB: fewer, larger requests vs bytes read that nobody uses.
 - ``cache_bytes`` (GIDS_CACHE_BYTES, run; 1 GiB / 256 KiB): GPU memory for the page cache vs
   for everything else.
+- ``host_cache_bytes`` (GIDS_HOST_CACHE_BYTES, run; 0): pinned, device-mapped host memory of
+  the host tier (``rt.host_tier``), pages between the GPU cache and the store; 0: no tier.
+- ``host_tier_fill`` (GIDS_HOST_TIER_FILL, run; static): ``victims`` also puts clean pages of
+  read-only arrays evicted from the GPU cache into the host tier (freed by clock between
+  kernels): reuse kept in RAM vs a page copy to host memory per eviction.
 - ``daemon_threads`` (GIDS_DAEMON_THREADS, run; cores - 2 within 1..8 / 1): host threads
   serving the queues; each keeps a core busy while requests flow.
 - ``queues`` (GIDS_QUEUES, run; None / 4): queue pairs. Requests in flight keep PCIe busy;
@@ -148,6 +153,8 @@ def _registers(text):
 _TABLE = {
     "page_size": (4096, _int(512, 64 << 10), "run"),
     "cache_bytes": (_WORLD, _int(1), "run"),
+    "host_cache_bytes": (0, _int(0), "run"),
+    "host_tier_fill": ("static", _one_of("static", "victims"), "run"),
     "daemon_threads": (_WORLD, _int(1), "run"),
     "queues": (_WORLD, _int(1), "run"),
     "queue_depth": (_WORLD, _int(1), "run"),

@@ -38,7 +38,9 @@ def fake_handle(dtype):
         slot_page=a(np.int64), clock=a(np.int64), n_slots=1, page_bases=a(np.int64), sq=a(np.int64), cq=a(np.int64),
         staging=a(np.uint64), zero_copy=a(np.uint64), early_base=-1, sq_ticket=a(np.int64),
         entry_turn=a(np.int64), n_queues=1, depth=1, err=a(np.int64), stats=a(np.uint64),
-        timeout_ns=1, abort=a(np.int64), copy_locks=a(np.uint32))
+        timeout_ns=1, abort=a(np.int64), copy_locks=a(np.uint32),
+        tier_slot=a(np.int64), tier=a(dtype), tier_words=a(np.uint64), tier_mode=0,
+        tier_ref=a(np.int32), tier_free=a(np.int64), tier_free_top=a(np.int64), tier_victims=0)
 
 
 def fake_nvme_handle(dtype):

@@ -39,9 +39,10 @@ ROW = {"sweep": str, "workload": str, "path": str, "x_name": OPT_STR, "x": OPT_N
 PARAMS = {"request_bytes": int, "page_size": OPT_INT, "threads": int, "block": int,
           "cache_bytes": OPT_INT, "batch_bytes": int, "daemon_threads": OPT_INT,
           "queues": OPT_INT, "queue_depth": OPT_INT, "gather_threads": OPT_INT, "steps": int,
-          "hot_fraction": OPT_NUM, "data_bytes": int}
+          "hot_fraction": OPT_NUM, "data_bytes": int, "store": str, "cache_fraction": OPT_NUM,
+          "host_tier_bytes": int, "tier_mode": OPT_STR, "tier_fill": OPT_STR}
 LATENCY = {"p50": float, "p90": float, "p99": float, "mean": float, "max": float}
-TARGET = {"workload": str, "setting": str, "issue_setting": bool, "goal": str, "ratios": list,
+TARGET = {"sweep": str, "workload": str, "setting": str, "issue_setting": bool, "goal": str, "ratios": list,
           "met": (bool, type(None))}
 RATIO = {"path": str, "least": float, "ratio": OPT_NUM}
 
@@ -86,6 +87,15 @@ def test_every_point_runs_and_checks_its_values(result):
     assert chains["passes"] >= chains["params"]["steps"] + 1
     lat = [r for r in rows if r["sweep"] == "latency"]
     assert all(r["latency_us"]["p50"] > 0 for r in lat)
+    # The tier sweep: pages in the host tier are served from it (direct, or copied).
+    tier = {(r["workload"], r["params"]["store"], r["params"]["cache_fraction"], r["x"]): r
+            for r in rows if r["sweep"] == "tier" and r["path"] == "gids"
+            and r["params"]["tier_fill"] != "victims"}
+    assert [r for r in rows if r["params"].get("tier_fill") == "victims"]
+    assert tier[("pointer_chase", "file", None, 1.0)]["path_stats"]["tier_direct"] > 0
+    assert tier[("pointer_chase", "file", None, 1.0)]["path_stats"]["ios"] == 0
+    assert tier[("zipf", "file", 0.25, 0.5)]["path_stats"]["tier_hits"] > 0
+    assert tier[("zipf", "memory", 0.10, 0.0)]["path_stats"]["tier_hits"] == 0
 
 
 def test_json_schema_is_stable(result):
@@ -103,7 +113,9 @@ def test_json_schema_is_stable(result):
         _check(row["params"], PARAMS, f"results[{k}].params")
         if row["latency_us"] is not None:
             _check(row["latency_us"], LATENCY, f"results[{k}].latency_us")
-    assert [t["workload"] for t in result["targets"]] == ["uniform", "chains", "zipf", "hits"]
+    assert [(t["sweep"], t["workload"]) for t in result["targets"]] == [
+        ("workloads", "uniform"), ("workloads", "chains"), ("workloads", "zipf"),
+        ("workloads", "hits"), ("tier", "pointer_chase"), ("tier", "zipf")]
     for k, target in enumerate(result["targets"]):
         _check(target, TARGET, f"targets[{k}]")
         for ratio in target["ratios"]:

@@ -78,6 +78,29 @@ def test_update_reads_a_bfs_report_and_refuses_a_simulator_run(tmp_path):
         raise AssertionError("update took a simulator run")
 
 
+def test_update_reads_the_host_tier_figures():
+    """Issue 23's figures: the tier sweep's targets from bench.json, and a BFS with a host tier
+    against zero-copy, apart from the BFS area's own rows."""
+    bench_json = {"schema_version": 1, "simulator": False, "command": "gids bench tier",
+                  "ceilings": {}, "targets": [
+                      {"sweep": "tier", "workload": "zipf", "setting": "Zipf tier row",
+                       "ratios": [{"path": "gids", "least": 0.9, "ratio": 1.1}]},
+                      {"sweep": "workloads", "workload": "zipf", "setting": "Zipf",
+                       "ratios": [{"path": "zero_copy", "least": 2.0, "ratio": 3.0}]}]}
+    recs = {r["figure"]: r for r in results.from_json(bench_json)}
+    assert recs["Zipf tier row"]["area"] == results.TIER and recs["Zipf tier row"]["value"] == 1.1
+    assert recs["Zipf: gids / zero_copy"]["area"] == results.WORKLOADS
+    def run(path, teps, **o):
+        return {"data_path": path, "teps": {"harmonic_mean_TEPS": teps}, "options": o}
+    report = {"command": "bfs", "world": "GPU", "simulator": False,
+              "graph": {"metadata": {"scale": 24}},
+              "runs": [run("zero_copy", 4e9),
+                       run("gids", 6e9, cache_fraction=0.25, host_tier="degree",
+                           host_tier_fraction=0.75, storage="file")]}
+    recs = results.from_json(report)
+    assert all(r["area"] == results.TIER for r in recs), recs
+    ratio = next(r for r in recs if r["figure"].endswith("gids / zero-copy"))
+    assert abs(ratio["value"] - 1.5) < 1e-12 and ratio["target"] == ">= 1.2x"
 def _gnn_row(label, path, value, emulation=None, key="rows_per_s"):
     row = {"label": label, "path": path, "emulation": emulation}
     if key == "rows_per_s":

@@ -661,10 +661,12 @@ class _GidsArray(OpenedArray):
     def stats(self):
         s = self.runtime.stats()
         return {"hits": s.hits, "misses": s.misses, "ios": s.ios, "evictions": s.evictions,
-                "hit_rate": s.hit_rate, "bytes_to_gpu": s.bytes_read}
+                "hit_rate": s.hit_rate, "bytes_to_gpu": s.bytes_read, "tier_hits": s.tier_hits,
+                "tier_direct": s.tier_direct, "tier_fills": s.tier_fills}
 
     def reset(self):
-        self.runtime.invalidate()
+        # The host tier is filled once (static fill): each timed run starts from it.
+        self.runtime.invalidate(keep_host_tier=True)
         self.runtime.reset_stats()
 
     def reset_counters(self):
@@ -886,7 +888,8 @@ class GidsPath(DataPath):
 
     Parameters
     ----------
-    cache_bytes, cache_pages, page_size, daemon_threads, queues, queue_depth, timeout
+    cache_bytes, cache_pages, page_size, daemon_threads, queues, queue_depth, timeout, \
+    host_cache_bytes, host_tier_fill
         As for :class:`gids.Runtime` (``None``: its default).
     zero_copy_serve : bool
         For a numpy source: serve misses by handing the GPU the page's address in pinned RAM
@@ -900,10 +903,12 @@ class GidsPath(DataPath):
     description = "gids: GPU page cache, misses served by host daemon threads"
 
     def __init__(self, cache_bytes=None, cache_pages=None, page_size=None, daemon_threads=None,
-                 queues=None, queue_depth=None, timeout=None, zero_copy_serve=True, trace=None):
+                 queues=None, queue_depth=None, timeout=None, zero_copy_serve=True, trace=None,
+                 host_cache_bytes=None, host_tier_fill=None):
         self.options = dict(cache_bytes=cache_bytes, cache_pages=cache_pages,
                             page_size=page_size, daemon_threads=daemon_threads, queues=queues,
-                            queue_depth=queue_depth, timeout=timeout)
+                            queue_depth=queue_depth, timeout=timeout,
+                            host_cache_bytes=host_cache_bytes, host_tier_fill=host_tier_fill)
         self.zero_copy_serve = bool(zero_copy_serve)
         self.trace = trace
 

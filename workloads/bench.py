@@ -23,6 +23,16 @@ Sweeps (each over the data paths; ``all`` runs every one):
     64 KiB; cpu_batch reads whole requests).
 ``cache``
     Throughput against the share of requests that go to a warmed hot set (0 to 100 %).
+``tier``
+    The host tier (``Runtime(host_cache_bytes=...)``), issue 23's rows: pointer chasing over
+    8-byte elements through a file store whose data all fit the tier (direct mode) against
+    zero-copy over RAM (and gids with no tier); Zipf(0.99) requests through a file store, GPU
+    cache x host tier sizes (:data:`TIER_GPU_FRACTIONS` x :data:`TIER_HOST_FRACTIONS`, copy
+    mode) against today's gids row over a RAM store (cache 10 %, no tier). The tier is filled
+    statically before timing: every page, or the pages the run's requests use most (a profile,
+    as a graph's reverse PageRank stands for one); one more Zipf row fills a 20 % tier with
+    nothing but the GPU cache's evictions (``host_tier_fill="victims"``). Its targets
+    (:data:`TIER_TARGETS`) end the report.
 ``latency``
     One warp, one request at a time (queue depth 1): percentiles. memory, zero_copy and gids are
     timed inside the kernel (``%globaltimer``); cpu_batch on the host, one launch per request
@@ -66,7 +76,10 @@ apply; new keys may be added, none removed or retyped without a new version):
                       params {request_bytes int, page_size int|null, threads int, block int,
                               cache_bytes int|null, batch_bytes int, daemon_threads int|null,
                               queues int|null, queue_depth int|null, gather_threads int|null,
-                              steps int, hot_fraction float|null, data_bytes int},
+                              steps int, hot_fraction float|null, data_bytes int,
+                              store str, cache_fraction float|null: the point's own,
+                              host_tier_bytes int, tier_mode str|null,
+                              tier_fill str|null},
                       requests int: requests (or single reads) in one timed run,
                       request_bytes int: useful bytes per request,
                       bytes int: requests * request_bytes,
@@ -83,7 +96,8 @@ apply; new keys may be added, none removed or retyped without a new version):
                       correct bool: every value equals numpy's,
                       label str, error str|null: why the point failed}]
     plots           [str]: PNG files written (one per sweep; none without matplotlib)
-    targets         [{workload str, setting str: the run's setting of it,
+    targets         [{sweep str: "workloads" (issue 4's) or "tier" (issue 23's),
+                      workload str, setting str: the run's setting of it,
                       issue_setting bool: the setting is the issue's (4 KiB requests; uniform:
                                           data 4x the gids cache; chains of 8; Zipf: cache 10 %),
                       goal str, ratios [{path str, least float, ratio float|null}]: gids bytes/s
@@ -120,7 +134,10 @@ from gids.device import WARP_SIZE
 from workloads import baselines as B
 
 SCHEMA_VERSION = 1
-SWEEPS = ("workloads", "iops", "bandwidth", "cache", "latency")
+SWEEPS = ("workloads", "iops", "bandwidth", "cache", "latency", "tier")
+#: The tier sweep's grid (fractions of the data): GPU cache x host tier, for Zipf requests.
+TIER_GPU_FRACTIONS = (0.10, 0.25)
+TIER_HOST_FRACTIONS = (0.0, 0.20, 0.50)
 WORKLOADS = ("uniform", "chains", "pointer_chase", "zipf", "hits")
 DTYPE = np.dtype(np.int64)
 LABEL = "simulator figure" if SIMULATOR else "GPU figure"
@@ -383,6 +400,7 @@ class Plan:
     requests: int
     request_bytes: int
     warm: list = None       # launches run before timing (a hot set to load)
+    ids: object = None      # the first request (or element) of each chain: a tier's profile
 
 
 def _grid(threads, block, work_threads):
@@ -422,8 +440,10 @@ def requests_plan(data, starts, steps, request_bytes, threads, block, batch_byte
         return True
 
     warm = launches(np.asarray(warm_ids, dtype=np.int64), 1)[2] if warm_ids is not None else None
-    return Plan(B.requests_template, griddim, block, batches, check, starts.size * steps,
+    plan = Plan(B.requests_template, griddim, block, batches, check, starts.size * steps,
                 request_bytes, warm)
+    plan.ids = starts.astype(np.int64)
+    return plan
 
 
 def pointer_chase_plan(data, starts, steps, threads, block, batch_bytes, page_bytes):
@@ -440,8 +460,10 @@ def pointer_chase_plan(data, starts, steps, threads, block, batch_bytes, page_by
                                   element_chain_values(data, c, steps))
                    for c, o in zip(chunks, outs))
 
-    return Plan(B.element_chains_template, griddim, block, batches, check, starts.size * steps,
+    plan = Plan(B.element_chains_template, griddim, block, batches, check, starts.size * steps,
                 DTYPE.itemsize)
+    plan.ids = starts.astype(np.int64)
+    return plan
 
 
 # ------------------------------------------------------------------ ceilings
@@ -489,6 +511,10 @@ class Point:
     gather_threads: int = None
     hot_fraction: float = None
     requests: int = None
+    host_tier_fraction: float = None   # tier sweep: host tier / data (0: none)
+    tier_mode: str = "copy"
+    tier_fill: str = "static"          # "victims": the GPU cache's evictions fill the tier
+    store: str = None                  # "memory" or "file"; None: the config's
 
 
 def plan_points(c):
@@ -531,6 +557,33 @@ def plan_points(c):
     if "latency" in c.sweeps:
         for p in c.paths:
             pts.append(Point("latency", "qd1", p))
+    if "tier" in c.sweeps:
+        pts += tier_points(c)
+    return pts
+
+
+def tier_points(c):
+    """The tier sweep's points (issue 23): its targets' rows, then the Zipf grid."""
+    x = "host_tier_fraction"
+    pts = []
+    if "zero_copy" in c.paths:
+        pts.append(Point("tier", "pointer_chase", "zero_copy", store="memory"))
+    if "gids" in c.paths:
+        pts += [Point("tier", "pointer_chase", "gids", x, 0.0, store="file",
+                      host_tier_fraction=0.0),
+                Point("tier", "pointer_chase", "gids", x, 1.0, store="file",
+                      host_tier_fraction=1.0, tier_mode="direct"),
+                # Today's gids row over a RAM store: the Zipf target's reference.
+                Point("tier", "zipf", "gids", x, 0.0, cache_fraction=TIER_GPU_FRACTIONS[0],
+                      store="memory", host_tier_fraction=0.0)]
+        for g in TIER_GPU_FRACTIONS:
+            for t in TIER_HOST_FRACTIONS:
+                pts.append(Point("tier", "zipf", "gids", x, t, cache_fraction=g, store="file",
+                                 host_tier_fraction=t))
+        # The tier as a victim cache (nothing added: what the GPU cache evicts fills it).
+        pts.append(Point("tier", "zipf", "gids", x, TIER_HOST_FRACTIONS[1],
+                         cache_fraction=TIER_GPU_FRACTIONS[0], store="file",
+                         host_tier_fraction=TIER_HOST_FRACTIONS[1], tier_fill="victims"))
     return pts
 
 
@@ -542,8 +595,8 @@ class _Arrays:
         self._trace = trace   # the gids paths' trace= files, one per Runtime (or None)
         self._open = {}   # path name -> (key, path, array)
 
-    def get(self, name, options):
-        key = tuple(sorted(options.items()))
+    def get(self, name, options, store=None):
+        key = (tuple(sorted(options.items())), store)
         held = self._open.get(name)
         if held is not None and held[0] == key:
             return held[1], held[2]
@@ -551,7 +604,7 @@ class _Arrays:
             held[2].close()
             del self._open[name]
         path = B.make_path(name, **options, trace=self._trace)
-        src, dtype = self._source_for(name)
+        src, dtype = self._source_for(name, store)
         arr = path.open(src, dtype=dtype)
         self._open[name] = (key, path, arr)
         return path, arr
@@ -572,7 +625,8 @@ class Runner:
         self._file = None
         self._tmpdir = None
         self._sums = {}
-        needs_file = config.store == "file" or "cpu_batch_kvikio" in config.paths
+        needs_file = (config.store == "file" or "cpu_batch_kvikio" in config.paths
+                      or "tier" in config.sweeps)
         if needs_file:
             self._tmpdir = tempfile.TemporaryDirectory(dir=config.dir, prefix="gids-bench-")
             self._file = os.path.join(self._tmpdir.name, "data.bin")
@@ -580,8 +634,8 @@ class Runner:
         self.arrays = _Arrays(self._source_for, trace)
         self.ceilings = None
 
-    def _source_for(self, path_name):
-        if self.c.store == "file" or path_name == "cpu_batch_kvikio":
+    def _source_for(self, path_name, store=None):
+        if (store or self.c.store) == "file" or path_name == "cpu_batch_kvikio":
             return self._file, DTYPE
         return self.data, None
 
@@ -608,6 +662,10 @@ class Runner:
             for k in ("daemon_threads", "queues", "queue_depth"):
                 if getattr(pt, k) is not None:
                     opts[k] = getattr(pt, k)
+            if pt.host_tier_fraction:
+                opts["host_cache_bytes"] = math.ceil(c.data_bytes * pt.host_tier_fraction
+                                                     / page) * page
+                opts["host_tier_fill"] = pt.tier_fill
             return opts
         if pt.path.startswith("cpu_batch"):
             page = _batch_page(request_bytes)
@@ -662,12 +720,14 @@ class Runner:
         cache_bytes = int(c.data_bytes * frac)
         row = self._row_skeleton(pt, request_bytes, threads, options, cache_bytes)
         try:
-            path, arr = self.arrays.get(pt.path, options)
+            path, arr = self.arrays.get(pt.path, options, pt.store)
             path_page = options.get("page_size") or request_bytes
             if pt.sweep == "latency":
                 self._latency(path, arr, request_bytes, path_page, rng, row)
             else:
                 plan = self._plan(pt, request_bytes, threads, page_bytes, cache_bytes, rng)
+                if pt.host_tier_fraction:
+                    self._fill_tier(arr, pt, plan, path_page)
                 # Page-sized reads the run makes on this path (a single read is one).
                 per = 1 if pt.workload == "pointer_chase" else math.ceil(request_bytes / path_page)
                 self._timed(path, arr, plan, plan.requests * per, row)
@@ -676,6 +736,23 @@ class Runner:
             row["correct"] = False
             self.arrays.close()   # a failed Runtime is recovered, but start the next one clean
         return row
+
+    def _fill_tier(self, arr, pt, plan, page):
+        """Fill the point's host tier (static): every page if they fit, else the pages the
+        plan's requests use most; and set its mode."""
+        tier = arr.runtime.host_tier
+        n_pages = arr.array.n_pages
+        tier.clear()
+        tier.set_mode(arr.array, pt.tier_mode)
+        arr.handle = arr.array.handle   # the mode is in the handle
+        if pt.tier_fill == "victims":
+            return          # the timed runs' evictions fill it
+        if tier.capacity >= n_pages:
+            pages = np.arange(n_pages)
+        else:
+            used = np.bincount(plan.ids * plan.request_bytes // page, minlength=n_pages)
+            pages = np.argsort(-used, kind="stable")[:tier.capacity]
+        tier.add(arr.array, pages)
 
     def _row_skeleton(self, pt, request_bytes, threads, options, cache_bytes):
         c = self.c
@@ -705,6 +782,11 @@ class Runner:
                 "steps": int(c.steps if pt.workload in ("chains", "pointer_chase") else 1),
                 "hot_fraction": pt.hot_fraction if pt.workload != "hits" else 1.0,
                 "data_bytes": int(c.data_bytes),
+                "store": pt.store or c.store,
+                "cache_fraction": pt.cache_fraction,
+                "host_tier_bytes": options.get("host_cache_bytes", 0),
+                "tier_mode": pt.tier_mode if pt.host_tier_fraction else None,
+                "tier_fill": pt.tier_fill if pt.host_tier_fraction else None,
             },
             "requests": 0, "request_bytes": int(request_bytes), "bytes": 0,
             "seconds": None, "reps": int(c.reps), "requests_per_s": None, "bytes_per_s": None,
@@ -943,8 +1025,51 @@ def _usable(row):
 
 
 def evaluate_targets(result):
-    """Issue 4's targets from a run's ``workloads`` rows (``result`` as :func:`run_bench`
-    returns it, or its JSON read back): the ``targets`` list of the JSON schema."""
+    """Issue 4's targets from a run's ``workloads`` rows and issue 23's from its ``tier`` rows
+    (``result`` as :func:`run_bench` returns it, or its JSON read back): the ``targets`` list
+    of the JSON schema (a tier target has ``"sweep": "tier"``)."""
+    return _workload_targets(result) + evaluate_tier_targets(result)
+
+
+#: Issue 23's host-tier targets: (workload, setting, the row that must be fast, the reference
+#: row, least ratio of their bytes/s). Rows are named by (path, store, gids cache fraction or
+#: None, host tier fraction or None, "static" / "victims" or None without a tier).
+TIER_TARGETS = (
+    ("pointer_chase", ("pointer chasing, 8-byte elements, file store in a host tier (direct) "
+                       "vs zero-copy over RAM"), ("gids", "file", None, 1.0, "static"),
+     ("zero_copy", "memory", None, None, None), 0.8),
+    ("zipf", (f"Zipf({ZIPF_S}) 4 KiB reads, file store, GPU cache 10 % + host tier 20 % vs "
+              "gids over RAM, cache 10 %, no tier"), ("gids", "file", 0.10, 0.20, "static"),
+     ("gids", "memory", 0.10, 0.0, None), 0.9),
+)
+
+
+def _tier_key(row):
+    p = row["params"]
+    cache = p.get("cache_fraction") if row["workload"] == "zipf" else None
+    tier = row["x"] if row["x_name"] == "host_tier_fraction" else None
+    return (row["workload"], row["path"], p.get("store"), cache, tier, p.get("tier_fill"))
+
+
+def evaluate_tier_targets(result):
+    """Issue 23's targets (:data:`TIER_TARGETS`) from the ``tier`` sweep's rows."""
+    if "tier" not in result["config"]["sweeps"]:
+        return []
+    rows = {_tier_key(r): r for r in result["results"] if r["sweep"] == "tier"}
+    out = []
+    for workload, setting, mine_key, other_key, least in TIER_TARGETS:
+        mine, other = rows.get((workload, *mine_key)), rows.get((workload, *other_key))
+        ratio = (mine["bytes_per_s"] / other["bytes_per_s"]
+                 if _usable(mine) and _usable(other) else None)
+        out.append({"sweep": "tier", "workload": workload, "setting": setting,
+                    "issue_setting": result["config"]["request_bytes"] == 4096,
+                    "goal": f"gids >= {least:g}x {other_key[0]} ({other_key[1]} store)",
+                    "ratios": [{"path": other_key[0], "least": least, "ratio": ratio}],
+                    "met": None if ratio is None else ratio >= least})
+    return out
+
+
+def _workload_targets(result):
     c = result["config"]
     if "workloads" not in c["sweeps"]:
         return []
@@ -964,7 +1089,8 @@ def evaluate_targets(result):
         met = (None if any(r["ratio"] is None for r in ratios)
                else all(r["ratio"] >= r["least"] for r in ratios))
         goal = "gids >= " + " and >= ".join(f"{least:g}x {path}" for path, least in t.bounds)
-        out.append({"workload": t.workload, "setting": setting, "issue_setting": issue,
+        out.append({"sweep": "workloads", "workload": t.workload, "setting": setting,
+                    "issue_setting": issue,
                     "goal": goal, "ratios": ratios, "met": met})
     return out
 
@@ -973,11 +1099,14 @@ def format_targets(result):
     """Issue 4's targets as a Markdown table: the rows they compare, each ratio, met or not."""
     # A result written before targets were part of the JSON gets them computed here.
     targets = result["targets"] if "targets" in result else evaluate_targets(result)
+    tier = [t for t in targets if t.get("sweep") == "tier"]
+    targets = [t for t in targets if t.get("sweep") != "tier"]
+    lines = _format_tier_targets(tier)
     if not targets:
-        return []
+        return lines
     rows = {(r["workload"], r["path"]): r for r in result["results"] if r["sweep"] == "workloads"}
     paths = ["memory", "zero_copy", "gids", "cpu_batch"]
-    lines = ["", "Issue 4's targets (gids's bytes/s over the named path's, same requests; "
+    lines += ["", "Issue 4's targets (gids's bytes/s over the named path's, same requests; "
                  "requests/s per path):", ""]
     table_rows = []
     for t in targets:
@@ -997,6 +1126,16 @@ def format_targets(result):
     lines += table(["workload", *paths, "target (ratio)", "met"], table_rows,
                    markdown=True).splitlines()
     return lines
+
+
+def _format_tier_targets(targets):
+    if not targets:
+        return []
+    rows = [[t["setting"], t["goal"],
+             "-" if t["ratios"][0]["ratio"] is None else f"{t['ratios'][0]['ratio']:.2f}x",
+             {True: "**yes**", False: "no", None: "-"}[t["met"]]] for t in targets]
+    return ["", "Issue 23's host-tier targets (bytes/s of the same requests):", "",
+            *table(["workload", "target", "ratio", "met"], rows, markdown=True).splitlines()]
 
 
 # ------------------------------------------------------------------ reporting
@@ -1032,6 +1171,10 @@ def format_table(result):
     rows = []
     for r in result["results"]:
         x = "" if r["x"] is None else f"{r['x_name']}={r['x']:g}"
+        if r["sweep"] == "tier":
+            fill = r["params"].get("tier_fill")
+            x = ", ".join(filter(None, [x, f"{r['params']['store']} store",
+                                        "victim fill" if fill == "victims" else ""]))
         lat = r["latency_us"]
         lat_s = "-" if lat is None else f"{lat['p50']:.3g} / {lat['p99']:.3g}"
         ok = "yes" if r["correct"] else ("ERROR" if r["error"] else "WRONG")

@@ -33,6 +33,12 @@ Stages, in order of priority (default: all, in this order):
   under real-time emulation of 1 and 4 modelled P5800X drives;
 - ``search``: ``gids search`` on synthetic vectors over the data paths, and a smaller index over
   gids and the NVMe path, unemulated and emulated the same way;
+- ``tier``: issue 23's host-tier rows (``gids bench tier``): pointer chasing through a file
+  store held in the host tier (direct) vs zero-copy, Zipf GPU cache x host tier sizes vs gids
+  over RAM;
+- ``tier-bfs``: BFS at scale 24 through a file store, GPU cache 25 % + a host tier holding the
+  rest, vs zero-copy over RAM;
+- ``tier-ssd``: the same through the tier under real-time emulation of 1 and 4 P5800X drives;
 - ``regress``: the RAM-store figures no new back end may move (all-miss pages, QD1
   latency, hits at the default register cap);
 - ``engine``: ``gids bench files`` on the machine's disk (the probe and the disk's ceiling,
@@ -192,6 +198,29 @@ STAGES = {
                 [*GIDS, "search", "--n", "1000000", "--dim", "128", "--lists", "1024",
                  "--skewed", "--storage", "memory", "--nprobe", "8,16,32",
                  "--data-path", "gids,memory,cpu_batch", "--json", "{dir}/search.json"]], 480),
+    # Issue 23's host-tier rows (`gids bench tier`): pointer chasing over 8-byte elements
+    # through a file store held in the host tier (direct mode) beside zero-copy over RAM, and
+    # Zipf 4 KiB reads through a file store, GPU cache 10/25 % x host tier 0/20/50 %, beside
+    # gids over RAM, and a victim-filled tier; 512 MiB of data in /var/tmp, 2**18 requests a
+    # run, 2 runs a point.
+    # Expected under 120 s (an estimate: not yet run on a GPU).
+    "tier": ([[*GIDS, "bench", "tier", "--quick", "--requests", "262144", "--reps", "2",
+               "--dir", "/var/tmp", "--no-progress", "--out", "{dir}/tier"]], 180),
+    # BFS at scale 24 through a file store (/var/tmp), GPU cache 25 % and a host tier holding
+    # the other 75 % of the neighbours (pages by degree; copy mode), beside zero-copy over
+    # RAM, 4 roots after the warm-up search. Expected under 150 s with generating the graph
+    # (an estimate).
+    "tier-bfs": ([[*GIDS, "bfs", "--scale", "24", "--roots", "4", "--storage", "file",
+                   "--dir", "/var/tmp", "--data-path", "zero_copy,gids",
+                   "--cache-fractions", "0.25", "--host-tier", "degree",
+                   "--host-tier-fraction", "0.75", "--json", "{dir}/bfs_tier.json"]], 240),
+    # The tier-bfs setting with real SSDs behind the tier: gids alone, unemulated and under
+    # real-time emulation of 1 and 4 P5800X drives (2 roots after the warm-up search), to set
+    # beside the bfs-ssd stage's rows without a tier. Expected under 300 s (an estimate).
+    "tier-ssd": ([[*GIDS, "bfs", "--scale", "24", "--roots", "2", "--storage", "file",
+                   "--dir", "/var/tmp", "--data-path", "gids", "--cache-fractions", "0.25",
+                   "--host-tier", "degree", "--host-tier-fraction", "0.75", "--ssd", "p5800x",
+                   "--n-ssd", "1,4", "--json", "{dir}/bfs_tier_ssd.json"]], 480),
     # The RAM-store figures that no new back end may move: all-miss pages (host daemon and
     # NVMe path against the H2D ceiling), QD1 latency, and the hit path at the default cap.
     "regress": ([([sys.executable, "-m", "workloads.microbench", "misses", "--out",

@@ -44,6 +44,7 @@ from .csr_file import MAGIC, GraphFormatError, open_csr
 from .gpu_bfs import DIRECTIONS, ReferenceMismatchError, validate_bfs_result
 from .gpu_cc import ComponentsMismatchError, validate_cc_result
 from .gpu_graph import DATA_PATHS, open_device_graph
+from .tier_pages import METHODS
 from .importers import import_edge_list, import_npy_edges
 from .kronecker import generate_kronecker_csr
 from .validate import BFSValidationError, teps_statistics
@@ -85,6 +86,13 @@ def _fractions(text: str) -> list[float]:
     if not values or any(not 0 < v <= 1 for v in values):
         raise argparse.ArgumentTypeError(f"cache fractions must lie in (0, 1]: {text!r}")
     return values
+
+
+def _fraction(text: str) -> float:
+    values = _fractions(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"one fraction in (0, 1], got {text!r}")
+    return values[0]
 
 
 def add_bfs_arguments(subparsers) -> None:
@@ -138,6 +146,16 @@ def add_bfs_arguments(subparsers) -> None:
         p.add_argument("--storage", choices=["file", "mmap", "memory"], default="file",
                        help="how the gids daemon, the NVMe controller and the cpu_batch "
                             "gather read the file (default file: pread)")
+        p.add_argument("--host-tier", choices=METHODS, default=None,
+                       help="give gids and nvme a host tier (pinned RAM between the GPU cache "
+                            "and the file) filled with the neighbours' pages chosen by vertex "
+                            "degree or by reverse PageRank, as GIDS does (default: none)")
+        p.add_argument("--host-tier-fraction", type=_fraction, default=None, metavar="F",
+                       help="with --host-tier: its size as a fraction of the neighbours' pages "
+                            "(default 0.25)")
+        p.add_argument("--host-tier-mode", choices=["copy", "direct"], default="copy",
+                       help="with --host-tier: copy tier pages into the GPU cache on a miss, "
+                            "or read elements straight from the tier (default copy)")
         add_ssd_arguments(p)
         p.add_argument("--warm-cache", action="store_true",
                        help="keep cached pages between searches, the first one included: it "
@@ -247,6 +265,10 @@ def _runs(args, arrays):
                         options["storage"] = args.storage
                     if emulation is not None:
                         options["runtime_options"] = emulation.runtime_options
+                    if path.runtime and args.host_tier:
+                        options.update(host_tier=args.host_tier,
+                                       host_tier_fraction=args.host_tier_fraction or 0.25,
+                                       host_tier_mode=args.host_tier_mode)
                     yield name, options, emulation
         else:
             # A path that reads the file while it runs reads it as gids does (--storage): a
@@ -258,7 +280,12 @@ def _runs(args, arrays):
 
 
 def _emulations(args):
-    """The emulated SSD arrays asked for (a :class:`UsageError` where the options are wrong)."""
+    """The emulated SSD arrays asked for (a :class:`UsageError` where the options are wrong,
+    these or the host tier's)."""
+    if args.host_tier is None and (args.host_tier_fraction is not None
+                                   or args.host_tier_mode != "copy"):
+        raise UsageError("--host-tier-fraction and --host-tier-mode need --host-tier "
+                         "(degree or pagerank)")
     try:
         return emulations(args, any(DATA_PATHS[name].runtime for name in args.data_path))
     except ValueError as exc:

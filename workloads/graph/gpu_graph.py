@@ -65,6 +65,7 @@ from .gpu_bfs import bfs as _bfs
 from .gpu_cc import CCResult, validate_cc_result
 from .gpu_cc import connected_components as _connected_components
 from .gpu_launch import Access, launch_geometry  # noqa: F401  (Access: part of this API)
+from .tier_pages import choose_pages
 
 # ---------------------------------------------------------------------------------- readers
 @cuda.jit(device=True)
@@ -215,6 +216,11 @@ class GidsSource(NeighbourSource):
     runtime_options : dict, optional
         More keyword arguments for a Runtime made here (``backend``, ``ssd``, ``n_ssd``,
         ``daemon_threads``, ``queues``, ...).
+    host_tier : {"degree", "pagerank"}, optional
+        Give a Runtime made here a host tier of ``host_tier_fraction`` of the neighbours'
+        pages, filled with the pages of highest score by that method
+        (:mod:`workloads.graph.tier_pages`), in ``host_tier_mode`` (``"copy"`` or
+        ``"direct"``).
 
     Attributes
     ----------
@@ -229,9 +235,10 @@ class GidsSource(NeighbourSource):
 
     def __init__(self, graph: CSRGraph, *, runtime=None, cache_fraction: float | None = None,
                  page_size: int | None = None, storage: str = "file",
-                 runtime_options: dict | None = None):
+                 runtime_options: dict | None = None, host_tier: str | None = None,
+                 host_tier_fraction: float = 0.0, host_tier_mode: str = "copy"):
         if runtime is not None and (cache_fraction is not None or page_size is not None
-                                    or runtime_options):
+                                    or runtime_options or host_tier):
             raise ValueError("give a runtime, or cache_fraction / page_size / runtime_options "
                              "for one made here, not both")
         path, byte_offset, n_items, dtype = graph.neighbour_section
@@ -245,11 +252,23 @@ class GidsSource(NeighbourSource):
             page = gids.defaults.get("page_size") if page_size is None else int(page_size)
             data_pages = max(1, math.ceil(n_items * dtype.itemsize / page))
             pages = max(WARP_SIZE, math.ceil(fraction * data_pages))
-            runtime = gids.Runtime(cache_pages=pages, page_size=page, **(runtime_options or {}))
+            options = dict(runtime_options or {})
+            tier_pages = 0
+            if host_tier:
+                if not 0 < host_tier_fraction <= 1:
+                    raise ValueError(f"host_tier_fraction must be in (0, 1], got "
+                                     f"{host_tier_fraction}")
+                tier_pages = math.ceil(host_tier_fraction * data_pages)
+                options["host_cache_bytes"] = tier_pages * page
+            runtime = gids.Runtime(cache_pages=pages, page_size=page, **options)
         self.runtime = runtime
         try:
             self.array = runtime.open_array(path, dtype, shape=n_items, offset=byte_offset,
                                             storage=storage)
+            if host_tier:
+                chosen = choose_pages(graph, host_tier, tier_pages, page)
+                runtime.host_tier.add(self.array, chosen)
+                runtime.host_tier.set_mode(self.array, host_tier_mode)
         except BaseException:
             self.close()
             raise
@@ -264,13 +283,16 @@ class GidsSource(NeighbourSource):
                       f"({self.cache_pages} pages of {runtime.page_size} B"
                       + (f"; kernels at {self.max_registers} registers"
                          if self.max_registers and not SIMULATOR else "") + ")"
+                      + (f", host tier {runtime.host_tier.used / data_pages:.0%} by {host_tier}"
+                         f" ({host_tier_mode})" if host_tier else "")
                       + (f", emulated {self.emulation.label}" if self.emulation else ""))
         # Taken after the array is open: opening another array may grow the page tables.
         self.arg = self.array.handle
 
     def begin_search(self, cold: bool = True) -> None:
         if cold:
-            self.runtime.invalidate()
+            # The host tier is filled once, as GIDS's CPU buffer: a cold search starts from it.
+            self.runtime.invalidate(keep_host_tier=True)
         self.runtime.reset_stats()
         # Touches ahead only bring pages in: with every page resident (a warm cache that holds
         # the whole array) each would be one more lookup, an atomic and a reduction on the
@@ -288,7 +310,8 @@ class GidsSource(NeighbourSource):
         return {"lookups": s.lookups, "hits": s.hits, "misses": s.misses, "ios": s.ios,
                 "bytes_read": s.bytes_read, "evictions": s.evictions, "hit_rate": s.hit_rate,
                 "io_latency_us": s.io_latency_us, "miss_latency_us": s.miss_latency_us,
-                "slot_retries": s.slot_retries}
+                "slot_retries": s.slot_retries, "tier_hits": s.tier_hits,
+                "tier_direct": s.tier_direct}
 
     def close(self) -> None:
         if self._own_runtime and getattr(self, "runtime", None) is not None:
@@ -315,8 +338,10 @@ _RUNTIME_PATH_TITLES = {"gids": "gids", "nvme": "gids NVMe path"}
 
 def open_gids_source(graph: CSRGraph, *, runtime=None, cache_fraction: float | None = None,
                      page_size: int | None = None, storage: str = "file",
-                     runtime_options: dict | None = None) -> NeighbourSource:
-    """The ``"gids"`` data path (parameters as :class:`GidsSource`)."""
+                     runtime_options: dict | None = None,
+                     **tier_options) -> NeighbourSource:
+    """The ``"gids"`` data path (parameters as :class:`GidsSource`; ``tier_options``: its
+    ``host_tier``, ``host_tier_fraction``, ``host_tier_mode``)."""
     if graph.n_edges == 0:
         # A StorageArray needs one element at least, and no kernel reads an edgeless graph.
         backend = (runtime.backend if runtime is not None
@@ -325,12 +350,13 @@ def open_gids_source(graph: CSRGraph, *, runtime=None, cache_fraction: float | N
         return DeviceArraySource(cuda.to_device(_neighbours_or_dummy(graph)), name,
                                  f"{_RUNTIME_PATH_TITLES[name]} (edgeless graph: nothing to read)")
     return GidsSource(graph, runtime=runtime, cache_fraction=cache_fraction, page_size=page_size,
-                      storage=storage, runtime_options=runtime_options)
+                      storage=storage, runtime_options=runtime_options, **tier_options)
 
 
 def open_nvme_source(graph: CSRGraph, *, runtime=None, cache_fraction: float | None = None,
                      page_size: int | None = None, storage: str = "file",
-                     runtime_options: dict | None = None) -> NeighbourSource:
+                     runtime_options: dict | None = None,
+                     **tier_options) -> NeighbourSource:
     """The ``"nvme"`` data path: :class:`GidsSource` over a Runtime with ``backend="nvme"``.
 
     Parameters as :class:`GidsSource`; a Runtime made here gets ``backend="nvme"`` added to
@@ -356,7 +382,8 @@ def open_nvme_source(graph: CSRGraph, *, runtime=None, cache_fraction: float | N
             raise ValueError(f"the nvme data path makes its Runtime with backend='nvme', not "
                              f"{runtime_options['backend']!r}")
     return open_gids_source(graph, runtime=runtime, cache_fraction=cache_fraction,
-                            page_size=page_size, storage=storage, runtime_options=runtime_options)
+                            page_size=page_size, storage=storage, runtime_options=runtime_options,
+                            **tier_options)
 
 
 def _baseline_source(graph: CSRGraph):

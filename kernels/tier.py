@@ -1,0 +1,137 @@
+"""The host tier on the device: pages kept in pinned, device-mapped host memory, between the GPU
+cache and the store (``gids.host_tier`` fills it).
+
+The tier is a table ``h.tier_slot`` (one int64 per global page: its slot in the tier, or
+``TIER_NO_SLOT``) and the slots' bytes ``h.tier`` / ``h.tier_words``. The host fills both
+between kernels; a kernel only reads them, except that the write-back of a dirty page drops the
+page from the table (:func:`forget_tier_page`), whose tier copy is then stale, and that victim
+fill (below) adds pages to free slots.
+
+A miss of :mod:`kernels.access` on a page in the tier takes one of two ways, by the array's
+``h.tier_mode``:
+
+- copy (:func:`copy_from_tier`): the page's loader claims a slot as for any miss and its warp
+  copies the page from the tier into it, instead of sending a request and waiting for the host;
+- direct (:func:`read_direct`, read-only arrays): a ``gids.read`` whose page is not in the GPU
+  cache reads its element straight from the tier, a sector over PCIe, and takes no slot (what
+  zero-copy access costs, EMOGI-style). Pins and writes use the copy way.
+
+With ``host_tier_fill="victims"`` (``h.tier_victims``, read-only arrays) a loader that evicted
+a clean page of its array offers it to the tier before its load overwrites the slot
+(:func:`offer_victim`, GMT-style): it takes a free tier slot from the list the host left
+(``h.tier_free``, ``h.tier_free_top``), copies the page there and publishes it in the table.
+Kernels never evict from the tier, so no reader can see a tier slot change under it: between
+kernels the host frees slots by clock over their reference bits (``h.tier_ref``, set on every
+tier hit) and hands kernels a new free list.
+
+Without a tier ``h.tier_mode`` is ``TIER_NONE``: the miss path tests that one integer and does
+nothing else; the hit path never looks at the tier.
+"""
+import numpy as np
+from numba import cuda
+
+from kernels import layout as L
+from kernels.cache import copy_in_bulk, drop_references, warp_copy_out, warp_copy_page
+from kernels.platform import BULK_COPY_LANES
+from kernels.sync import atomic_add, atomic_exch, ld_relaxed_gpu, red_add
+from kernels.warp import ballot_sync, lowest_lane, popc, shfl_sync, syncwarp
+
+
+@cuda.jit(device=True)
+def tier_slot_of(h, gpage):
+    """The tier slot holding global page ``gpage``, or ``TIER_NO_SLOT``. Coherent (L2): a
+    write-back in another SM may just have dropped the page (:func:`forget_tier_page`)."""
+    return ld_relaxed_gpu(h.tier_slot, gpage)
+
+
+@cuda.jit(device=True)
+def copy_from_tier(h, mask, tier_at, slot):
+    """Lanes with ``tier_at >= 0`` (loaders owning BUSY on a page in tier slot ``tier_at``)
+    get their page copied from the tier into cache slot ``slot``, visible GPU-wide when this
+    returns (collective; the caller then publishes it): in a warp of at most
+    ``BULK_COPY_LANES`` lanes each loader alone by bulk copy where that is compiled in, as a
+    miss's page from staging (:func:`kernels.cache.copy_in_bulk`: its copy ends with a
+    release), else by the whole warp's loads."""
+    lanes = popc(mask)
+    bulk = False
+    if tier_at >= 0:
+        h.tier_ref[tier_at] = 1
+    if tier_at >= 0 and lanes <= BULK_COPY_LANES:
+        bulk = copy_in_bulk(h, lanes, h.tier_words, tier_at * h.page_words, slot)
+    to_copy = ballot_sync(mask, tier_at >= 0 and not bulk)
+    copied = to_copy
+    while to_copy != 0:
+        src_lane = lowest_lane(to_copy)
+        src = shfl_sync(mask, tier_at, src_lane)
+        dst = shfl_sync(mask, slot, src_lane)
+        warp_copy_page(mask, h.tier_words, src * h.page_words, h.cache_words,
+                       dst * h.page_words, h.page_words)
+        to_copy &= to_copy - 1
+    # Every lane's share is visible before any loader publishes (as after _fetch's copies).
+    if copied != 0:
+        cuda.threadfence()
+    syncwarp(mask)
+
+
+@cuda.jit(device=True)
+def read_direct(h, mask, leader, ask, gpage, i, refs, value, done):
+    """Direct mode: a leader that ``ask``\\ s (its page ``gpage`` was not resident in round 1, and
+    it holds the ``refs`` references that lookup took) looks the page up in the tier; if it is
+    there, the leader gives the references back and its lanes read their elements ``i`` from
+    the tier (collective). Returns ``(value, done, served)``, ``served`` for the leader whose
+    page the tier had."""
+    at = np.int64(L.TIER_NO_SLOT)
+    if ask:
+        at = tier_slot_of(h, gpage)
+        if at >= 0:
+            # Nothing is read under them: the page's word need not order anything.
+            drop_references(h, gpage, refs)
+            h.tier_ref[at] = 1
+    code = shfl_sync(mask, np.int32(at), leader)
+    if not done and code >= 0:
+        value = h.tier[(np.int64(code) << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))]
+        done = True
+    return value, done, at >= 0
+
+
+@cuda.jit(device=True)
+def forget_tier_page(h, gpage):
+    """A dirty page is being written back to its store: drop it from the tier, whose copy is
+    stale, before the page stops being cached (a later miss then reads the store). The host
+    frees the slot when it next looks at the table (``gids.host_tier``)."""
+    if ld_relaxed_gpu(h.tier_slot, gpage) >= 0:
+        atomic_exch(h.tier_slot, gpage, np.int64(L.TIER_NO_SLOT))
+        cuda.threadfence()
+
+
+@cuda.jit(device=True)
+def offer_victim(h, mask, victim, slot):
+    """Lanes whose loader evicted clean page ``victim`` (>= 0) from cache ``slot`` (claimed by
+    it, not yet overwritten) put the page into a free tier slot, if it is a page of this array
+    and not in the tier already and a free slot is left (collective). The warp copies each
+    page; it is published in the table once its bytes are there."""
+    n_pages = (h.n_elems + (np.int64(1) << h.elem_shift) - 1) >> h.elem_shift
+    at = np.int64(L.TIER_NO_SLOT)
+    if (victim >= h.page_base and victim < h.page_base + n_pages
+            and tier_slot_of(h, victim) < 0):
+        k = atomic_add(h.tier_free_top, 0, 1)
+        if k < h.tier_free_top[1]:
+            at = h.tier_free[k]
+    to_copy = ballot_sync(mask, at >= 0)
+    copied = to_copy
+    while to_copy != 0:
+        src_lane = lowest_lane(to_copy)
+        src = shfl_sync(mask, slot, src_lane)
+        dst = shfl_sync(mask, at, src_lane)
+        warp_copy_out(mask, h.cache_words, src * h.page_words, h.tier_words,
+                      dst * h.page_words, h.page_words)
+        to_copy &= to_copy - 1
+    if copied != 0:
+        # Every lane's share is in the tier before any lane publishes its page there.
+        cuda.threadfence_system()
+        syncwarp(mask)
+    if at >= 0:
+        h.tier_ref[at] = 0
+        atomic_exch(h.tier_slot, victim, at)
+        shard = cuda.blockIdx.x % L.N_STAT_SHARDS
+        red_add(h.stats, shard * L.N_STATS + L.STAT_TIER_FILLS, np.uint64(1))

@@ -1,0 +1,618 @@
+"""The host tier (``Runtime(host_cache_bytes=...)``, ``rt.host_tier``) in the simulator, against
+a numpy model of the store: static fill, copy and direct modes, writes (a write-back drops the
+stale tier copy, a flush updates it), invalidate and clear, statistics, bad input.
+
+That the tier served a page is shown independently of the counters: after the fill, the file's
+bytes are changed behind the Runtime's back, so a page read from the tier has the old bytes and
+one read from the store the new ones."""
+import textwrap
+
+import numpy as np
+import pytest
+
+import gids
+from gids.errors import ConfigError, HostTierFullError
+from tests.helpers import run_compile_script
+
+PAGE = 512
+ELEMS = PAGE // 8          # int64 elements per page
+N_PAGES = 24
+
+
+def _file(tmp_path, seed=0, n_pages=N_PAGES):
+    data = np.random.default_rng(seed).integers(-2**40, 2**40, n_pages * ELEMS, dtype=np.int64)
+    path = tmp_path / "data.bin"
+    data.tofile(path)
+    return path, data
+
+
+def _runtime(tier_pages, cache_pages=4, **kw):
+    return gids.Runtime(cache_pages=cache_pages, page_size=PAGE,
+                        host_cache_bytes=tier_pages * PAGE, **kw)
+
+
+def _changed_behind(path, data):
+    """Rewrite the whole file with other bytes; return them (what the store now holds)."""
+    new = ~data
+    new.tofile(path)
+    return new
+
+
+def _expected(old, new, tier_pages):
+    """Element values when pages in ``tier_pages`` come from the tier (old bytes), the rest
+    from the store (new bytes)."""
+    want = new.copy()
+    for p in tier_pages:
+        want[p * ELEMS:(p + 1) * ELEMS] = old[p * ELEMS:(p + 1) * ELEMS]
+    return want
+
+
+@pytest.mark.parametrize("mode", ["copy", "direct"])
+def test_misses_on_tier_pages_are_served_from_the_tier(tmp_path, mode):
+    path, old = _file(tmp_path)
+    rng = np.random.default_rng(3)
+    tier = np.sort(rng.choice(N_PAGES, 10, replace=False))
+    with _runtime(12) as rt:
+        a = rt.open_array(path, np.int64)
+        assert rt.host_tier.add(a, tier) == 10
+        assert rt.host_tier.add(a, tier[:3]) == 0           # already there
+        np.testing.assert_array_equal(rt.host_tier.pages(a), tier)
+        rt.host_tier.set_mode(a, mode)
+        assert rt.host_tier.mode(a) == mode
+        new = _changed_behind(path, old)
+        want = _expected(old, new, tier)
+        idx = rng.integers(0, old.size, 120)
+        got = rt.gather(a, idx).copy_to_host()
+        np.testing.assert_array_equal(got, want[idx])
+        s = rt.stats()
+        assert s.tier_fills == 10 and s.tier_evictions == 0
+        tier_reads = np.isin(idx // ELEMS, tier)
+        if mode == "copy":
+            assert s.tier_hits > 0 and s.tier_direct == 0
+        else:
+            assert s.tier_direct > 0 and s.tier_hits == 0
+            # Direct reads take no slot: no tier page is in the GPU cache.
+            state = rt._page_state.copy_to_host()[a.page_base + tier]
+            assert not np.any(state & gids.layout.PAGE_VALID)
+        # Every store read was of a page outside the tier.
+        assert s.ios <= np.unique(idx[~tier_reads] // ELEMS).size + s.evictions
+        assert tier_reads.any() and (~tier_reads).any()
+
+
+def test_the_nvme_path_copies_from_the_tier_too(tmp_path):
+    path, old = _file(tmp_path)
+    tier = np.arange(0, N_PAGES, 2)
+    with _runtime(12, backend="nvme") as rt:
+        a = rt.open_array(path, np.int64)
+        rt.host_tier.add(a, tier)
+        new = _changed_behind(path, old)
+        want = _expected(old, new, tier)
+        idx = np.random.default_rng(4).integers(0, old.size, 100)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), want[idx])
+        assert rt.stats().tier_hits > 0 and rt.daemon.counters["commands"] == rt.stats().ios
+
+
+def test_no_tier_by_default_and_handles_say_so(tmp_path):
+    path, old = _file(tmp_path)
+    with gids.Runtime(cache_pages=4, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        assert rt.host_tier.capacity == 0 and not rt.host_tier.enabled
+        assert a.handle.tier_mode == gids.layout.TIER_NONE
+        with pytest.raises(HostTierFullError):
+            rt.host_tier.add(a, [0])
+        np.testing.assert_array_equal(rt.gather(a, np.arange(0, old.size, 37)).copy_to_host(),
+                                      old[::37])
+    with gids.defaults.set(host_cache_bytes=3 * PAGE), gids.Runtime(cache_pages=4,
+                                                                    page_size=PAGE) as rt:
+        assert rt.host_tier.capacity == 3
+        a = rt.open_array(path, np.int64)
+        assert a.handle.tier_mode == gids.layout.TIER_COPY
+
+
+def test_bad_input_is_named(tmp_path):
+    path, _ = _file(tmp_path)
+    with pytest.raises(ConfigError, match=">= 0"):
+        _runtime(-1)
+    with pytest.raises(ConfigError, match="RAM"):
+        gids.Runtime(cache_pages=4, page_size=PAGE, host_cache_bytes=1 << 62)
+    with _runtime(4) as rt:
+        a = rt.open_array(path, np.int64)
+        w = rt.open_array(path, np.int64, mode="r+")
+        with pytest.raises(HostTierFullError, match="do not fit"):
+            rt.host_tier.add(a, range(5))
+        assert rt.host_tier.pages(a).size == 0            # nothing added
+        with pytest.raises(ConfigError, match="pages must be in"):
+            rt.host_tier.add(a, [N_PAGES])
+        with pytest.raises(ConfigError, match="pages must be in"):
+            rt.host_tier.add(a, [-1])
+        with pytest.raises(ConfigError, match="mode must be"):
+            rt.host_tier.set_mode(a, "zero-copy")
+        with pytest.raises(ConfigError, match="writable"):
+            rt.host_tier.set_mode(w, "direct")
+        with pytest.raises(ConfigError, match="StorageArray"):
+            rt.host_tier.add(np.zeros(4), [0])
+
+
+def test_invalidate_and_clear_cover_the_tier(tmp_path):
+    path, old = _file(tmp_path)
+    with _runtime(8) as rt:
+        a = rt.open_array(path, np.int64)
+        rt.host_tier.add(a, [1, 2, 3])
+        rt.invalidate(keep_host_tier=True)
+        np.testing.assert_array_equal(rt.host_tier.pages(a), [1, 2, 3])
+        rt.invalidate()
+        assert rt.host_tier.pages(a).size == 0 and rt.stats().tier_evictions == 3
+        rt.host_tier.add(a, [4, 5])
+        rt.host_tier.clear()
+        assert rt.host_tier.pages(a).size == 0 and rt.host_tier.used == 0
+        new = _changed_behind(path, old)
+        idx = np.arange(4 * ELEMS, 6 * ELEMS, 7)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), new[idx])
+        rt.reset_stats()
+        assert rt.stats().tier_fills == 0
+
+
+def test_writes_drop_or_update_the_tier_copy(tmp_path):
+    """A written page evicted by a kernel leaves the tier (its copy is stale) and the store
+    has it; a flushed one stays in the tier with the new bytes; every read matches the model."""
+    path, old = _file(tmp_path)
+    model = old.copy()
+    rng = np.random.default_rng(5)
+    with _runtime(N_PAGES, cache_pages=3) as rt:
+        a = rt.open_array(path, np.int64, mode="r+")
+        rt.host_tier.add(a, range(N_PAGES))
+        idx = rng.choice(old.size, 40, replace=False)
+        vals = rng.integers(0, 1000, 40)
+        rt.scatter(a, idx, vals)
+        model[idx] = vals
+        left = set(rt.host_tier.pages(a).tolist())
+        # Each page written back left the tier (once: a written page reloads from the store).
+        written = set((idx // ELEMS).tolist())
+        s = rt.stats()
+        assert s.writebacks > 0 and s.tier_evictions == N_PAGES - len(left)
+        assert set(range(N_PAGES)) - left <= written and s.tier_evictions <= s.writebacks
+        probe = rng.integers(0, old.size, 80)
+        np.testing.assert_array_equal(rt.gather(a, probe).copy_to_host(), model[probe])
+        rt.flush()
+        np.testing.assert_array_equal(np.fromfile(path, np.int64), model)
+        # The tier's copies are current: with the GPU cache emptied, reads come from it.
+        rt.invalidate(keep_host_tier=True)
+        rt.reset_stats()
+        in_tier = rt.host_tier.pages(a)    # the probe's write-backs may have dropped more
+        assert in_tier.size and set(in_tier.tolist()) <= left
+        probe = (in_tier[:, None] * ELEMS + rng.integers(0, ELEMS, (in_tier.size, 2))).ravel()
+        np.testing.assert_array_equal(rt.gather(a, probe).copy_to_host(), model[probe])
+        assert rt.stats().tier_hits > 0 and rt.stats().ios == 0
+
+
+def test_random_sequences_match_a_numpy_model(tmp_path):
+    """Random add / clear / read / write / flush / invalidate sequences: every read equals the
+    model, the tier holds only pages added since the last clear, never more than its size."""
+    path, old = _file(tmp_path, seed=9)
+    model = old.copy()
+    rng = np.random.default_rng(11)
+    added = set()
+    with _runtime(8, cache_pages=3) as rt:
+        a = rt.open_array(path, np.int64, mode="r+")
+        for _ in range(14):
+            op = rng.choice(["add", "clear", "read", "write", "flush", "invalidate"])
+            if op == "add":
+                free = rt.host_tier.capacity - rt.host_tier.used
+                pages = rng.choice(N_PAGES, int(rng.integers(1, 5)), replace=False)
+                new = [p for p in pages if p not in set(rt.host_tier.pages(a).tolist())]
+                if len(new) > free:
+                    with pytest.raises(HostTierFullError):
+                        rt.host_tier.add(a, pages)
+                else:
+                    rt.host_tier.add(a, pages)
+                    added |= set(pages.tolist())
+            elif op == "clear":
+                rt.host_tier.clear()
+                added = set()
+            elif op == "read":
+                idx = rng.integers(0, old.size, 40)
+                np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), model[idx])
+            elif op == "write":
+                idx = rng.choice(old.size, 20, replace=False)
+                vals = rng.integers(-99, 99, 20)
+                rt.scatter(a, idx, vals)
+                model[idx] = vals
+            elif op == "flush":
+                rt.flush()
+                np.testing.assert_array_equal(np.fromfile(path, np.int64), model)
+            else:
+                keep = bool(rng.integers(0, 2))
+                rt.invalidate(keep_host_tier=keep)
+                if not keep:
+                    added = set()
+            held = set(rt.host_tier.pages(a).tolist())
+            assert held <= added and len(held) <= rt.host_tier.capacity
+        rt.flush()
+        np.testing.assert_array_equal(np.fromfile(path, np.int64), model)
+
+
+def test_no_tier_hit_path_has_nothing_added():
+    """The tier's code is on the miss path only: the kernel's own body (the hit path) still has
+    one call (the miss path), no coherent load (the tier's table is read with one) and one pin;
+    the miss path tests the tier's mode."""
+    pytest.importorskip("numba.cuda")
+    script = textwrap.dedent('''
+        import os
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+        import numpy as np
+        import numba.cuda.dispatcher as dispatcher
+        from numba import cuda, typeof, types
+
+        class _Hopper:
+            compute_capability = (9, 0)
+        dispatcher.get_current_device = lambda: _Hopper()
+
+        from tests.helpers import fake_handle
+        from gids.kernels_host import gather_kernel
+
+        h = fake_handle(np.int64)
+        ptx, _ = cuda.compile_ptx(gather_kernel.py_func,
+                                  (typeof(h), types.int64[::1], typeof(np.zeros(4, np.int64))),
+                                  cc=(9, 0))
+        lines = [l.strip() for l in ptx.splitlines()]
+        entry = next(i for i, l in enumerate(lines) if l.startswith(".visible .entry"))
+        end = next((i for i, l in enumerate(lines) if i > entry and ".func" in l), len(lines))
+        body = lines[entry:end]
+        assert sum(l.startswith("call") for l in body) == 1, [l for l in body if "call" in l]
+        assert not [l for l in body if l.startswith("ld.relaxed.gpu")]
+        assert sum(l.startswith("atom.relaxed.gpu.global.add.u64") for l in body) == 1
+        print("TIER_PTX_OK")
+    ''')
+    proc = run_compile_script(script)
+    assert "TIER_PTX_OK" in proc.stdout, proc.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------- graphs
+def _page_scores_by_loops(offsets, scores, itemsize, page_size, n_pages):
+    out = np.zeros(n_pages)
+    for v in range(offsets.size - 1):
+        lo, hi = offsets[v] * itemsize, offsets[v + 1] * itemsize
+        if hi > lo:
+            for p in range(lo // page_size, (hi - 1) // page_size + 1):
+                out[p] += scores[v]
+    return out
+
+
+def test_graph_pages_by_degree_and_reverse_pagerank(tmp_path):
+    from scipy import sparse
+
+    from workloads.graph import generate_kronecker_csr, open_csr
+    from workloads.graph.tier_pages import choose_pages, page_scores, vertex_scores
+    path = tmp_path / "g.csr"
+    generate_kronecker_csr(path, 7, 8, seed=4)
+    graph = open_csr(path)
+    offsets = np.asarray(graph.offsets)
+    nbrs = np.asarray(graph.neighbours)
+    np.testing.assert_array_equal(vertex_scores(graph, "degree"), np.diff(offsets))
+    # Reverse PageRank: the dense power iteration over the reversed, column-normalised edges.
+    n = offsets.size - 1
+    a = sparse.csr_matrix((np.ones(nbrs.size), nbrs, offsets), shape=(n, n)).toarray()
+    indeg = a.sum(axis=0)
+    m = a / np.where(indeg > 0, indeg, 1)
+    r = np.full(n, 1 / n)
+    for _ in range(10):
+        r = 0.15 / n + 0.85 * m @ r
+    np.testing.assert_allclose(vertex_scores(graph, "pagerank"), r, rtol=1e-5)
+    s = vertex_scores(graph, "pagerank")
+    scores = page_scores(graph, s, PAGE)
+    ref = _page_scores_by_loops(offsets, s, nbrs.itemsize, PAGE, scores.size)
+    np.testing.assert_allclose(scores, ref)
+    chosen = choose_pages(graph, "pagerank", 5, PAGE)
+    assert chosen.size == 5 and np.all(np.diff(chosen) > 0)
+    assert scores[chosen].min() >= np.sort(scores)[-5]
+    np.testing.assert_array_equal(choose_pages(graph, "degree", 10**6, PAGE),
+                                  np.arange(scores.size))
+    with pytest.raises(ValueError, match="method"):
+        vertex_scores(graph, "random")
+
+
+@pytest.mark.parametrize("mode", ["copy", "direct"])
+def test_bfs_with_a_host_tier_is_valid_and_uses_it(tmp_path, mode):
+    from workloads.graph import generate_kronecker_csr, open_csr, sample_bfs_roots
+    from workloads.graph.gpu_bfs import validate_bfs_result
+    from workloads.graph.gpu_graph import open_device_graph
+    path = tmp_path / "g.csr"
+    generate_kronecker_csr(path, 6, 8, seed=1)
+    graph = open_csr(path)
+    with open_device_graph(graph, "gids", cache_fraction=0.25, page_size=PAGE,
+                           host_tier="degree", host_tier_fraction=0.5,
+                           host_tier_mode=mode) as dg:
+        assert "host tier" in dg.source.label
+        tier = dg.source.runtime.host_tier
+        assert tier.used == tier.capacity > 0
+        for root in sample_bfs_roots(graph, 2, seed=5).tolist():
+            result = dg.bfs(root)
+            validate_bfs_result(graph, result)
+            assert result.stats["tier_hits"] + result.stats["tier_direct"] > 0
+        assert tier.used == tier.capacity       # cold searches keep the tier
+
+
+# ------------------------------------------------------------------ whole warps, the GPU
+#: Copy and direct mode with 32-lane warps (lanes of one warp on many pages, some in the tier,
+#: some not, several lanes per page): the shuffles, ballots and warp copies of kernels/tier.py.
+#: A file changed behind the Runtime's back tells tier pages (old bytes) from store pages.
+WARP_SCRIPT = textwrap.dedent('''
+    import os, tempfile
+    data = np.random.default_rng(0).integers(0, 1 << 62, 64 * 64, dtype=np.int64)  # 64 pages
+    path = os.path.join(tempfile.mkdtemp(), "d.bin")
+    data.tofile(path)
+    for mode in ("copy", "direct"):
+        with gids.Runtime(cache_pages=32, page_size=512, queues=2, queue_depth=32, timeout=60,
+                          host_cache_bytes=24 * 512) as rt:
+            a = rt.open_array(path, np.int64)
+            tier = np.arange(0, 64, 3)[:24]
+            rt.host_tier.add(a, tier)
+            rt.host_tier.set_mode(a, mode)
+            (~data).tofile(path)
+            want = ~data
+            for p in tier:
+                want[p * 64:(p + 1) * 64] = data[p * 64:(p + 1) * 64]
+            for seed in range(3):
+                idx = np.random.default_rng(seed).integers(0, 24 * 64, 96)   # pages 0-23
+                idx[:8] = idx[0]                                            # lanes sharing
+                got = rt.gather(a, idx).copy_to_host()
+                assert (got == want[idx]).all(), (mode, seed)
+            s = rt.stats()
+            assert (s.tier_hits if mode == "copy" else s.tier_direct) > 0, s
+            state = rt._page_state.copy_to_host()[:rt._n_pages]
+            assert not (state & gids.layout.PAGE_REF_MASK).any()
+        data.tofile(path)
+    # Victim fill: the warp's loaders offer their clean victims, copied by the whole warp.
+    with gids.Runtime(cache_pages=32, page_size=512, queues=2, queue_depth=32, timeout=60,
+                      host_cache_bytes=24 * 512, host_tier_fill="victims") as rt:
+        a = rt.open_array(path, np.int64)
+        for seed in range(4):
+            idx = np.random.default_rng(seed).integers(0, data.size, 96)
+            got = rt.gather(a, idx).copy_to_host()
+            bad = np.unique(idx[got != data[idx]] // 64)
+            # Which pages came out wrong, and whether the tier holds them (a diagnosis).
+            assert bad.size == 0, (seed, bad, np.intersect1d(bad, rt.host_tier.pages(a)),
+                                   rt.stats())
+        s = rt.stats()
+        assert s.tier_fills > 0 and s.tier_hits > 0, s
+    print("TIER32_OK")
+''')
+
+
+def test_emulated_warps_use_the_tier():
+    from tests.helpers import run_with_warp32
+    run_with_warp32(WARP_SCRIPT, "TIER32_OK")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["copy", "direct"])
+def test_tier_on_the_gpu_many_warps(tmp_path, mode):
+    """Real warps, thousands of threads, a cache far smaller than the data: every value right,
+    the tier serving its pages, no reference left."""
+    n_pages = 4096
+    data = np.random.default_rng(1).integers(0, 1 << 62, n_pages * 512, dtype=np.int64)
+    path = tmp_path / "d.bin"
+    data.tofile(path)
+    with gids.Runtime(cache_pages=256, page_size=4096,
+                      host_cache_bytes=n_pages // 2 * 4096) as rt:
+        a = rt.open_array(path, np.int64)
+        tier = np.random.default_rng(2).choice(n_pages, n_pages // 2, replace=False)
+        rt.host_tier.add(a, tier)
+        rt.host_tier.set_mode(a, mode)
+        new = _changed_behind(path, data)
+        want = new.copy()
+        for p in tier:
+            want[p * 512:(p + 1) * 512] = data[p * 512:(p + 1) * 512]
+        for seed in range(3):
+            idx = np.random.default_rng(seed).integers(0, data.size, 1 << 18)
+            np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), want[idx])
+        s = rt.stats()
+        assert (s.tier_hits if mode == "copy" else s.tier_direct) > 0
+        state = rt._page_state.copy_to_host()[:rt._n_pages]
+        assert not (state & gids.layout.PAGE_REF_MASK).any()
+
+
+@pytest.mark.gpu
+def test_tier_writes_on_the_gpu(tmp_path):
+    path, old = _file(tmp_path, n_pages=512)
+    model = old.copy()
+    rng = np.random.default_rng(8)
+    with gids.Runtime(cache_pages=64, page_size=PAGE, host_cache_bytes=512 * PAGE) as rt:
+        a = rt.open_array(path, np.int64, mode="r+")
+        rt.host_tier.add(a, range(512))
+        for _ in range(3):
+            idx = rng.choice(old.size, 4096, replace=False)
+            vals = rng.integers(-1000, 1000, idx.size)
+            rt.scatter(a, idx, vals)
+            model[idx] = vals
+            probe = rng.integers(0, old.size, 1 << 16)
+            np.testing.assert_array_equal(rt.gather(a, probe).copy_to_host(), model[probe])
+        rt.flush()
+        np.testing.assert_array_equal(np.fromfile(path, np.int64), model)
+
+
+# ------------------------------------------------------------------ a state machine
+def _tier_machine():
+    from hypothesis import settings
+    from hypothesis import strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+    class TierMachine(RuleBasedStateMachine):
+        """A read-only array (its tier mode switched at will) and a writable one over one
+        Runtime with a small GPU cache and tier, against a numpy model of both files."""
+
+        @initialize(seed=st.integers(0, 2**16))
+        def start(self, seed):
+            import tempfile
+            self.dir = tempfile.mkdtemp()
+            self.rt = _runtime(6, cache_pages=3)
+            self.arrays, self.models, self.paths, self.added = [], [], [], []
+            for k, mode in enumerate(("r", "r+")):
+                data = np.random.default_rng([seed, k]).integers(-2**40, 2**40, 8 * ELEMS)
+                path = f"{self.dir}/a{k}.bin"
+                data.tofile(path)
+                self.arrays.append(self.rt.open_array(path, np.int64, mode=mode))
+                self.models.append(data.copy())
+                self.paths.append(path)
+                self.added.append(set())
+
+        def teardown(self):
+            if hasattr(self, "rt"):
+                self.rt.close(flush=False)
+
+        @rule(k=st.integers(0, 1), pages=st.lists(st.integers(0, 7), min_size=1, max_size=4))
+        def add(self, k, pages):
+            held = set(self.rt.host_tier.pages(self.arrays[k]).tolist())
+            new = set(pages) - held
+            if len(new) > self.rt.host_tier.capacity - self.rt.host_tier.used:
+                with pytest.raises(HostTierFullError):
+                    self.rt.host_tier.add(self.arrays[k], pages)
+            else:
+                assert self.rt.host_tier.add(self.arrays[k], pages) == len(new)
+                self.added[k] |= set(pages)
+
+        @rule()
+        def clear(self):
+            self.rt.host_tier.clear()
+            self.added = [set(), set()]
+
+        @rule(mode=st.sampled_from(["copy", "direct"]))
+        def set_mode(self, mode):
+            self.rt.host_tier.set_mode(self.arrays[0], mode)
+
+        @rule(k=st.integers(0, 1), seed=st.integers(0, 2**16))
+        def read(self, k, seed):
+            idx = np.random.default_rng(seed).integers(0, 8 * ELEMS, 24)
+            np.testing.assert_array_equal(self.rt.gather(self.arrays[k], idx).copy_to_host(),
+                                          self.models[k][idx])
+
+        @rule(seed=st.integers(0, 2**16))
+        def write(self, seed):
+            rng = np.random.default_rng(seed)
+            idx = rng.choice(8 * ELEMS, 12, replace=False)
+            vals = rng.integers(-99, 99, 12)
+            self.rt.scatter(self.arrays[1], idx, vals)
+            self.models[1][idx] = vals
+
+        @rule()
+        def flush(self):
+            self.rt.flush()
+            np.testing.assert_array_equal(np.fromfile(self.paths[1], np.int64), self.models[1])
+
+        @rule(keep=st.booleans())
+        def invalidate(self, keep):
+            self.rt.invalidate(keep_host_tier=keep)
+            if not keep:
+                self.added = [set(), set()]
+
+        @invariant()
+        def tier_holds_only_added_pages(self):
+            if not hasattr(self, "rt"):
+                return
+            for k in range(2):
+                assert set(self.rt.host_tier.pages(self.arrays[k]).tolist()) <= self.added[k]
+            assert 0 <= self.rt.host_tier.used <= self.rt.host_tier.capacity
+
+    TierMachine.TestCase.settings = settings(max_examples=4, stateful_step_count=10,
+                                             deadline=None)
+    return TierMachine
+
+
+def test_tier_state_machine():
+    pytest.importorskip("hypothesis")
+    from hypothesis.stateful import run_state_machine_as_test
+    machine = _tier_machine()
+    run_state_machine_as_test(machine, settings=machine.TestCase.settings)
+
+
+# ------------------------------------------------------------------ victim fill
+def _check_free_slots(tier):
+    """No slot is free twice (it would be handed to two victims) or free and holding a page."""
+    free = tier._free
+    held = np.flatnonzero(tier._page_of_slot >= 0)
+    assert len(set(free)) == len(free) and not set(free) & set(held.tolist())
+    assert len(free) + held.size == tier.capacity
+
+
+def test_the_clock_frees_each_slot_once(tmp_path):
+    """Every slot holds a page, all but slot 0 were hit: the hand frees slot 0, clears the
+    others' bits, comes round to slot 0 again and must free another, not slot 0 twice."""
+    path, _ = _file(tmp_path)
+    with _runtime(8, cache_pages=3, host_tier_fill="victims") as rt:
+        rt.open_array(path, np.int64)
+        tier = rt.host_tier
+        tier._free = []
+        tier._page_of_slot[:] = np.arange(8)
+        tier._table_host = np.full(tier._table.size, -1, dtype=np.int64)
+        tier._table_host[:8] = np.arange(8)
+        tier._ref.copy_to_device(np.array([0] + [1] * 7, dtype=np.int32))
+        tier._clock()
+        _check_free_slots(tier)
+        assert len(tier._free) == 2 * 8 // 8
+
+
+def test_victims_enter_the_tier_and_serve_later_misses(tmp_path):
+    path, old = _file(tmp_path)
+    rng = np.random.default_rng(12)
+    with _runtime(8, cache_pages=3, host_tier_fill="victims") as rt:
+        a = rt.open_array(path, np.int64)
+        assert a.handle.tier_victims == 1
+        for seed in range(4):
+            idx = np.random.default_rng(seed).integers(0, old.size, 60)
+            np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), old[idx])
+            assert 0 < rt.host_tier.used <= rt.host_tier.capacity
+            _check_free_slots(rt.host_tier)
+        s = rt.stats()
+        assert s.tier_fills > 0 and s.tier_hits > 0 and s.tier_evictions > 0, s
+        # What the tier holds came from the GPU cache: old bytes, served after the file changed.
+        held = rt.host_tier.pages(a)
+        rt.invalidate(keep_host_tier=True)
+        _changed_behind(path, old)
+        idx = (held[:, None] * ELEMS + rng.integers(0, ELEMS, (held.size, 3))).ravel()
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), old[idx])
+
+
+def test_victim_fill_skips_writable_arrays_and_bad_fill_is_named(tmp_path):
+    path, old = _file(tmp_path)
+    with pytest.raises(ConfigError, match="host_tier_fill"):
+        _runtime(8, host_tier_fill="lru")
+    with _runtime(8, cache_pages=3, host_tier_fill="victims") as rt:
+        a = rt.open_array(path, np.int64, mode="r+")
+        assert a.handle.tier_victims == 0
+        idx = np.arange(0, old.size, ELEMS // 2)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), old[idx])
+        assert rt.host_tier.used == 0 and rt.stats().tier_fills == 0
+
+
+@pytest.mark.gpu
+def test_victim_fill_on_the_gpu(tmp_path):
+    """Thousands of warps evicting into the tier at once (free slots taken by atomics, a page
+    offered twice by two warps): every value right, the tier within its size."""
+    n_pages = 2048
+    data = np.random.default_rng(3).integers(0, 1 << 62, n_pages * 512, dtype=np.int64)
+    path = tmp_path / "d.bin"
+    data.tofile(path)
+    with gids.Runtime(cache_pages=128, page_size=4096, host_cache_bytes=512 * 4096,
+                      host_tier_fill="victims") as rt:
+        a = rt.open_array(path, np.int64)
+        for seed in range(4):
+            idx = np.random.default_rng(seed).integers(0, data.size, 1 << 18)
+            np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), data[idx])
+            assert rt.host_tier.used <= rt.host_tier.capacity
+        s = rt.stats()
+        assert s.tier_fills > 0 and s.tier_hits > 0
+
+
+def test_graph_cli_with_a_host_tier(tmp_path, capsys):
+    import json
+
+    from workloads.graph.cli import main as cli_main
+    out = tmp_path / "bfs.json"
+    assert cli_main(["bfs", "--scale", "6", "--roots", "1", "--data-path", "gids",
+                     "--cache-fractions", "0.25", "--host-tier", "pagerank",
+                     "--host-tier-fraction", "0.5", "--json", str(out)]) == 0
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["options"]["host_tier"] == "pagerank" and "host tier" in run["label"]
+    assert run["searches"][0]["valid"] and run["searches"][0]["stats"]["tier_hits"] > 0
+    assert cli_main(["cc", "--scale", "6", "--host-tier-fraction", "0.5"]) == 2
+    assert "need --host-tier" in capsys.readouterr().err

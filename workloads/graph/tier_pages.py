@@ -1,0 +1,61 @@
+"""Which pages of a graph's neighbours array to keep in the host tier (``rt.host_tier``).
+
+GIDS fills its CPU buffer with the nodes most likely to be read: by degree, or by reverse
+PageRank (PageRank over the reversed edges: a vertex scores by what it points to, the
+likelihood that a walk along in-edges, as a sampler or a traversal takes them, reaches it).
+Here a vertex's score goes to every page its neighbour list touches, and the pages of highest
+total score are chosen.
+"""
+import numpy as np
+
+#: How pages can be chosen (``gids bfs/cc --host-tier``).
+METHODS = ("degree", "pagerank")
+
+
+def vertex_scores(graph, method: str, *, iterations: int = 10,
+                  damping: float = 0.85) -> np.ndarray:
+    """A float64 score per vertex: its out-degree (``"degree"``) or its reverse PageRank
+    (``"pagerank"``, ``iterations`` power steps)."""
+    if method not in METHODS:
+        raise ValueError(f"host tier pages: method must be one of {METHODS}, got {method!r}")
+    offsets = np.asarray(graph.offsets, dtype=np.int64)
+    degree = np.diff(offsets).astype(np.float64)
+    if method == "degree":
+        return degree
+    from scipy import sparse
+    n = offsets.size - 1
+    neighbours = np.asarray(graph.neighbours)
+    adjacency = sparse.csr_matrix((np.ones(neighbours.size, dtype=np.float32), neighbours,
+                                   offsets), shape=(n, n))
+    # Reversed edges: u's score flows in from each v it points to, divided among v's in-edges.
+    in_degree = np.bincount(neighbours, minlength=n).astype(np.float64)
+    share = np.divide(1.0, in_degree, out=np.zeros(n), where=in_degree > 0)
+    rank = np.full(n, 1.0 / max(n, 1))
+    for _ in range(iterations):
+        rank = (1.0 - damping) / n + damping * (adjacency @ (rank * share))
+    return rank
+
+
+def page_scores(graph, scores: np.ndarray, page_size: int) -> np.ndarray:
+    """Per page of the neighbours array: the summed scores of the vertices whose lists touch
+    it (a list over several pages counts on each)."""
+    offsets = np.asarray(graph.offsets, dtype=np.int64)
+    itemsize = np.asarray(graph.neighbours).dtype.itemsize
+    n_pages = max(1, -(-int(offsets[-1]) * itemsize // page_size))
+    has = offsets[1:] > offsets[:-1]
+    first = offsets[:-1][has] * itemsize // page_size
+    last = (offsets[1:][has] * itemsize - 1) // page_size
+    edge = np.zeros(n_pages + 1)
+    np.add.at(edge, first, scores[has])
+    np.add.at(edge, last + 1, -scores[has])
+    return np.cumsum(edge[:-1])
+
+
+def choose_pages(graph, method: str, n_pages: int, page_size: int) -> np.ndarray:
+    """The ``n_pages`` pages of highest score (ascending page order), all pages if fewer."""
+    scores = page_scores(graph, vertex_scores(graph, method), page_size)
+    n_pages = max(0, min(int(n_pages), scores.size))
+    if n_pages == scores.size:
+        return np.arange(scores.size, dtype=np.int64)
+    top = np.argpartition(-scores, n_pages)[:n_pages] if n_pages else np.zeros(0, np.int64)
+    return np.sort(top).astype(np.int64)
