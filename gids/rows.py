@@ -2,8 +2,8 @@
 asynchronously on the caller's stream.
 
 The kernel (:mod:`kernels.rows`) copies a row per warp, a page at a time through
-``pin_page`` / ``pinned`` / ``unpin_page``. Resident first (``rows_resident_first``; by default
-for gathers of :data:`RESIDENT_FIRST_ROWS` rows or more) a gather is two launches on the
+``pin_page`` / ``pinned`` / ``unpin_page``. Resident first (``rows_resident_first``; off by
+default, "auto": for gathers of :data:`RESIDENT_FIRST_ROWS` rows or more) a gather is two launches on the
 stream: the rows whose pages are resident, by a kernel with no miss path, then the rows it set
 aside (a list the Runtime keeps per stream), through ``pin_page``. Everything a caller can get wrong is checked here,
 before any kernel: the array (2-D, this Runtime's), host row indices (range), ``out`` (shape,

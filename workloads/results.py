@@ -395,11 +395,10 @@ def _gnn(d):
     scale = d["scale"]
     recs = []
     if d.get("mode") == "gather":
-        # A run with the row gather's launches forced one way is its own figure ("auto", the
-        # default, picks by the gather's size).
-        variant = {True: ", resident first (GIDS_ROWS_RESIDENT_FIRST=1)",
-                   False: ", one launch (GIDS_ROWS_RESIDENT_FIRST=0)"}.get(
-                       d.get("rows_resident_first", "auto"), "")
+        # A run with resident first forced on is its own figure (the default, one launch, and
+        # "auto", which picks one launch for gathers under 2**18 rows, are the plain figure).
+        variant = ", resident first (GIDS_ROWS_RESIDENT_FIRST=1)" \
+            if d.get("rows_resident_first") is True else ""
         rate = {k: r["rows_per_s"] for k, r in rows.items()}
         pairs = [("gids 25%", "mmap", ">= 3x"), ("gids 25%", "zero_copy", ">= 0.8x"),
                  ("gids 100%", "memory", ">= 0.8x"), ("gids 25%", "direct", "")]
