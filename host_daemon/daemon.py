@@ -575,6 +575,21 @@ def cqe_status(uring, pend, row, res):
 
 
 @njit(nogil=True, cache=True)
+def engine_room(limit, uring, emu, capacity):
+    """At most ``limit`` new requests, held to the engine's concurrency: what its ring has room
+    for; under emulation, ``capacity`` less what is not yet posted (parked or in the ring).
+    Shared by the host daemon's and the NVMe controller's loops."""
+    if uring.on:
+        limit = min(limit, ring_room(uring))
+    if emu.on:
+        out = emu.size[0]
+        if uring.on:
+            out += uring.state[S_IN_FLIGHT] + uring.state[S_UNSUBMITTED]
+        limit = min(limit, capacity - out)
+    return limit
+
+
+@njit(nogil=True, cache=True)
 def reap_next(uring, pend, table, file_io, now):
     """Reap the ring's next CQE (the caller saw it with ``ring_ready``): ``(row, status)`` of
     the request in ``pend``'s row it was for, status as :func:`cqe_status` says (``_QUEUED``:
@@ -771,15 +786,7 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
             if k < 0:     # a look at the hot queue: one request at most
                 k = -1 - k
                 limit = 1
-            # The engine's concurrency: what its ring has room for; under emulation, what is
-            # not yet posted counts too.
-            if uring.on:
-                limit = min(limit, ring_room(uring))
-            if emu.on:
-                out = emu.size[0]
-                if uring.on:
-                    out += uring.state[S_IN_FLIGHT] + uring.state[S_UNSUBMITTED]
-                limit = min(limit, capacity - out)
+            limit = engine_room(limit, uring, emu, capacity)
             q = my_queues[k]
             n = 0
             while n < limit:

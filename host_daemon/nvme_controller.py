@@ -81,11 +81,12 @@ from host_daemon.daemon import (
     count_ring_io,
     end_pass,
     page_io,
+    engine_room,
     park,
     reap_next,
     ring_usable,
 )
-from host_daemon.uring import S_IN_FLIGHT, S_UNSUBMITTED, ring_ready, ring_room, ring_submit
+from host_daemon.uring import S_IN_FLIGHT, S_UNSUBMITTED, ring_ready, ring_submit
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
 from host_daemon.stores import T_ADDRESS, T_NBYTES, T_OFFSET
@@ -424,16 +425,7 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
             # (a pass over many busy queues takes long enough to post them late).
             if timed and emu.size[0] > 0 and emu.due[0] <= seen:
                 _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters, seen)
-            # The engine's concurrency: what its ring has room for; under emulation, what is
-            # not yet posted counts too.
-            limit = BATCH
-            if uring.on:
-                limit = min(limit, ring_room(uring))
-            if emu.on:
-                out = emu.size[0]
-                if uring.on:
-                    out += uring.state[S_IN_FLIGHT] + uring.state[S_UNSUBMITTED]
-                limit = min(limit, capacity - out)
+            limit = engine_room(BATCH, uring, emu, capacity)
             n = 0
             while n < limit and qs[Q_SQ_HEAD] != tail:
                 head = qs[Q_SQ_HEAD]
