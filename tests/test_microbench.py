@@ -146,7 +146,7 @@ def test_rows_launch_suite_times_each_case(tmp_path):
         res = json.load(f)
     cases = ["torch.index_select (GPU memory)", "gids gather_rows, rows_resident_first=0",
              "gids gather_rows, rows_resident_first=1",
-             "gids gather_rows, default setting, a new index tensor and out slice each call"]
+             "gids gather_rows, rows_resident_first=auto, a new index tensor and out slice each call"]
     assert [r["case"] for r in res["rows"]] == cases * 2
     assert all(r["correct"] and r["host_us_median"] > 0 for r in res["rows"])
     # auto picks one launch for these small gathers

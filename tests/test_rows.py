@@ -1,6 +1,7 @@
 """``Runtime.gather_rows``: rows equal numpy's (rows within a page, across pages, wider than a
 page), any integer index type, outputs of numpy/torch/Numba, DLPack out, and the named errors
 before any kernel."""
+import time
 import types
 
 import numpy as np
@@ -268,8 +269,10 @@ def test_gpu_cupy_out_and_indices():
         s = cp.cuda.Stream(non_blocking=True)
         cp.cuda.get_current_stream().synchronize()    # out's fill first
         rt.gather_rows(a, rows, out=out, stream=s)
+        deadline = time.monotonic() + 120      # a gather that never finishes fails, not hangs
         while not rt.check():
-            pass
+            assert time.monotonic() < deadline, "the gather on the CuPy stream did not finish"
+            time.sleep(0.001)
         np.testing.assert_array_equal(cp.asnumpy(out), data[cp.asnumpy(rows)])
         got = cp.from_dlpack(rt.gather_rows(a, rows))
         rt.sync()

@@ -804,8 +804,8 @@ def bench_rows_launch(n_rows, width, sizes, n_calls, log):
             cases = [("torch.index_select (GPU memory)", None, memory)]
             cases += [(f"gids gather_rows, rows_resident_first={int(first)}", first, gather)
                       for first in (False, True)]
-            cases.append(("gids gather_rows, default setting, a new index tensor and out slice "
-                          "each call", "auto", gather_fresh))
+            cases.append(("gids gather_rows, rows_resident_first=auto, a new index tensor and "
+                          "out slice each call", "auto", gather_fresh))
             for name, first, call in cases:
                 out.fill_(float("nan"))
                 buffer.fill_(float("nan"))
@@ -817,7 +817,10 @@ def bench_rows_launch(n_rows, width, sizes, n_calls, log):
                     rt.sync()
                 got = buffer[:n] if call is gather_fresh else out
                 correct = bool(torch.equal(got, want))
-                auto = None if first in (None, "auto") else resident_first(n) == first
+                auto = None
+                if first not in (None, "auto"):
+                    with gids.defaults.set(rows_resident_first="auto"):
+                        auto = resident_first(n) == first
                 row = {"case": name, "rows": n, "calls": n_calls, "host_us_median": median,
                        "host_us_p90": p90, "us_per_call_with_sync": per_call,
                        "auto_picks_this": auto, "correct": correct}
