@@ -399,6 +399,8 @@ def _gnn(d):
         # "auto", which picks one launch for gathers under 2**18 rows, are the plain figure).
         variant = ", resident first (GIDS_ROWS_RESIDENT_FIRST=1)" \
             if d.get("rows_resident_first") is True else ""
+        if variant:     # the command alone would run the default, one launch
+            cmd = f"GIDS_ROWS_RESIDENT_FIRST=1 {cmd}"
         rate = {k: r["rows_per_s"] for k, r in rows.items()}
         pairs = [("gids 25%", "mmap", ">= 3x"), ("gids 25%", "zero_copy", ">= 0.8x"),
                  ("gids 100%", "memory", ">= 0.8x"), ("gids 25%", "direct", "")]
