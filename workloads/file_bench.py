@@ -33,9 +33,7 @@ Every gids row is checked against the file's bytes (``correct``). Writes ``files
 ``files.md`` into ``--out``. In the CUDA simulator sizes are tiny and the figures test the
 harness only.
 """
-import json
 import os
-import shlex
 import sys
 import tempfile
 import threading
@@ -49,6 +47,7 @@ from gids import SIMULATOR, FileStore, MemoryStore, defaults, replay
 from gids.host import (DIRECT_ALIGN, IORING_OP_READ, UringRing, ring_consume, ring_cqe,
                        ring_prep, ring_ready, ring_room, ring_submit_wait, ssd_profile,
                        synthetic_trace, uring_probe)
+from workloads.report import command_line, write_report
 
 PAGE = 4096
 ENGINES = ("io_uring", "threads")
@@ -428,18 +427,5 @@ def cmd_files(args):
         except ValueError as exc:
             sys.stderr.write(f"gids bench: error: {exc}\n")
             return 2
-    command = getattr(args, "command", None) or " ".join(
-        ["gids"] + [shlex.quote(a) for a in sys.argv[1:]])
-    result = run_files(o, command=command, progress=not args.no_progress)
-    table = format_files(result)
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "files.json"), "w") as f:
-            json.dump(result, f, indent=1)
-        with open(os.path.join(args.out, "files.md"), "w") as f:
-            f.write(table)
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        print(table, end="")
-    return 0 if all(r.get("correct") for r in result["rows"]) else 1
+    result = run_files(o, command=command_line(args), progress=not args.no_progress)
+    return write_report(args, "files", result, format_files(result))

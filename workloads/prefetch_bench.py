@@ -19,7 +19,6 @@ over their sum. ``--n-ssd 1,4`` adds rows under real-time emulation of that many
 (``--profile``), their compute calibrated to their own I/O. Every value read is checked against
 the data (a row with a wrong value is marked and the command fails).
 """
-import json
 import os
 import sys
 import time
@@ -29,6 +28,7 @@ from numba import cuda
 
 import gids
 from gids.device import now_ns
+from workloads.report import command_line, write_report
 
 MODES = ("none", "prefetch", "hold")
 DEFAULT_PROFILE = "p5800x"
@@ -205,6 +205,7 @@ def run_prefetch(o, command="gids bench prefetch", progress=True):
         if isinstance(source, str):
             os.unlink(source)
     return {"version": 1, "sweep": "prefetch", "command": command, "simulator": gids.SIMULATOR,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "config": {k: c[k] for k in ("page_size", "batch_pages", "batches", "reps",
                                          "profile", "store")},
             "target_vs_max": 1.15, "rows": rows}
@@ -255,17 +256,5 @@ def cmd_prefetch(args):
         sys.stderr.write(f"gids bench: error: --profile must be one of "
                          f"{', '.join(gids.ssd_profiles())}\n")
         return 2
-    result = run_prefetch(o, command=getattr(args, "command", None) or "gids bench prefetch",
-                          progress=not args.no_progress)
-    table = format_prefetch(result)
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "prefetch.json"), "w") as f:
-            json.dump(result, f, indent=1)
-        with open(os.path.join(args.out, "prefetch.md"), "w") as f:
-            f.write(table)
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        print(table, end="")
-    return 0 if all(r["correct"] for r in result["rows"]) else 1
+    result = run_prefetch(o, command=command_line(args), progress=not args.no_progress)
+    return write_report(args, "prefetch", result, format_prefetch(result))
