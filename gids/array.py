@@ -52,6 +52,11 @@ class StorageArray:
         return len(self.shape)
 
     @property
+    def elem_shift(self):
+        """log2 of the array's elements per page."""
+        return (self.runtime.page_size // self.dtype.itemsize).bit_length() - 1
+
+    @property
     def handle(self):
         """The device-side handle (an :class:`ArrayHandle`) to pass to kernels.
 
@@ -74,7 +79,7 @@ class StorageArray:
         fields.update(
             zero=self._zero,
             n_elems=self.size,
-            elem_shift=(rt.page_size // self.dtype.itemsize).bit_length() - 1,
+            elem_shift=self.elem_shift,
             array_id=self.array_id,
             page_base=self.page_base,
             writable=int(self.writable),

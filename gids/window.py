@@ -21,9 +21,6 @@ from gids.errors import HoldLimitError, IndexOutOfRangeError, NotHeldError
 from gids.interop import is_cuda_array, numba_stream, stream_handle
 from kernels.platform import SIMULATOR, WARP_SIZE
 
-THREADS = 32 if SIMULATOR else 256
-MAX_BLOCKS = 2 if SIMULATOR else 4096
-
 
 def side_stream():
     """A new CUDA stream that does not wait for the legacy default stream (``cudaStream
@@ -36,15 +33,6 @@ def side_stream():
     flags = drv.binding.CUstream_flags.CU_STREAM_NON_BLOCKING.value
     handle = drv.driver.cuStreamCreate(flags)
     return drv.Stream(handle, finalizer=drv._stream_finalizer(ctx.deallocations, handle))
-
-
-def _elem_shift(rt, array):
-    """log2 of the array's elements per page."""
-    return (rt.page_size // array.dtype.itemsize).bit_length() - 1
-
-
-def _grid(n):
-    return max(1, min(-(-n // THREADS), MAX_BLOCKS)), THREADS
 
 
 class Hold:
@@ -122,7 +110,7 @@ class Window:
         if pages.size:
             s = self._launch_stream(stream)
             d_pages = rt._to_device(pages)
-            blocks, threads = _grid(pages.size)
+            blocks, threads = self.rt._grid(pages.size)
             hold_kernel[blocks, threads, s](array.handle, d_pages, slots)
             self._note(s, (d_pages,))
         for g in gpages:
@@ -139,7 +127,7 @@ class Window:
         if hold.pages.size:
             s = self._launch_stream(hold._stream)
             d_pages = self.rt._to_device(hold.pages)
-            blocks, threads = _grid(hold.pages.size)
+            blocks, threads = self.rt._grid(hold.pages.size)
             release_kernel[blocks, threads, s](hold.array.handle, d_pages, hold._slots)
             self._note(s, (d_pages, hold._slots))
         self._forget(hold)
@@ -167,11 +155,11 @@ class Window:
         if is_cuda_array(indices):
             elems = rt._device_indices(array, indices)   # pages found in the kernel
         else:
-            elems = rt._to_device(self._pages(array, indices) << _elem_shift(self.rt, array))
+            elems = rt._to_device(self._pages(array, indices) << array.elem_shift)
         if elems.size == 0:
             return
         s = self._launch_stream(stream)
-        blocks, threads = _grid(elems.size)
+        blocks, threads = self.rt._grid(elems.size)
         prefetch_kernel[blocks, threads, s](array.handle, elems)
         self._note(s, (elems,))
 
@@ -187,7 +175,7 @@ class Window:
         else:
             self.rt._device_indices(array, indices)   # the checks (and their messages)
             indices = np.asarray(indices).reshape(-1)
-        return np.unique(indices.astype(np.int64) >> _elem_shift(self.rt, array))
+        return np.unique(indices.astype(np.int64) >> array.elem_shift)
 
     def _launch_stream(self, stream):
         handle, _ = stream_handle(stream)
