@@ -1241,8 +1241,7 @@ class Runtime:
                      tier_hits=int(counts[L.STAT_TIER_HITS]),
                      tier_direct=int(counts[L.STAT_TIER_DIRECT]),
                      tier_fills=int(counts[L.STAT_TIER_FILLS]) + self.host_tier.fills,
-                     tier_evictions=(int(counts[L.STAT_TIER_EVICTIONS])
-                                     + self.host_tier.evictions),
+                     tier_evictions=self.host_tier.evictions,
                      prefetched=int(counts[L.STAT_PREFETCHED]),
                      held_pages=int(counts[L.STAT_HELD_PAGES]),
                      files=self._file_stats(), engine=self._io.server.engine,

@@ -174,18 +174,16 @@ STAT_CLAIM_NS = 11
 STAT_EARLY_COPIES = 12
 # The host tier (gids.host_tier): misses whose page a loader copied from the tier into its slot
 # (no request), page lookups answered by reading the element straight from the tier (direct
-# mode, no slot taken), pages put in the tier and pages dropped from it. Fills and evictions
-# are made by the host (static fill, clear, a write-back that made the tier's copy stale) and
-# counted there; these words stay 0 until a kernel fills the tier itself.
+# mode, no slot taken), and pages a kernel's victim fill put in the tier. The host counts its
+# own fills (static fill) and every eviction from the tier (clear, clock, a write-back that made
+# the tier's copy stale): no kernel evicts from it.
 STAT_TIER_HITS = 13
 STAT_TIER_DIRECT = 14
 STAT_TIER_FILLS = 15
-STAT_TIER_EVICTIONS = 16
 # Window hints (gids/window.py): pages named by Runtime.prefetch, pages pinned by Runtime.hold.
-# (Indices 19-21 are unused.)
-STAT_PREFETCHED = 17
-STAT_HELD_PAGES = 18
-N_STATS = 22
+STAT_PREFETCHED = 16
+STAT_HELD_PAGES = 17
+N_STATS = 18
 N_STAT_SHARDS = 64
 
 # --- Store table (one row per open array; read by the daemon) --------------------------------

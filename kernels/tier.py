@@ -33,15 +33,17 @@ from numba import cuda
 from kernels import layout as L
 from kernels.cache import copy_in_bulk, drop_references, warp_copy_out, warp_copy_page
 from kernels.platform import BULK_COPY_LANES
-from kernels.sync import atomic_add, atomic_exch, ld_relaxed_gpu, red_add
+from kernels.sync import atomic_add, atomic_exch, ld_acquire_gpu, ld_relaxed_gpu, red_add
 from kernels.warp import ballot_sync, lowest_lane, popc, shfl_sync, syncwarp
 
 
 @cuda.jit(device=True)
 def tier_slot_of(h, gpage):
     """The tier slot holding global page ``gpage``, or ``TIER_NO_SLOT``. Coherent (L2): a
-    write-back in another SM may just have dropped the page (:func:`forget_tier_page`)."""
-    return ld_relaxed_gpu(h.tier_slot, gpage)
+    write-back in another SM may just have dropped the page (:func:`forget_tier_page`); an
+    acquire, so that a slot a victim fill in another SM just published is read after its bytes
+    (the copies from the tier are weak loads)."""
+    return ld_acquire_gpu(h.tier_slot, gpage)
 
 
 @cuda.jit(device=True)
