@@ -55,3 +55,16 @@ def host_view(mapped):
     if inner is not None:
         return inner
     return np.asarray(mapped).view(type=np.ndarray)
+
+
+def mapped_view(mapped, dtype):
+    """A mapped 1-D array seen as ``dtype`` by kernels. ``MappedNDArray.view`` fails on a GPU when
+    the item size changes (it lacks ``is_c_contiguous``), so the device view is built from the
+    same memory directly."""
+    import numpy as np
+    dtype = np.dtype(dtype)
+    if dtype == mapped.dtype or getattr(mapped, "_ary", None) is not None:
+        return mapped.view(dtype)
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    n = mapped.nbytes // dtype.itemsize
+    return DeviceNDArray((n,), (dtype.itemsize,), dtype, gpu_data=mapped.gpu_data)

@@ -24,7 +24,7 @@ import numpy as np
 from numba import cuda
 
 from gids import layout as L
-from gids._platform import host_view
+from gids._platform import host_view, mapped_view
 from gids.errors import ConfigError, HostTierFullError
 
 MODES = ("copy", "direct")
@@ -114,7 +114,7 @@ class HostTier:
         mode = self._modes.get(array.array_id, L.TIER_COPY) if self.enabled else L.TIER_NONE
         victims = int(self.victims and not array.writable
                       and id(array.store) not in self._rt._written)
-        return {"tier_slot": self._table, "tier": self._memory.view(array.dtype),
+        return {"tier_slot": self._table, "tier": mapped_view(self._memory, array.dtype),
                 "tier_words": self._memory, "tier_mode": mode, "tier_ref": self._ref,
                 "tier_free": self._free_list, "tier_free_top": self._free_top,
                 "tier_victims": victims}
