@@ -1,12 +1,14 @@
 """Window hints from the host: Runtime.hold / release / prefetch (gids/window.py), against numpy."""
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from numba import cuda
 
 import gids
+from gids.staging import Staging
+from gids.window import distinct_pages
 from tests.helpers import random_file
 
 PAGE = 512
@@ -123,6 +125,96 @@ def test_hold_fraction_setting(data):
         with pytest.raises(gids.HoldLimitError):
             rt.hold(a, np.arange(5) * ELEMS)
         rt.hold(a, np.arange(4) * ELEMS).release()
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.integers(0, 2**40), max_size=200), shift=st.integers(0, 9),
+       shuffle=st.booleans())
+def test_distinct_pages_is_numpys_unique(values, shift, shuffle):
+    elems = np.array(values, dtype=np.int64)
+    if not shuffle:
+        elems.sort()
+    keep = elems.copy()
+    got = distinct_pages(elems, shift)
+    np.testing.assert_array_equal(got, np.unique(keep >> shift))
+    np.testing.assert_array_equal(elems, keep)           # the caller's indices untouched
+
+
+def test_holds_of_two_arrays_counted_per_page(data, tmp_path):
+    """Holds over two arrays (global pages differ by the second's page base), overlapping, in
+    any release order: held_pages and the limit against a model of distinct (array, page)."""
+    path, ref = data
+    other = random_file(tmp_path / "e.bin", 40 * PAGE, seed=7).view(np.int64)
+    rng = np.random.default_rng()
+    with gids.Runtime(cache_pages=64, page_size=PAGE) as rt:
+        arrays = [rt.open_array(path, np.int64), rt.open_array(tmp_path / "e.bin", np.int64)]
+        limit = rt._window.hold_limit
+        holds = []                       # (Hold, set of (array number, page))
+        for _ in range(40):
+            if holds and rng.random() < 0.4:
+                hold, _ = holds.pop(rng.integers(len(holds)))
+                hold.release()
+            else:
+                which = int(rng.integers(2))
+                a = arrays[which]
+                pages = rng.integers(0, a.n_pages, rng.integers(1, 12))
+                idx = rng.permutation(pages * ELEMS + rng.integers(0, ELEMS, pages.size))
+                want = {(which, int(p)) for p in pages}
+                held = set().union(*(w for _, w in holds))
+                if len(held | want) > limit:
+                    with pytest.raises(gids.HoldLimitError):
+                        rt.hold(a, idx)
+                else:
+                    hold = rt.hold(a, idx)
+                    assert hold.n_pages == len(want)
+                    holds.append((hold, want))
+            assert rt.held_pages == len(set().union(*(w for _, w in holds)) if holds else set())
+        for which, a, values in ((0, arrays[0], ref), (1, arrays[1], other)):
+            pages = sorted(p for _, w in holds for (n, p) in w if n == which)
+            if pages:
+                idx = np.array(pages) * ELEMS + 1
+                before = rt.stats()
+                np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), values[idx])
+                assert (rt.stats() - before).misses == 0
+        for hold, _ in holds:
+            hold.release()
+        assert rt.held_pages == 0
+        assert not (rt._page_state.copy_to_host() & gids.layout.PAGE_REF_MASK).any()
+
+
+def test_staging_buffers_are_reused():
+    """A buffer given back is taken again (no allocation per call), the smallest that fits;
+    its upload lands where asked."""
+    pool = Staging()
+    s = cuda.stream()
+    first = pool.take(100)
+    assert first.size == 1024
+    values = np.random.default_rng().integers(-2**62, 2**62, 100)
+    view = first.upload(values, s, at=7)
+    np.testing.assert_array_equal(view.copy_to_host(), values)
+    np.testing.assert_array_equal(first.device.copy_to_host()[7:107], values)
+    pool.give_back(first, s)
+    s.synchronize()
+    big = pool.take(3000)
+    assert big is not first and big.size == 4096
+    pool.give_back(big, s)
+    s.synchronize()
+    assert pool.take(1000) is first and pool.take(1000) is big
+
+
+def test_hold_and_prefetch_reuse_their_buffers(data):
+    path, _ = data
+    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        made = []
+        take = rt._window._staging.take
+        rt._window._staging.take = lambda n: made.append(take(n)) or made[-1]
+        for k in range(6):
+            with rt.hold(a, np.arange(k, k + 4) * ELEMS):
+                rt.prefetch(a, np.arange(20 + k, 24 + k) * ELEMS)
+            rt.sync()
+        assert len({id(b) for b in made}) <= 3
+        assert rt.stats().prefetched == 6 * 4 and rt.stats().held_pages == 6 * 4
 
 
 @pytest.mark.gpu

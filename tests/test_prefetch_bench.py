@@ -15,6 +15,8 @@ def test_every_loop_runs_and_checks_its_values(capsys, tmp_path):
     assert all(r["correct"] for r in out["rows"])
     rows = {r["mode"]: r for r in out["rows"]}
     assert rows["prefetch"]["prefetched"] == 3 * 4 and rows["hold"]["held_pages"] == 3 * 4
+    assert rows["none"]["host_calls_ms"] == 0
+    assert rows["prefetch"]["host_calls_ms"] > 0 and rows["hold"]["host_calls_ms"] > 0
     assert (tmp_path / "prefetch.json").exists() and (tmp_path / "prefetch.md").exists()
 
 
