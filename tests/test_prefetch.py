@@ -242,6 +242,64 @@ def test_gpu_hold_and_prefetch_then_hit(tmp_path):
         assert not (state & (gids.layout.PAGE_BUSY | gids.layout.PAGE_REF_MASK)).any()
 
 
+@pytest.mark.gpu
+def test_gpu_stream_ordered_window_loop(tmp_path):
+    """The bench's loop with no wait on the host: batch k + 1 held (or prefetched) on a side
+    stream after an event for batch k - 1's read, whose hold is released there first; reads on
+    another stream. Every value right, every pin given back."""
+    raw = random_file(tmp_path / "d.bin", 8 << 20, seed=np.random.SeedSequence().entropy % 2**32)
+    ref = raw.view(np.int64)
+    elems, batch = 4096 // 8, 128
+    rng = np.random.default_rng()
+    with gids.Runtime(cache_pages=4 * batch, page_size=4096) as rt:
+        a = rt.open_array(tmp_path / "d.bin", np.int64)
+        n_batches = a.n_pages // batch - 1
+        pages = rng.permutation(a.n_pages)[:(n_batches + 1) * batch].reshape(-1, batch)
+        idx = [np.sort(p * elems + rng.integers(0, elems, batch)) for p in pages]
+        main, side = gids.side_stream(), gids.side_stream()
+        outs = [cuda.device_array(batch, dtype=np.int64) for _ in idx]
+        d_idx = [cuda.to_device(i) for i in idx]
+        loaded = [cuda.event(timing=False) for _ in idx]
+        read = [cuda.event(timing=False) for _ in idx]
+        for mode in ("hold", "prefetch"):
+            rt.invalidate()
+            holds = {}
+
+            def ahead(k, mode=mode, holds=holds):
+                if mode == "hold":
+                    holds[k] = rt.hold(a, idx[k], stream=side)
+                else:
+                    rt.prefetch(a, idx[k], stream=side)
+                loaded[k].record(side)
+
+            ahead(0)
+            for k in range(n_batches):
+                if k:
+                    read[k - 1].wait(side)
+                    if mode == "hold":
+                        holds.pop(k - 1).release()
+                ahead(k + 1)
+                loaded[k].wait(main)
+                _read_kernel[(batch + 127) // 128, 128, main](a.handle, d_idx[k], outs[k])
+                read[k].record(main)
+            main.synchronize()
+            for hold in holds.values():
+                hold.release()
+            rt.sync()
+            for k in range(n_batches):
+                np.testing.assert_array_equal(outs[k].copy_to_host(), ref[idx[k]])
+            assert rt.held_pages == 0
+            state = rt._page_state.copy_to_host()[:a.n_pages]
+            assert not (state & gids.layout.PAGE_REF_MASK).any()
+
+
+@gids.jit
+def _read_kernel(h, idx, out):
+    k = cuda.grid(1)
+    if k < idx.size:
+        out[k] = gids.read(h, idx[k])
+
+
 # --- a state machine: holds, prefetches, reads, writes, invalidate, flush,
 # against a numpy model of the file and a model of what is held --------------------------------
 
