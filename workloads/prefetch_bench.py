@@ -15,9 +15,10 @@ Runtime:
   side stream after an event wait for batch k - 1's read, just before batch k + 1's hold (a
   release is a launch on the hold's stream: no wait on the host anywhere in the loop).
 
-The host never waits inside the loop: it queues launches and event waits, and only the last
-batch is waited for. The events are made before the clock starts, and so is the first
-batch's prefetch or hold (the pipeline's fill): the figure is the loop's steady state.
+The host queues launches and event waits, and waits for nothing but batch k - 2's end before
+it issues batch k (a loader's bounded queue: the GPU always has the next batch queued). The
+events are made before the clock starts, and so is the first batch's prefetch or hold (the
+pipeline's fill): the figure is the loop's steady state.
 Columns: per batch (ms), I/O and compute per batch, per batch over max(I/O, compute) and over
 their sum, and the host's time per batch inside the ``prefetch``, ``hold`` and ``release``
 calls (``host_calls_ms``: where it nears the per batch time, the loop waits for the host, not
@@ -37,6 +38,8 @@ from gids.device import now_ns
 from workloads.report import command_line, write_report
 
 MODES = ("none", "prefetch", "hold")
+#: Batches the host issues ahead of the GPU at most.
+AHEAD = 2
 DEFAULT_PROFILE = "p5800x"
 
 
@@ -130,6 +133,10 @@ def _run_loop(rt, a, batches, mode, compute_ns):
     in_calls = 0.0
     start = time.perf_counter()
     for k in range(len(batches) - 1):
+        if k >= AHEAD:
+            # As a loader's bounded queue: the host issues batch k once batch k - AHEAD has
+            # run, which keeps the GPU's queue full and the staging pool at its steady size.
+            finished[k - AHEAD].synchronize()
         if mode != "none":
             # Batch k + 1 loads while batch k computes, not earlier: more batches ahead than
             # the cache holds would evict each other. Side waits for batch k - 1's read (no
