@@ -814,9 +814,14 @@ class Runtime:
             if d_idx.dtype != np.int64 or d_idx.ndim != 1:
                 raise ConfigError("gids: device indices must be a 1-D int64 array")
             return d_idx
+        return self._to_device(self._host_indices(array, indices))
+
+    @staticmethod
+    def _host_indices(array, indices):
+        """Host indices as a 1-D int64 numpy array, range-checked."""
         host_idx = np.asarray(indices).reshape(-1)
         if host_idx.size == 0:   # np.asarray([]) is float64: no index, nothing to check
-            return self._to_device(np.zeros(0, dtype=np.int64))
+            return np.zeros(0, dtype=np.int64)
         if host_idx.dtype.kind not in "iu":
             raise ConfigError(f"gids: indices must be integers, got {host_idx.dtype}")
         # Checked before the conversion to int64, which would wrap a uint64 above 2**63 - 1.
@@ -827,7 +832,7 @@ class Runtime:
             raise IndexOutOfRangeError(
                 f"gids: index {int(host_idx[first])} (position {first}) is out of range for "
                 f"an array of {array.size} elements")
-        return self._to_device(host_idx.astype(np.int64))
+        return host_idx.astype(np.int64, copy=False)
 
     @staticmethod
     def _grid(n):
