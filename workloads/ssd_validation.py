@@ -35,9 +35,12 @@ TOLERANCE = 0.15
 
 _BAM = "https://github.com/ZaidQureshi/bam/blob/master/asplosaoe/"
 _BAM_CONDITIONS = ("BaM nvm-block-bench (Qureshi et al., ASPLOS'23, artifact-evaluation log): "
-                   "262,144 GPU threads each read one {size} block at a random offset, all "
-                   "launched at once, {drives}, 128 NVMe queue pairs of depth 1024 per drive "
-                   "(at most 1023 commands each), GPU-initiated (no CPU in the I/O path)")
+                   "262,144 GPU threads each read one {size} block at a random offset "
+                   "(rand() % 2,097,152 blocks), all launched at once, {drives}, 128 NVMe "
+                   "queue pairs of depth 1024 per drive (at most 1023 commands each; a warp "
+                   "uses queue smid % 128 of the drive its turn gives it, so at most one "
+                   "queue per SM is in use), GPU-initiated (no CPU in the I/O path), timed by "
+                   "CUDA events around the one kernel launch (benchmarks/block/main.cu)")
 
 
 @dataclass(frozen=True)
