@@ -626,8 +626,9 @@ _register(SsdProfile(
 
 #: 3D XPoint media read time: Izraelevitz et al., "Basic Performance Measurements of the Intel
 #: Optane DC Persistent Memory Module" (arXiv 1903.05714, 2019) measured random loads from the
-#: same media at ~305 ns, including the module's own controller; Intel put the DIMM's idle read
-#: latency at ~350 ns against ~10 us for an Optane SSD. So a media unit is busy a few hundred ns
+#: same media at ~305 ns, including the module's own controller; Intel (architecture day, 2018,
+#: as quoted by pcper.com) put the DIMM's idle read latency at ~350 ns against ~10 us for an
+#: Optane SSD. So a media unit is busy a few hundred ns
 #: per access, and the rest of the SSD's latency is its controller, firmware and PCIe: a delay,
 #: not a unit held busy (a burst of reads then collides far less on the units).
 XPOINT_READ_US = 0.305

@@ -1,5 +1,6 @@
 """Held-out validation of the SSD profiles: published measurements that no profile parameter was
-fitted to, each replayed as a synthetic trace of its own conditions through the model.
+fitted to, each replayed as a synthetic trace of its own conditions through the model (or,
+where the measuring host went in waves, timed as those waves: :func:`wave_load`).
 
 Every profile is fitted to its data sheet (``SsdProfile.published``: QD1 latency, 4 KiB random
 IOPS, sequential bandwidth; ``SsdProfile.sources`` says which parameter each figure sets). The
@@ -97,7 +98,9 @@ T_IO_URING_BATCH = 32
 #: figure, 2.58 M IOPS per core: at QD128 the core, not the drive, is the limit (the P5800X
 #: serves more 512 B reads than that: its 512 B command rate is 5.9 M/s in the model), so
 #: 1 / 2.58 M = 387.6 ns is the core's time per command. His QD1 and QD16 figures from the
-#: same post are held out.
+#: same post are held out. Half of it is taken as spent submitting a read and half reaping it
+#: (``submit_share``): an assumption, no figure splits a polled read's CPU time; the QD16 rows
+#: come out the same for any share up to one half.
 IO_URING_POLLED = HostPath(
     name="io_uring-polled", description="Linux io_uring, polled I/O, one core (t/io_uring)",
     command_ns=1e9 / 2.58e6, batch=T_IO_URING_BATCH,
