@@ -88,6 +88,8 @@ def test_the_table_reports_each_row_against_the_model():
     within = sum(abs(r["error"]) <= TOLERANCE for r in rows)
     assert f"within 15 %: {within} of {len(rows)} rows (" in text
     assert "host path:" in text and "host paths fitted to" in text
+    waves = [r for r in rows if r["waves"]]
+    assert waves and all(f"QD{r['queue_depth']} waves" in text for r in waves)
 
 
 def test_the_command_line_writes_the_rows_as_json(tmp_path, capsys):

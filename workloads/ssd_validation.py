@@ -337,6 +337,7 @@ def validate(names) -> list[dict]:
         value, bound = model_value(row)
         error = value / row.value - 1
         results.append(dict(asdict(row), model=value, error=error, bound=bound,
+                            waves=in_waves(row),
                             like_for_like=row.host.command_ns is not None,
                             within=abs(error) <= TOLERANCE))
     return results
@@ -357,6 +358,8 @@ def format_table(names, results) -> str:
                 f"QD{r['queue_depth']}")
         if r["pattern"] == "sequential":
             load += " seq"
+        if r["waves"]:
+            load += " waves"
         flag = "" if r["within"] else "  (outside 15 %)"
         lines.append(f"{r['profile']:<10} {r['n_ssd']:>6} {r['nbytes']:>6} {load:>16} "
                      f"{r['metric']:<15} {_format_value(r['metric'], r['model']):>10} "
