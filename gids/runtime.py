@@ -1086,7 +1086,7 @@ class Runtime:
         return StorageIOError(f"gids: cannot write page {page} (bytes {start}-{start + n - 1}) "
                               f"of {name}: {reason}", path=path, page=page)
 
-    def sync(self):
+    def sync(self, timeout=None):
         """Wait for the kernels launched so far; raise the first error one of their threads met.
 
         After an error the Runtime writes back the dirty pages it can (from the host, not
@@ -1094,15 +1094,29 @@ class Runtime:
         its store refuses then is dropped, and the raised exception has a note naming it.
         Ctrl-C while waiting stops the kernels (every waiting thread gives up within a few
         polls), recovers the same way and re-raises KeyboardInterrupt.
+
+        Every wait inside the kernels is bounded (the Runtime's ``timeout``); the kernels' own
+        work is not. ``timeout`` (seconds) bounds this wait as a whole: kernels still running
+        then are stopped as Ctrl-C stops them and :class:`~gids.errors.GidsTimeoutError` is
+        raised, the Runtime reset.
         """
         self._check_open()
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout >= 0):
+            raise ConfigError(f"gids: sync's timeout must be a number of seconds >= 0 or None, "
+                              f"got {timeout!r}")
         try:
-            self._kernels.wait()
+            finished = self._kernels.wait(timeout)
         except KeyboardInterrupt:
-            self.abort()
-            self._kernels.wait()   # bounded: every wait in the kernels now gives up
+            self._stop_kernels("Ctrl-C")
             self._recover()
             raise
+        if not finished:
+            self._stop_kernels(f"sync(timeout={timeout})")
+            exc = GidsTimeoutError(f"gids: the kernels did not finish within sync's timeout of "
+                                   f"{timeout} s; they were stopped (Runtime.abort) and the "
+                                   "Runtime reset", what="sync")
+            self._recover(exc)
+            raise exc
         self._io.drain_trace()
         err = self._err.copy_to_host(self._err_host)
         aborted = bool(self._abort_host[0])
@@ -1120,6 +1134,18 @@ class Runtime:
             exc = daemon_error or self._error_from_record(err)
         self._recover(exc)
         raise exc
+
+    def _stop_kernels(self, why):
+        """Abort the running kernels and wait for them: every wait in them gives up within the
+        Runtime's timeout, so this wait has that bound too (a kernel that loops without
+        waiting on gids would not stop: named, not waited for forever)."""
+        self.abort()
+        bound = self.timeout + 5.0
+        if not self._kernels.wait(bound):
+            raise GidsTimeoutError(f"gids: after {why} the kernels were aborted but still ran "
+                                   f"{bound:.0f} s later: a kernel loops without waiting on "
+                                   "gids; the Runtime cannot be reset while it runs",
+                                   what="abort")
 
     def abort(self):
         """Ask every thread of the running kernels to stop waiting (callable from any thread).

@@ -26,17 +26,22 @@ def wait_nap(waited):
     return min(WAIT_NAP_S, WAIT_NAP_FRACTION * waited)
 
 
-def poll_until(done, clock=time.perf_counter, sleep=time.sleep):
-    """Call ``done()`` until it is true, sleeping :func:`wait_nap` between calls.
+def poll_until(done, clock=time.perf_counter, sleep=time.sleep, timeout=None):
+    """Call ``done()`` until it is true, sleeping :func:`wait_nap` between calls; give up after
+    ``timeout`` seconds (None: no limit). Returns whether ``done()`` became true.
 
     A Python loop, so Ctrl-C is raised between polls and other threads get the GIL. A nap of 0
     calls no ``sleep`` at all: ``time.sleep(0)`` still sleeps the OS's timer slack.
     """
     start = clock()
     while not done():
-        nap = wait_nap(clock() - start)
+        waited = clock() - start
+        if timeout is not None and waited >= timeout:
+            return False
+        nap = wait_nap(waited)
         if nap > 0:
-            sleep(nap)
+            sleep(nap if timeout is None else min(nap, max(0.0, timeout - waited)))
+    return True
 
 
 def event_done(event):
@@ -93,14 +98,18 @@ class KernelWaiter:
         """Whether every noted launch has ended (a query, no wait)."""
         return all(event_done(e) for e, _ in self._on_streams)
 
-    def wait(self):
+    def wait(self, timeout=None):
+        """Wait for the kernels queued so far, at most ``timeout`` seconds (None: no limit).
+        Returns whether they all ended."""
         if SIMULATOR:
-            return   # the simulator runs a kernel to its end inside the launch
+            return True   # the simulator runs a kernel to its end inside the launch
         from numba import cuda
+        deadline = None if timeout is None else time.perf_counter() + timeout
         with self._lock:
             noted = list(self._on_streams)
         for event, _ in noted:
-            poll_until(lambda: event_done(event))
+            if not poll_until(lambda e=event: event_done(e), timeout=_left(deadline)):
+                return False
         with self._lock:
             # What :meth:`record` took back meanwhile is not given back twice.
             waited = {id(entry) for entry in noted}
@@ -111,4 +120,9 @@ class KernelWaiter:
             self._event = cuda.event(timing=False)   # no timestamps: lighter to record and query
         done = self._event
         done.record()
-        poll_until(lambda: event_done(done))
+        return poll_until(lambda: event_done(done), timeout=_left(deadline))
+
+
+def _left(deadline):
+    """Seconds to ``deadline`` (a perf_counter time; None: no limit), at least 0."""
+    return None if deadline is None else max(0.0, deadline - time.perf_counter())

@@ -288,6 +288,61 @@ def test_sync_wait_polls_back_to_back_then_naps_briefly():
     assert now[0] - 0.0201 <= R.WAIT_NAP_S + 1e-5        # seen done within one nap
 
 
+def test_poll_until_gives_up_at_its_timeout():
+    """A bounded poll returns False at its timeout (never sleeping past it), True once done."""
+    from gids import waiting as R
+    now = [0.0]
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        now[0] += s
+
+    def never():
+        now[0] += 1e-5
+        return False
+
+    assert R.poll_until(never, clock=lambda: now[0], sleep=sleep, timeout=0.01) is False
+    assert 0.01 <= now[0] <= 0.01 + 2e-5 and max(slept) <= R.WAIT_NAP_S
+    assert R.poll_until(lambda: True, clock=lambda: now[0], sleep=sleep, timeout=0.0) is True
+
+
+def test_sync_timeout_stops_the_kernels_and_resets(tmp_path, monkeypatch):
+    """``sync(timeout=)``: kernels not done in time are aborted, waited for within the Runtime's
+    own bound, and GidsTimeoutError names the wait; the Runtime is usable after. A bad timeout
+    is refused before any wait."""
+    data = np.arange(4096, dtype=np.int64)
+    with gids.Runtime(cache_bytes=8 * 4096) as rt:
+        a = rt.open_array(data)
+        with pytest.raises(gids.errors.ConfigError, match="timeout"):
+            rt.sync(timeout=-1)
+        answers = [False, True]     # still running at the deadline; ended once aborted
+        seen = []
+
+        def wait(timeout=None):
+            seen.append(timeout)
+            return answers.pop(0) if answers else True
+
+        monkeypatch.setattr(rt._kernels, "wait", wait)
+        with pytest.raises(gids.errors.GidsTimeoutError, match="within sync's timeout") as info:
+            rt.sync(timeout=0.5)
+        assert info.value.what == "sync" and seen[:2] == [0.5, rt.timeout + 5.0]
+        monkeypatch.undo()
+        assert np.array_equal(rt.gather(a, np.arange(100)).copy_to_host(), data[:100])
+
+
+def test_sync_timeout_names_kernels_that_ignore_the_abort(monkeypatch):
+    """A kernel still running after the abort's bound is named, not waited for forever."""
+    with gids.Runtime(cache_bytes=8 * 4096) as rt:
+        monkeypatch.setattr(rt._kernels, "wait", lambda timeout=None: False)
+        with pytest.raises(gids.errors.GidsTimeoutError, match="loops without waiting") as info:
+            rt.sync(timeout=0.1)
+        assert info.value.what == "abort"
+        monkeypatch.undo()
+        with pytest.raises(gids.errors.AbortedError):   # once they end: the abort, then reset
+            rt.sync()
+
+
 def test_event_done_asks_the_driver_without_an_exception_per_poll(monkeypatch):
     """The poll calls cuEventQuery itself: numba-cuda's ``Event.query`` raises (and logs at ERROR
     level) a CudaAPIError for every not-ready answer. Other errors go through ``query``."""
