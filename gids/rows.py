@@ -17,8 +17,16 @@ import numpy as np
 
 from gids import defaults
 from gids.errors import ConfigError, IndexOutOfRangeError
-from gids.interop import (DeviceArray, as_host, as_numba, current_device_id, device_of,
-                          is_cuda_array, numba_stream, stream_handle)
+from gids.interop import (
+    DeviceArray,
+    as_host,
+    as_numba,
+    current_device_id,
+    device_of,
+    is_cuda_array,
+    numba_stream,
+    stream_handle,
+)
 from kernels.platform import SIMULATOR
 
 #: Threads per block of the launch; blocks: enough warps for the rows, at most this many.
@@ -121,9 +129,11 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     blocks = max(1, min(-(-d_rows.size // (warps * ROWS_PER_WARP)), MAX_BLOCKS, pin_cap))
     s = numba_stream(handle, device)
     args = (array.handle, d_rows, np.int64(width), target)
-    # What the launch reads that the caller may drop: the row indices copied here, and the
+    # What the launch reads or writes that the caller may drop: the row indices copied here,
+    # the output made here (a caller that drops the returned array frees it while the kernel
+    # writes it: a stream-ordered or pooled allocator hands the memory on at once), and the
     # caller's arrays (their views do not hold them).
-    keep = (d_rows, rows, out)
+    keep = (d_rows, target, rows, out)
     if resident_first(d_rows.size):
         # The resident rows first, without a miss path; then the rows it set aside.
         aside, n_aside = _aside_list(rt, d_rows.size, (device, handle), s)
@@ -181,6 +191,7 @@ def note_launch(rt, stream, keep=()):
 def check(rt):
     """See :meth:`gids.Runtime.check`."""
     from numba import cuda
+
     from gids.waiting import event_done
     rt._check_open()
     if not SIMULATOR:
@@ -192,4 +203,4 @@ def check(rt):
     return True
 
 
-__all__ = ["gather_rows", "check", "note_launch", "output_array"]
+__all__ = ["check", "gather_rows", "note_launch", "output_array"]

@@ -112,7 +112,8 @@ class Window:
             d_pages = rt._to_device(pages)
             blocks, threads = self.rt._grid(pages.size)
             hold_kernel[blocks, threads, s](array.handle, d_pages, slots)
-            self._note(s, (d_pages,))
+            # The pins' list too: the kernel writes it, and a Hold dropped unreleased frees it.
+            self._note(s, (d_pages, slots))
         for g in gpages:
             self._held[g] = self._held.get(g, 0) + 1
         self._holds.append(hold)
