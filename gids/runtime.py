@@ -479,8 +479,15 @@ class Runtime:
             raise ConfigError("gids: this Runtime is closed")
 
     @staticmethod
-    def _to_device(host_array):
-        return cuda.to_device(host_array)
+    def _to_device(host_array, stream=0):
+        """A device copy of ``host_array``; on ``stream`` (a Numba stream) for a launch there.
+
+        Why the stream: a copy from pageable memory without one returns once the bytes are
+        staged, before they reach the device, and only the legacy default stream and the
+        streams that wait for it are ordered after it: a kernel on a non-blocking stream (CuPy's
+        ``non_blocking=True``, torch's, :func:`gids.window.side_stream`) could read the array
+        before it is there. On the launch's stream it is ordered before the launch."""
+        return cuda.to_device(host_array, stream=stream)
 
     # ----------------------------------------------------------------- arrays
     def open_array(self, source, dtype=None, shape=None, offset=0, *, mode="r", storage="file",
@@ -814,9 +821,14 @@ class Runtime:
             if d_idx.dtype != np.int64 or d_idx.ndim != 1:
                 raise ConfigError("gids: device indices must be a 1-D int64 array")
             return d_idx
+        return self._to_device(self._host_indices(array, indices))
+
+    @staticmethod
+    def _host_indices(array, indices):
+        """Host indices as a 1-D int64 numpy array, range-checked."""
         host_idx = np.asarray(indices).reshape(-1)
         if host_idx.size == 0:   # np.asarray([]) is float64: no index, nothing to check
-            return self._to_device(np.zeros(0, dtype=np.int64))
+            return np.zeros(0, dtype=np.int64)
         if host_idx.dtype.kind not in "iu":
             raise ConfigError(f"gids: indices must be integers, got {host_idx.dtype}")
         # Checked before the conversion to int64, which would wrap a uint64 above 2**63 - 1.
@@ -827,7 +839,7 @@ class Runtime:
             raise IndexOutOfRangeError(
                 f"gids: index {int(host_idx[first])} (position {first}) is out of range for "
                 f"an array of {array.size} elements")
-        return self._to_device(host_idx.astype(np.int64))
+        return host_idx.astype(np.int64)
 
     @staticmethod
     def _grid(n):

@@ -109,7 +109,7 @@ class Window:
         hold = Hold(self, array, pages, slots, stream)
         if pages.size:
             s = self._launch_stream(stream)
-            d_pages = rt._to_device(pages)
+            d_pages = rt._to_device(pages, s)
             blocks, threads = self.rt._grid(pages.size)
             hold_kernel[blocks, threads, s](array.handle, d_pages, slots)
             # The pins' list too: the kernel writes it, and a Hold dropped unreleased frees it.
@@ -127,7 +127,7 @@ class Window:
         self.rt._check_open()
         if hold.pages.size:
             s = self._launch_stream(hold._stream)
-            d_pages = self.rt._to_device(hold.pages)
+            d_pages = self.rt._to_device(hold.pages, s)
             blocks, threads = self.rt._grid(hold.pages.size)
             release_kernel[blocks, threads, s](hold.array.handle, d_pages, hold._slots)
             self._note(s, (d_pages, hold._slots))
@@ -153,13 +153,13 @@ class Window:
         from gids.kernels_host import prefetch_kernel
         rt = self.rt
         rt._check_array(array, "prefetch")
+        s = self._launch_stream(stream)
         if is_cuda_array(indices):
             elems = rt._device_indices(array, indices)   # pages found in the kernel
         else:
-            elems = rt._to_device(self._pages(array, indices) << array.elem_shift)
+            elems = rt._to_device(self._pages(array, indices) << array.elem_shift, s)
         if elems.size == 0:
             return
-        s = self._launch_stream(stream)
         blocks, threads = self.rt._grid(elems.size)
         prefetch_kernel[blocks, threads, s](array.handle, elems)
         self._note(s, (elems,))
@@ -174,8 +174,7 @@ class Window:
                 raise IndexOutOfRangeError(f"gids: index {int(bad)} is out of range for an "
                                            f"array of {array.size} elements")
         else:
-            self.rt._device_indices(array, indices)   # the checks (and their messages)
-            indices = np.asarray(indices).reshape(-1)
+            indices = self.rt._host_indices(array, indices)
         return np.unique(indices.astype(np.int64) >> array.elem_shift)
 
     def _launch_stream(self, stream):

@@ -63,6 +63,33 @@ def test_prefetch_loads_pages_that_later_reads_hit(data):
         assert _pages_read(rt, a, ref, more).misses == 0
 
 
+def test_host_pages_copied_on_the_launch_stream(data, monkeypatch):
+    # A hold's, a release's and a prefetch's page list goes down on their stream: copied with
+    # no stream from pageable memory, a kernel on a non-blocking stream (side_stream) could read
+    # it before it arrives.
+    from gids import window
+    path, ref = data
+    launch_stream = cuda.stream()
+    monkeypatch.setattr(window, "numba_stream", lambda handle, device=None: launch_stream)
+    copies = []
+    to_device = cuda.to_device
+
+    def spy(ary, stream=0, **kw):
+        copies.append(stream)
+        return to_device(ary, stream=stream, **kw)
+
+    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        monkeypatch.setattr(cuda, "to_device", spy)
+        rt.prefetch(a, [0, 5 * ELEMS])
+        hold = rt.hold(a, [7 * ELEMS])
+        hold.release()
+        monkeypatch.setattr(cuda, "to_device", to_device)
+        rt.sync()
+        assert copies and all(s is launch_stream for s in copies), copies
+        assert _pages_read(rt, a, ref, [0, 5, 7]).misses == 0
+
+
 def test_hold_limit_and_errors(data):
     path, ref = data
     with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:

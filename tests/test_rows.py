@@ -76,6 +76,94 @@ def test_resident_first_some_pages_resident(width):
         assert rt.stats().hits > before.hits
 
 
+@pytest.fixture
+def strict_indexing(monkeypatch):
+    """In the simulator, a negative integer index into a device array raises IndexError (numpy
+    would wrap it to the array's end, where the GPU reads or writes before the array)."""
+    if not SIMULATOR:
+        yield
+        return
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    def negative(idx):
+        parts = idx if isinstance(idx, tuple) else (idx,)
+        return any(isinstance(x, (int, np.integer)) and x < 0 for x in parts)
+
+    get, put = FakeCUDAArray.__getitem__, FakeCUDAArray.__setitem__
+
+    def getitem(self, idx):
+        if negative(idx):
+            raise IndexError(f"negative index {idx} into a device array of {self.shape}")
+        return get(self, idx)
+
+    def setitem(self, idx, value):
+        if negative(idx):
+            raise IndexError(f"negative index {idx} into a device array of {self.shape}")
+        put(self, idx, value)
+
+    monkeypatch.setattr(FakeCUDAArray, "__getitem__", getitem)
+    monkeypatch.setattr(FakeCUDAArray, "__setitem__", setitem)
+    yield
+
+
+#: Simulator-sized stand-ins of the GPU test's configurations (pages of 128 float32): a page a
+#: row with the whole array cached (two rows a warp, all hits on the second gather), a page a
+#: row with a cache of a fifth of the array (evictions while rows are pinned), and rows of 37
+#: elements, which start anywhere in a page and cross pages (one row a warp), in a small cache.
+SIM_CONFIGS = {"page_rows_whole_cache": (128, 40, 48), "page_rows_small_cache": (128, 40, 8),
+               "rows_across_pages": (37, 120, 8)}
+
+
+@pytest.mark.parametrize("resident_first", [False, True])
+@pytest.mark.parametrize("config", sorted(SIM_CONFIGS))
+def test_gpu_configs_in_small(config, resident_first, strict_indexing):
+    # A first gather whose result is dropped at once (a warm-up), then the reversed rows; every
+    # index into a device array in range, every pin given back.
+    width, n_rows, cache = SIM_CONFIGS[config]
+    rng = np.random.default_rng()
+    data = rng.standard_normal((n_rows, width)).astype(np.float32)
+    rows = rng.integers(0, n_rows, size=50)
+    with gids.defaults.set(rows_resident_first=resident_first), \
+            gids.Runtime(page_size=PAGE, cache_pages=cache, daemon_threads=1, queues=2) as rt:
+        a = rt.open_array(data)
+        rt.gather_rows(a, rows)
+        rt.sync()
+        before = rt.stats()
+        got = rt.gather_rows(a, rows[::-1].copy())
+        rt.sync()
+        np.testing.assert_array_equal(got.copy_to_host(), data[rows[::-1]])
+        if cache * PAGE >= data.nbytes:
+            assert rt.stats().misses == before.misses
+        state = rt._page_state.copy_to_host()
+        assert not (state & gids.layout.PAGE_REF_MASK).any()
+
+
+def test_host_rows_copied_on_the_launch_stream(monkeypatch):
+    # A copy from pageable memory with no stream is ordered before the legacy default stream's
+    # work only: a gather on a non-blocking stream could read its rows before they arrive.
+    from numba import cuda
+
+    from gids import rows as rows_module
+    launch_stream = cuda.stream()
+    monkeypatch.setattr(rows_module, "numba_stream", lambda handle, device=None: launch_stream)
+    copies = []
+    to_device = cuda.to_device
+
+    def spy(ary, stream=0, **kw):
+        copies.append(stream)
+        return to_device(ary, stream=stream, **kw)
+
+    monkeypatch.setattr(cuda, "to_device", spy)
+    data = np.arange(20 * 8, dtype=np.float32).reshape(20, 8)
+    with _runtime() as rt:
+        a = rt.open_array(data)
+        copies.clear()
+        got = rt.gather_rows(a, np.array([4, 19, 0]))
+        rt.sync()
+        assert copies == [launch_stream]
+        np.testing.assert_array_equal(got.copy_to_host(), data[[4, 19, 0]])
+
+
 def test_resident_first_lists_are_reused():
     from gids.rows import MAX_ASIDE_LISTS
     data = np.arange(50 * 8, dtype=np.float32).reshape(50, 8)
