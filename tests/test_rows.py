@@ -398,6 +398,46 @@ def test_gpu_resident_first_warm_and_partly_resident(resident_first):
                 assert rt.stats().misses == before.misses
 
 
+#: The configurations of test_gpu_resident_first_warm_and_partly_resident, one test each so
+#: that a failure names its own: (row width in float32, cache bytes); 8000 rows, 4 KiB pages.
+GPU_CONFIGS = {"page_rows_whole_cache": (1024, 48 << 20),
+               "page_rows_quarter_cache": (1024, 4 << 20),
+               "rows_across_pages": (300, 2 << 20)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("keep_first", [False, True])
+@pytest.mark.parametrize("config", sorted(GPU_CONFIGS))
+def test_gpu_rows_config_one_launch(config, keep_first):
+    # The one-launch gather of each configuration, its first result dropped before the sync
+    # (and Numba's pending frees flushed: memory freed under the kernel faults it) or kept.
+    import gc
+
+    from numba import cuda
+    width, cache = GPU_CONFIGS[config]
+    rng = np.random.default_rng()
+    data = rng.standard_normal((8000, width)).astype(np.float32)
+    rows = rng.integers(0, 8000, size=20000)
+    with gids.defaults.set(rows_resident_first=False), gids.Runtime(cache_bytes=cache) as rt:
+        a = rt.open_array(data)
+        first = rt.gather_rows(a, rows)
+        if not keep_first:
+            del first
+            gc.collect()
+            cuda.current_context().deallocations.clear()
+        rt.sync()
+        if keep_first:
+            np.testing.assert_array_equal(first.copy_to_host(), data[rows])
+        before = rt.stats()
+        got = rt.gather_rows(a, rows[::-1].copy())
+        rt.sync()
+        np.testing.assert_array_equal(got.copy_to_host(), data[rows[::-1]])
+        if cache > data.nbytes:
+            assert rt.stats().misses == before.misses
+        state = rt._page_state.copy_to_host()
+        assert not (state & gids.layout.PAGE_REF_MASK).any()   # every pin given back
+
+
 ROWS_PTX = '''
 import os
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
