@@ -214,6 +214,33 @@ print("ROWS_WARP32_OK")
 """
 
 
+ROWS_ONE_LAUNCH_WARP32 = """
+rng = np.random.default_rng()
+# Stand-ins of the GPU configurations (tests.test_rows.SIM_CONFIGS, a cache of at least a warp's
+# pages): page rows (two a warp) with the whole array cached and with less, rows across pages.
+for width, n_rows, cache in ((128, 40, 48), (128, 80, 32), (37, 300, 32)):
+    data = rng.standard_normal((n_rows, width)).astype(np.float32)
+    rows = rng.integers(0, n_rows, size=40)
+    with gids.defaults.set(rows_resident_first=False), \\
+            gids.Runtime(page_size=512, cache_pages=cache, queues=2, queue_depth=32, timeout=60) as rt:
+        a = rt.open_array(data)
+        rt.gather_rows(a, rows)
+        rt.sync()
+        got = rt.gather_rows(a, rows[::-1].copy())
+        rt.sync()
+        assert (got.copy_to_host() == data[rows[::-1]]).all(), width
+        state = rt._page_state.copy_to_host()
+        assert not (state & gids.layout.PAGE_REF_MASK).any()   # every pin given back
+print("ROWS_ONE_LAUNCH_OK")
+"""
+
+
+def test_one_launch_rows_in_emulated_warps():
+    # The one-launch kernel's collectives with 32-lane warps, in the GPU test's three shapes.
+    from tests.helpers import run_with_warp32
+    run_with_warp32(ROWS_ONE_LAUNCH_WARP32, "ROWS_ONE_LAUNCH_OK")
+
+
 @pytest.mark.parametrize("setting, n, two", [("auto", 5, False), ("auto", 1 << 18, True),
                                              (True, 5, True), (False, 1 << 20, False)])
 def test_resident_first_auto_by_rows(setting, n, two):
