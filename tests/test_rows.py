@@ -138,6 +138,41 @@ def test_gpu_configs_in_small(config, resident_first, strict_indexing):
         assert not (state & gids.layout.PAGE_REF_MASK).any()
 
 
+@pytest.mark.skipif(not SIMULATOR, reason="simulator: an empty array raises on any index")
+@pytest.mark.parametrize("resident_first", [False, True])
+def test_no_tier_kernels_never_touch_the_tier_fields(monkeypatch, resident_first):
+    # Without a host tier the handle's tier fields are placeholders: made empty here, any read
+    # or write of one by a kernel (rows, misses, evictions, dirty write-backs) raises.
+    from numba import cuda
+
+    from gids.host_tier import HostTier
+    fields = HostTier.handle_fields
+
+    def empty_tier(self, array):
+        got = fields(self, array)
+        assert got["tier_mode"] == gids.layout.TIER_NONE and got["tier_victims"] == 0
+        for name in ("tier_slot", "tier", "tier_words", "tier_ref", "tier_free",
+                     "tier_free_top"):
+            got[name] = cuda.to_device(np.zeros(0, dtype=got[name].dtype))
+        return got
+
+    monkeypatch.setattr(HostTier, "handle_fields", empty_tier)
+    rng = np.random.default_rng()
+    data = rng.standard_normal((40, 37)).astype(np.float32)
+    rows = rng.integers(0, 40, size=30)
+    written = rng.integers(0, 1000, size=16 * 128).astype(np.int32)
+    with gids.defaults.set(rows_resident_first=resident_first), _runtime() as rt:
+        a = rt.open_array(data)
+        got = rt.gather_rows(a, rows)
+        rt.sync()
+        np.testing.assert_array_equal(got.copy_to_host(), data[rows])
+        w = rt.open_array(np.zeros(16 * 128, dtype=np.int32), mode="r+")
+        rt.scatter(w, np.arange(written.size), written)   # 16 dirty pages, 8 slots
+        np.testing.assert_array_equal(rt.gather(w, np.arange(written.size)).copy_to_host(),
+                                      written)
+        assert rt.stats().writebacks > 0
+
+
 def test_host_rows_copied_on_the_launch_stream(monkeypatch):
     # A copy from pageable memory with no stream is ordered before the legacy default stream's
     # work only: a gather on a non-blocking stream could read its rows before they arrive.
