@@ -468,7 +468,8 @@ GPU_CONFIGS = {"page_rows_whole_cache": (1024, 48 << 20),
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("keep_first", [False, True])
+@pytest.mark.parametrize("keep_first", [pytest.param(False, id="first_dropped"),
+                                        pytest.param(True, id="first_kept")])
 @pytest.mark.parametrize("config", sorted(GPU_CONFIGS))
 def test_gpu_rows_config_one_launch(config, keep_first):
     # The one-launch gather of each configuration, its first result dropped before the sync
