@@ -3,8 +3,9 @@
 from numba import cuda
 
 from kernels import layout as L
-from kernels.access import _add_stat, pin_page, read, unpin_page, write
+from kernels.access import _count, pin_page, read, unpin_page, write
 from kernels.platform import jit
+from kernels.warp import activemask
 
 
 @jit
@@ -26,7 +27,8 @@ def scatter_kernel(h, indices, values):
 
 
 # --- window hints (gids/window.py): one thread per page, named by its first element's index
-# (prefetch also takes device element indices, whose pages it finds in the kernel).
+# (prefetch also takes device element indices, whose pages it finds in the kernel). Their
+# counters take one reduction per warp (``_count``), not one per page.
 
 @jit
 def hold_kernel(h, pages, at):
@@ -35,9 +37,9 @@ def hold_kernel(h, pages, at):
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
     for k in range(start, pages.size, stride):
-        at[k] = pin_page(h, pages[k] << h.elem_shift)
-        if at[k] >= 0:
-            _add_stat(h, L.STAT_HELD_PAGES, 1)
+        pin = pin_page(h, pages[k] << h.elem_shift)
+        at[k] = pin
+        _count(h, activemask(), L.STAT_HELD_PAGES, pin >= 0)
 
 
 @jit
@@ -58,4 +60,4 @@ def prefetch_kernel(h, elems):
         i = elems[k]
         at = pin_page(h, i)
         unpin_page(h, i, at)
-        _add_stat(h, L.STAT_PREFETCHED, 1)
+        _count(h, activemask(), L.STAT_PREFETCHED, True)

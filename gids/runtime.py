@@ -839,7 +839,7 @@ class Runtime:
             raise IndexOutOfRangeError(
                 f"gids: index {int(host_idx[first])} (position {first}) is out of range for "
                 f"an array of {array.size} elements")
-        return host_idx.astype(np.int64)
+        return host_idx.astype(np.int64, copy=False)
 
     @staticmethod
     def _grid(n):

@@ -12,6 +12,12 @@ cache full and hang it. A prefetch pins nothing past its own kernel.
 ``Runtime.invalidate`` (and recovery after a failed kernel, and ``close``) releases every hold:
 the cache is emptied under them. Releasing such a hold again raises ``NotHeldError``; leaving a
 ``with hold:`` block does not.
+
+The host's part of a call is numpy over the whole batch and no wait: the page list goes to the
+GPU by a copy queued on the call's stream from a pooled pinned buffer (:mod:`gids.staging`); a
+hold keeps that buffer (its pages, and its pins' slots) for its release. The holds of each
+page are counted in an int32 array indexed by global page (half the GPU's own page table, and
+grown only as far as the highest page held), read and written by fancy indexing.
 """
 import numpy as np
 from numba import cuda
@@ -19,6 +25,7 @@ from numba import cuda
 from gids import defaults
 from gids.errors import HoldLimitError, IndexOutOfRangeError, NotHeldError
 from gids.interop import is_cuda_array, numba_stream, stream_handle
+from gids.staging import Staging
 from kernels.platform import SIMULATOR, WARP_SIZE
 
 
@@ -42,12 +49,14 @@ class Hold:
     Runtime released it already, in ``invalidate``).
     """
 
-    def __init__(self, window, array, pages, slots, stream):
+    def __init__(self, window, array, pages, buffer, stream):
         self._window = window
         self.array = array
         self.pages = pages          # distinct page numbers of the array (host, sorted)
-        self._slots = slots         # device: each page's pin (gids.pin_page's k), -1 if none
-        self._stream = stream
+        # Device: the pages, then each page's pin (gids.pin_page's k, -1 if none); None for
+        # no page.
+        self._buffer = buffer
+        self._stream = stream       # the Numba stream of the hold's launch and its release
         self.held = True
 
     @property
@@ -76,6 +85,21 @@ class Hold:
         return f"Hold({self.n_pages} pages of {self.array.store.name}, {state})"
 
 
+def distinct_pages(elems, elem_shift):
+    """The sorted distinct pages of int64 element indices ``elems``: ``np.unique``'s answer by
+    a sort (none if sorted already) and a compare of neighbours, several times faster than
+    numpy 2's ``np.unique`` for a batch's pages."""
+    pages = elems >> elem_shift
+    if pages.size < 2:
+        return pages
+    if not (pages[1:] >= pages[:-1]).all():
+        pages.sort()
+    first = np.empty(pages.size, dtype=bool)
+    first[0] = True
+    np.not_equal(pages[1:], pages[:-1], out=first[1:])
+    return pages[first]
+
+
 class Window:
     """A Runtime's holds (``Runtime._window``)."""
 
@@ -84,12 +108,14 @@ class Window:
         slots = rt.cache_slots
         self.hold_limit = min(int(defaults.get("hold_fraction") * slots), slots - WARP_SIZE)
         self._holds = []
-        self._held = {}   # global page -> holds that hold it
+        self._counts = np.zeros(0, dtype=np.int32)   # global page -> holds that hold it
+        self._n_held = 0                              # pages whose count is not 0
+        self._staging = Staging()
 
     @property
     def held_pages(self):
         """Distinct pages held now."""
-        return len(self._held)
+        return self._n_held
 
     # ------------------------------------------------------------------ holds
     def hold(self, array, indices, stream=None):
@@ -97,25 +123,29 @@ class Window:
         rt = self.rt
         rt._check_array(array, "hold")
         pages = self._pages(array, indices)
-        gpages = (pages + array.page_base).tolist()
-        new = sum(1 for g in gpages if g not in self._held)
+        gpages = pages + array.page_base
+        if gpages.size and gpages[-1] >= self._counts.size:
+            self._grow(int(gpages[-1]) + 1)
+        counts = self._counts[gpages]
+        new = int(np.count_nonzero(counts == 0))
         if self.held_pages + new > self.hold_limit:
             raise HoldLimitError(
                 f"gids: holding {pages.size} pages ({new} not held yet) would hold "
                 f"{self.held_pages + new} of the cache's {rt.cache_slots}; at most "
                 f"{self.hold_limit} may be held (hold_fraction="
                 f"{defaults.get('hold_fraction')}): release a hold first")
-        slots = cuda.device_array(pages.size, dtype=np.int64)
-        hold = Hold(self, array, pages, slots, stream)
+        s = self._launch_stream(stream)
+        buf = None
         if pages.size:
-            s = self._launch_stream(stream)
-            d_pages = rt._to_device(pages, s)
-            blocks, threads = self.rt._grid(pages.size)
-            hold_kernel[blocks, threads, s](array.handle, d_pages, slots)
-            # The pins' list too: the kernel writes it, and a Hold dropped unreleased frees it.
-            self._note(s, (d_pages, slots))
-        for g in gpages:
-            self._held[g] = self._held.get(g, 0) + 1
+            n = pages.size
+            buf = self._staging.take(2 * n)
+            d_pages = buf.upload(pages, s)
+            blocks, threads = rt._grid(n)
+            hold_kernel[blocks, threads, s](array.handle, d_pages, buf.device[n:2 * n])
+            self._note(s)
+        self._counts[gpages] = counts + 1
+        self._n_held += new
+        hold = Hold(self, array, pages, buf, s)
         self._holds.append(hold)
         return hold
 
@@ -126,43 +156,65 @@ class Window:
                                "or by invalidate(), close() or recovery after an error)")
         self.rt._check_open()
         if hold.pages.size:
-            s = self._launch_stream(hold._stream)
-            d_pages = self.rt._to_device(hold.pages, s)
-            blocks, threads = self.rt._grid(hold.pages.size)
-            release_kernel[blocks, threads, s](hold.array.handle, d_pages, hold._slots)
-            self._note(s, (d_pages, hold._slots))
+            n = hold.pages.size
+            s, dev = hold._stream, hold._buffer.device
+            blocks, threads = self.rt._grid(n)
+            release_kernel[blocks, threads, s](hold.array.handle, dev[:n], dev[n:2 * n])
+            self._note(s)
+            self._staging.give_back(hold._buffer, s)
         self._forget(hold)
+
+    def _grow(self, n):
+        """Counts for global pages up to ``n`` (doubling; np.zeros' pages are the OS's zero
+        pages until written)."""
+        counts = np.zeros(max(n, 2 * self._counts.size), dtype=np.int32)
+        counts[:self._counts.size] = self._counts
+        self._counts = counts
 
     def _forget(self, hold):
         hold.held = False
         self._holds.remove(hold)
-        for g in (hold.pages + hold.array.page_base).tolist():
-            left = self._held[g] - 1
-            if left:
-                self._held[g] = left
-            else:
-                del self._held[g]
+        gpages = hold.pages + hold.array.page_base
+        counts = self._counts[gpages] - 1
+        self._counts[gpages] = counts
+        self._n_held -= int(np.count_nonzero(counts == 0))
 
     def drop_all(self):
-        """The cache was emptied (invalidate, recovery, close): no hold holds anything now."""
-        for hold in list(self._holds):
-            self._forget(hold)
+        """The cache was emptied (invalidate, recovery, close: after every launch has ended):
+        no hold holds anything now."""
+        for hold in self._holds:
+            hold.held = False
+            self._counts[hold.pages + hold.array.page_base] = 0
+            if hold._buffer is not None:
+                self._staging.give_back(hold._buffer)
+        self._holds = []
+        self._n_held = 0
 
     # ------------------------------------------------------------------ prefetch
     def prefetch(self, array, indices, stream=None):
         from gids.kernels_host import prefetch_kernel
         rt = self.rt
         rt._check_array(array, "prefetch")
-        s = self._launch_stream(stream)
+        buf = None
         if is_cuda_array(indices):
             elems = rt._device_indices(array, indices)   # pages found in the kernel
+            if elems.size == 0:
+                return
+            s = self._launch_stream(stream)
         else:
-            elems = rt._to_device(self._pages(array, indices) << array.elem_shift, s)
-        if elems.size == 0:
-            return
-        blocks, threads = self.rt._grid(elems.size)
+            pages = self._pages(array, indices)
+            if pages.size == 0:
+                return
+            s = self._launch_stream(stream)
+            buf = self._staging.take(pages.size)
+            elems = buf.upload(pages << array.elem_shift, s)
+        blocks, threads = rt._grid(elems.size)
         prefetch_kernel[blocks, threads, s](array.handle, elems)
-        self._note(s, (elems,))
+        if buf is None:
+            self._note(s, (elems,))     # the caller's array, kept until the launch ends
+        else:
+            self._note(s)
+            self._staging.give_back(buf, s)
 
     # ------------------------------------------------------------------ helpers
     def _pages(self, array, indices):
@@ -175,13 +227,12 @@ class Window:
                                            f"array of {array.size} elements")
         else:
             indices = self.rt._host_indices(array, indices)
-        return np.unique(indices.astype(np.int64) >> array.elem_shift)
+        return distinct_pages(indices, array.elem_shift)
 
     def _launch_stream(self, stream):
         handle, _ = stream_handle(stream)
         return numba_stream(handle)
 
-    def _note(self, s, keep):
+    def _note(self, s, keep=()):
         from gids.rows import note_launch
         note_launch(self.rt, s, keep)
-

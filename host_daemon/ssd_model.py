@@ -624,11 +624,23 @@ _register(SsdProfile(
     },
     read_levels=_TLC_READ_LEVELS))
 
+#: 3D XPoint media read time: Izraelevitz et al., "Basic Performance Measurements of the Intel
+#: Optane DC Persistent Memory Module" (arXiv 1903.05714, 2019) measured random loads from the
+#: same media at ~305 ns, including the module's own controller; Intel (architecture day, 2018,
+#: as quoted by pcper.com) put the DIMM's idle read latency at ~350 ns against ~10 us for an
+#: Optane SSD. So a media unit is busy a few hundred ns
+#: per access, and the rest of the SSD's latency is its controller, firmware and PCIe: a delay,
+#: not a unit held busy (a burst of reads then collides far less on the units).
+XPOINT_READ_US = 0.305
+_XPOINT_READ_SOURCE = ("Izraelevitz et al. 2019 (arXiv 1903.05714): random loads from Optane DC "
+                       "PMM (first-generation 3D XPoint) ~305 ns, the module's controller "
+                       "included; taken as the time a unit is busy per access")
+
 _register(SsdProfile(
     name="p5800x",
     description="Intel Optane SSD DC P5800X: PCIe 4 x4, 3D XPoint media",
-    media=XPointMedia(units=32, read_us=2.5, access_bytes=4096),
-    pcie_gen=4, pcie_lanes=4, max_read_GBps=None, iops_cap=1.5e6, ctrl_latency_us=2.43,
+    media=XPointMedia(units=32, read_us=XPOINT_READ_US, access_bytes=4096),
+    pcie_gen=4, pcie_lanes=4, max_read_GBps=None, iops_cap=1.5e6, ctrl_latency_us=4.625,
     published=PublishedFigures(
         qd1_read_latency_us=Figure(5.5, _SRC_GPU_NOTES + ": about 5-6 us (middle of the range)"),
         rand_read_iops=Figure(1.5e6, _SRC_GPU_NOTES),
@@ -636,12 +648,13 @@ _register(SsdProfile(
                              "read; not in GPU_NOTES.md")),
     sources={
         "units": "assumed: 32 independent XPoint units (Intel does not publish the layout)",
-        "read_us": "assumed split of the QD1 figure: 2.5 us media, the rest controller",
+        "read_us": _XPOINT_READ_SOURCE,
         "access_bytes": "4 KiB internal access (AnandTech P4800X review: performance needs >= 4 kB)",
         "max_read_GBps": "none: the 7.2 GB/s link is the published sequential figure",
         "iops_cap": "fitted: published 4 KiB random-read IOPS; with the sequential figure it "
                     "splits into ~98 ns per command + bytes at the 7.2 GB/s data path",
-        "ctrl_latency_us": "fitted so QD1 latency = published figure",
+        "ctrl_latency_us": "fitted so QD1 latency = published figure (what the media and the "
+                           "4 KiB transfer leave of it)",
     }))
 
 _register(SsdProfile(

@@ -87,21 +87,6 @@ def test_gather_keeps_the_output_it_made_until_its_launch_is_done(monkeypatch, r
         assert any(k is got.device_array for k in kept[-1])
 
 
-def test_hold_keeps_its_pin_list_until_its_launch_is_done(monkeypatch):
-    # The hold kernel writes each page's pin into the Hold's list: a Hold dropped before its
-    # kernel ends must not free it under the kernel.
-    from gids import rows
-    kept = []
-    monkeypatch.setattr(rows, "note_launch", lambda rt, s, keep=(): kept.append(keep))
-    data = np.arange(40 * 128, dtype=np.float32)
-    with gids.Runtime(page_size=512, cache_pages=8, daemon_threads=1, queues=2) as rt:
-        a = rt.open_array(data)
-        hold = rt.hold(a, [0, 300])
-        assert any(k is hold._slots for k in kept[-1])
-        rt.sync()
-        hold.release()
-
-
 def test_numba_streams_made_once_per_device_and_handle(monkeypatch):
     made = []
 

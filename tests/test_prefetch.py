@@ -1,12 +1,14 @@
 """Window hints from the host: Runtime.hold / release / prefetch (gids/window.py), against numpy."""
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from numba import cuda
 
 import gids
+from gids.staging import Staging
+from gids.window import distinct_pages
 from tests.helpers import random_file
 
 PAGE = 512
@@ -61,33 +63,6 @@ def test_prefetch_loads_pages_that_later_reads_hit(data):
         rt.prefetch(a, cuda.to_device(np.repeat(more * ELEMS, 3)))
         rt.sync()
         assert _pages_read(rt, a, ref, more).misses == 0
-
-
-def test_host_pages_copied_on_the_launch_stream(data, monkeypatch):
-    # A hold's, a release's and a prefetch's page list goes down on their stream: copied with
-    # no stream from pageable memory, a kernel on a non-blocking stream (side_stream) could read
-    # it before it arrives.
-    from gids import window
-    path, ref = data
-    launch_stream = cuda.stream()
-    monkeypatch.setattr(window, "numba_stream", lambda handle, device=None: launch_stream)
-    copies = []
-    to_device = cuda.to_device
-
-    def spy(ary, stream=0, **kw):
-        copies.append(stream)
-        return to_device(ary, stream=stream, **kw)
-
-    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
-        a = rt.open_array(path, np.int64)
-        monkeypatch.setattr(cuda, "to_device", spy)
-        rt.prefetch(a, [0, 5 * ELEMS])
-        hold = rt.hold(a, [7 * ELEMS])
-        hold.release()
-        monkeypatch.setattr(cuda, "to_device", to_device)
-        rt.sync()
-        assert copies and all(s is launch_stream for s in copies), copies
-        assert _pages_read(rt, a, ref, [0, 5, 7]).misses == 0
 
 
 def test_hold_limit_and_errors(data):
@@ -152,6 +127,96 @@ def test_hold_fraction_setting(data):
         rt.hold(a, np.arange(4) * ELEMS).release()
 
 
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.integers(0, 2**40), max_size=200), shift=st.integers(0, 9),
+       shuffle=st.booleans())
+def test_distinct_pages_is_numpys_unique(values, shift, shuffle):
+    elems = np.array(values, dtype=np.int64)
+    if not shuffle:
+        elems.sort()
+    keep = elems.copy()
+    got = distinct_pages(elems, shift)
+    np.testing.assert_array_equal(got, np.unique(keep >> shift))
+    np.testing.assert_array_equal(elems, keep)           # the caller's indices untouched
+
+
+def test_holds_of_two_arrays_counted_per_page(data, tmp_path):
+    """Holds over two arrays (global pages differ by the second's page base), overlapping, in
+    any release order: held_pages and the limit against a model of distinct (array, page)."""
+    path, ref = data
+    other = random_file(tmp_path / "e.bin", 40 * PAGE, seed=7).view(np.int64)
+    rng = np.random.default_rng()
+    with gids.Runtime(cache_pages=64, page_size=PAGE) as rt:
+        arrays = [rt.open_array(path, np.int64), rt.open_array(tmp_path / "e.bin", np.int64)]
+        limit = rt._window.hold_limit
+        holds = []                       # (Hold, set of (array number, page))
+        for _ in range(40):
+            if holds and rng.random() < 0.4:
+                hold, _ = holds.pop(rng.integers(len(holds)))
+                hold.release()
+            else:
+                which = int(rng.integers(2))
+                a = arrays[which]
+                pages = rng.integers(0, a.n_pages, rng.integers(1, 12))
+                idx = rng.permutation(pages * ELEMS + rng.integers(0, ELEMS, pages.size))
+                want = {(which, int(p)) for p in pages}
+                held = set().union(*(w for _, w in holds))
+                if len(held | want) > limit:
+                    with pytest.raises(gids.HoldLimitError):
+                        rt.hold(a, idx)
+                else:
+                    hold = rt.hold(a, idx)
+                    assert hold.n_pages == len(want)
+                    holds.append((hold, want))
+            assert rt.held_pages == len(set().union(*(w for _, w in holds)) if holds else set())
+        for which, a, values in ((0, arrays[0], ref), (1, arrays[1], other)):
+            pages = sorted(p for _, w in holds for (n, p) in w if n == which)
+            if pages:
+                idx = np.array(pages) * ELEMS + 1
+                before = rt.stats()
+                np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), values[idx])
+                assert (rt.stats() - before).misses == 0
+        for hold, _ in holds:
+            hold.release()
+        assert rt.held_pages == 0
+        assert not (rt._page_state.copy_to_host() & gids.layout.PAGE_REF_MASK).any()
+
+
+def test_staging_buffers_are_reused():
+    """A buffer given back is taken again (no allocation per call), the smallest that fits;
+    its upload lands where asked."""
+    pool = Staging()
+    s = cuda.stream()
+    first = pool.take(100)
+    assert first.size == 1024
+    values = np.random.default_rng().integers(-2**62, 2**62, 100)
+    view = first.upload(values, s, at=7)
+    np.testing.assert_array_equal(view.copy_to_host(), values)
+    np.testing.assert_array_equal(first.device.copy_to_host()[7:107], values)
+    pool.give_back(first, s)
+    s.synchronize()
+    big = pool.take(3000)
+    assert big is not first and big.size == 4096
+    pool.give_back(big, s)
+    s.synchronize()
+    assert pool.take(1000) is first and pool.take(1000) is big
+
+
+def test_hold_and_prefetch_reuse_their_buffers(data):
+    path, _ = data
+    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        made = []
+        take = rt._window._staging.take
+        rt._window._staging.take = lambda n: made.append(take(n)) or made[-1]
+        for k in range(6):
+            with rt.hold(a, np.arange(k, k + 4) * ELEMS):
+                rt.prefetch(a, np.arange(20 + k, 24 + k) * ELEMS)
+            rt.sync()
+        assert len({id(b) for b in made}) <= 3
+        assert rt.stats().prefetched == 6 * 4 and rt.stats().held_pages == 6 * 4
+
+
 @pytest.mark.gpu
 def test_gpu_hold_and_prefetch_then_hit(tmp_path):
     raw = random_file(tmp_path / "d.bin", 16 << 20, seed=np.random.SeedSequence().entropy % 2**32)
@@ -175,6 +240,64 @@ def test_gpu_hold_and_prefetch_then_hit(tmp_path):
         assert rt.stats().misses == 0
         state = rt._page_state.copy_to_host()[:a.n_pages]
         assert not (state & (gids.layout.PAGE_BUSY | gids.layout.PAGE_REF_MASK)).any()
+
+
+@pytest.mark.gpu
+def test_gpu_stream_ordered_window_loop(tmp_path):
+    """The bench's loop with no wait on the host: batch k + 1 held (or prefetched) on a side
+    stream after an event for batch k - 1's read, whose hold is released there first; reads on
+    another stream. Every value right, every pin given back."""
+    raw = random_file(tmp_path / "d.bin", 8 << 20, seed=np.random.SeedSequence().entropy % 2**32)
+    ref = raw.view(np.int64)
+    elems, batch = 4096 // 8, 128
+    rng = np.random.default_rng()
+    with gids.Runtime(cache_pages=4 * batch, page_size=4096) as rt:
+        a = rt.open_array(tmp_path / "d.bin", np.int64)
+        n_batches = a.n_pages // batch - 1
+        pages = rng.permutation(a.n_pages)[:(n_batches + 1) * batch].reshape(-1, batch)
+        idx = [np.sort(p * elems + rng.integers(0, elems, batch)) for p in pages]
+        main, side = gids.side_stream(), gids.side_stream()
+        outs = [cuda.device_array(batch, dtype=np.int64) for _ in idx]
+        d_idx = [cuda.to_device(i) for i in idx]
+        loaded = [cuda.event(timing=False) for _ in idx]
+        read = [cuda.event(timing=False) for _ in idx]
+        for mode in ("hold", "prefetch"):
+            rt.invalidate()
+            holds = {}
+
+            def ahead(k, mode=mode, holds=holds):
+                if mode == "hold":
+                    holds[k] = rt.hold(a, idx[k], stream=side)
+                else:
+                    rt.prefetch(a, idx[k], stream=side)
+                loaded[k].record(side)
+
+            ahead(0)
+            for k in range(n_batches):
+                if k:
+                    read[k - 1].wait(side)
+                    if mode == "hold":
+                        holds.pop(k - 1).release()
+                ahead(k + 1)
+                loaded[k].wait(main)
+                _read_kernel[(batch + 127) // 128, 128, main](a.handle, d_idx[k], outs[k])
+                read[k].record(main)
+            main.synchronize()
+            for hold in holds.values():
+                hold.release()
+            rt.sync()
+            for k in range(n_batches):
+                np.testing.assert_array_equal(outs[k].copy_to_host(), ref[idx[k]])
+            assert rt.held_pages == 0
+            state = rt._page_state.copy_to_host()[:a.n_pages]
+            assert not (state & gids.layout.PAGE_REF_MASK).any()
+
+
+@gids.jit
+def _read_kernel(h, idx, out):
+    k = cuda.grid(1)
+    if k < idx.size:
+        out[k] = gids.read(h, idx[k])
 
 
 # --- a state machine: holds, prefetches, reads, writes, invalidate, flush,

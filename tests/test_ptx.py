@@ -289,3 +289,32 @@ def test_bulk_page_copy_is_compiled_in_for_hopper_only(cc, lanes, bulk):
     env = {} if lanes is None else {"GIDS_BULK_COPY_LANES": lanes}
     proc = run_compile_script(BULK_SCRIPT, cc, env=env, shared=(cc == "9.0" and not env))
     assert ("BULK" if bulk else "NO_BULK") in proc.stdout.split(), proc.stderr[-3000:]
+
+
+WINDOW_SCRIPT = textwrap.dedent('''
+    import os
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    import numpy as np
+    import numba.cuda.dispatcher as dispatcher
+    from numba import cuda, typeof, types
+
+    class _Hopper:
+        compute_capability = (9, 0)
+    dispatcher.get_current_device = lambda: _Hopper()
+
+    from gids.kernels_host import hold_kernel, prefetch_kernel, release_kernel
+    from tests.helpers import fake_handle
+    h = typeof(fake_handle(np.int64))
+    i64s = types.int64[::1]
+    for kernel, sig in ((hold_kernel, (h, i64s, i64s)), (release_kernel, (h, i64s, i64s)),
+                        (prefetch_kernel, (h, i64s))):
+        cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+    print("WINDOW_OK")
+''')
+
+
+def test_window_kernels_compile():
+    """Runtime.hold / release / prefetch's kernels (their counters one reduction per warp)."""
+    pytest.importorskip("numba.cuda")
+    proc = run_compile_script(WINDOW_SCRIPT)
+    assert "WINDOW_OK" in proc.stdout, proc.stderr[-3000:]

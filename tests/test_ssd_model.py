@@ -232,3 +232,17 @@ def test_utilisation_names_the_saturated_resource():
     qd1 = replay(synthetic_trace(2000, 1), "980pro")
     assert qd1.bound.startswith("the trace's own dependencies")
     assert max(qd1.utilisation.values()) < 0.1
+
+
+def test_xpoint_units_are_busy_for_the_media_read_only():
+    """The P5800X's QD1 latency is mostly controller delay; its media units are busy only the
+    published 3D XPoint read time. So 16 reads arriving together on 16 different units wait
+    for each other only in the command slot: the last completes 15 slots after a lone read."""
+    profile = get_profile("p5800x")
+    assert profile.media.read_us == pytest.approx(0.305)
+    fixed, per_byte = profile.command_costs_ns()
+    slot = fixed + 512 * per_byte
+    lone = SsdModel(profile, stripe_bytes=512, host_link_GBps=None).submit(0, 0, 512)
+    model = SsdModel(profile, stripe_bytes=512, host_link_GBps=None)
+    done = [model.submit(0, k * 4096, 512) for k in range(16)]  # media pages 0..15: 16 units
+    assert max(done) == pytest.approx(lone + 15 * slot, abs=2)

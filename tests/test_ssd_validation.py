@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from host_daemon.ssd_model import PROFILES, get_profile
+from host_daemon.ssd_model import DEFAULT_HOST_LINK_GBPS, PROFILES, get_profile
+from host_daemon.trace import synthetic_trace
 from workloads.ssd_validation import (
     GPU_INITIATED,
     HELD_OUT,
@@ -14,9 +15,11 @@ from workloads.ssd_validation import (
     NOT_FOUND,
     TOLERANCE,
     format_table,
+    in_waves,
     main,
     model_value,
     validate,
+    wave_load,
 )
 
 
@@ -85,6 +88,8 @@ def test_the_table_reports_each_row_against_the_model():
     within = sum(abs(r["error"]) <= TOLERANCE for r in rows)
     assert f"within 15 %: {within} of {len(rows)} rows (" in text
     assert "host path:" in text and "host paths fitted to" in text
+    waves = [r for r in rows if r["waves"]]
+    assert waves and all(f"QD{r['queue_depth']} waves" in text for r in waves)
 
 
 def test_the_command_line_writes_the_rows_as_json(tmp_path, capsys):
@@ -103,3 +108,26 @@ def test_an_unknown_profile_is_one_line_and_status_2(capsys):
         main(["--ssd", "nosuchdrive"])
     assert exit_info.value.code == 2
     assert "nosuchdrive" in capsys.readouterr().err
+
+
+def test_a_batched_host_goes_in_waves_only_when_its_depth_fits_a_batch():
+    """t/io_uring submits up to 32 reads per call and waits for min(in flight, 32): at QD16 each
+    call waits for the whole depth; at QD128 (the host path's fit) the loop stays continuous."""
+    rows = [r for r in HELD_OUT if r.host.batch is not None]
+    assert rows and all(in_waves(r) == (1 < r.queue_depth <= r.host.batch) for r in rows)
+    assert any(in_waves(r) for r in rows)
+    assert not any(in_waves(fit) for fit in HOST_PATH_FITS.values())
+
+
+def test_wave_load_against_a_hand_computed_wave():
+    """Ideal drive, 4 reads of 512 B per call, 400 ns of host work per read split in halves:
+    a call submits for 4 x 200 ns, the reads cross the 52 GB/s host link one after another,
+    and the core reaps each (200 ns) as it comes; so a wave is 800 + 512/52 + 4 x 200 ns."""
+    trace = synthetic_trace(4000, 4, 512)
+    iops, latency_us = wave_load(trace, "ideal", 4, 400.0, 0.5)
+    wave_ns = 800 + 512 / DEFAULT_HOST_LINK_GBPS + 4 * 200
+    assert latency_us * 1e3 == pytest.approx(wave_ns, abs=2)
+    assert iops == pytest.approx(4 / wave_ns * 1e9, rel=2e-3)
+    # All host work up front (share 1): the reads complete together after the submissions.
+    _, up_front = wave_load(trace, "ideal", 4, 400.0, 1.0)
+    assert up_front * 1e3 == pytest.approx(1600 + 4 * 512 / DEFAULT_HOST_LINK_GBPS, abs=2)

@@ -1,0 +1,83 @@
+"""Device buffers for the index lists the Runtime's own launches read (``Runtime.hold``,
+``release``, ``prefetch``): filled from pinned host memory by a copy queued on the launch's
+stream, and kept for the next launch once the last one that read them has ended.
+
+A ``cuda.to_device`` per launch costs more than the launch: a device allocation, a copy from
+pageable memory that the host waits for (on the legacy default stream, which waits for every
+blocking stream), and a ``cuMemFree`` later, which waits for the whole device, so that a loop
+of such launches beside a compute kernel runs one after the other, not side by side.
+"""
+import threading
+
+import numpy as np
+
+from gids.waiting import event_done
+from kernels.platform import SIMULATOR
+
+#: Fewest elements a buffer holds (its size is a power of two).
+MIN_ELEMS = 1 << 10
+
+
+class Buffer:
+    """An int64 device array, the pinned host array its copies come from, and an event
+    recorded after the last launch that reads it (the buffer's own: an event shared with
+    other launches may be recorded again for later work, and the buffer would wait for it)."""
+
+    def __init__(self, n):
+        from numba import cuda
+        self.host = cuda.pinned_array(n, dtype=np.int64)
+        self.device = cuda.device_array(n, dtype=np.int64)
+        self.done = None if SIMULATOR else cuda.event(timing=False)
+
+    @property
+    def size(self):
+        return self.device.size
+
+    def upload(self, values, stream, at=0):
+        """``device[at:at + values.size]``, holding ``values`` once ``stream`` has run the
+        copy queued here (the host's part is done on return)."""
+        n = values.size
+        self.host[at:at + n] = values
+        view = self.device[at:at + n]
+        view.copy_to_device(self.host[at:at + n], stream=stream)
+        return view
+
+
+class Staging:
+    """A pool of :class:`Buffer`: :meth:`take` one, launch with it, :meth:`give_back` it on
+    the launch's stream; it is taken again once the stream has run that far. Safe from several
+    threads."""
+
+    #: Buffers kept free at most (more are dropped: freed by Numba, which waits for the device).
+    POOL = 8
+
+    def __init__(self):
+        self._free = []     # Buffers no launch reads
+        self._busy = []     # Buffers given back, in order, until their event is done
+        self._lock = threading.Lock()
+
+    def take(self, n):
+        """A buffer of at least ``n`` elements that no launch reads now."""
+        with self._lock:
+            # The oldest given back first: one query each, while they are done.
+            while self._busy and event_done(self._busy[0].done):
+                self._free.append(self._busy.pop(0))
+            fits = [b for b in self._free if b.size >= n]
+            if fits:
+                buf = min(fits, key=lambda b: b.size)
+                self._free.remove(buf)
+                return buf
+        return Buffer(max(MIN_ELEMS, 1 << max(0, int(n) - 1).bit_length()))
+
+    def give_back(self, buf, stream=None):
+        """``buf`` is free once ``stream`` (a Numba stream) has run what is queued on it now:
+        the last launch that reads it. None: no launch reads it (or the simulator, where a
+        launch has ended on return)."""
+        with self._lock:
+            if stream is None or SIMULATOR:
+                self._free.append(buf)
+            else:
+                buf.done.record(stream)
+                self._busy.append(buf)
+            if len(self._free) > self.POOL:
+                self._free.remove(min(self._free, key=lambda b: b.size))
