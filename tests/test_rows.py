@@ -173,6 +173,16 @@ def test_no_tier_kernels_never_touch_the_tier_fields(monkeypatch, resident_first
         assert rt.stats().writebacks > 0
 
 
+def test_counters_fit_one_shard():
+    # A kernel adds counter ``stat`` at ``shard * N_STATS + stat``: an index at or past N_STATS
+    # would land in the next shard's counters (or past the array, from the last shard).
+    from kernels import layout as L
+    stats = {k: v for k, v in vars(L).items() if k.startswith("STAT_")}
+    assert sorted(stats.values()) == list(range(L.N_STATS)), stats
+    with _runtime() as rt:
+        assert rt._stats.size == L.N_STAT_SHARDS * L.N_STATS
+
+
 def test_host_rows_copied_on_the_launch_stream(monkeypatch):
     # A copy from pageable memory with no stream is ordered before the legacy default stream's
     # work only: a gather on a non-blocking stream could read its rows before they arrive.
