@@ -116,7 +116,7 @@ SIM_CONFIGS = {"page_rows_whole_cache": (128, 40, 48), "page_rows_small_cache": 
 
 @pytest.mark.parametrize("resident_first", [False, True])
 @pytest.mark.parametrize("config", sorted(SIM_CONFIGS))
-def test_gpu_configs_in_small(config, resident_first, strict_indexing):
+def test_stand_ins_of_the_gpu_configurations(config, resident_first, strict_indexing):
     # A first gather whose result is dropped at once (a warm-up), then the reversed rows; every
     # index into a device array in range, every pin given back.
     width, n_rows, cache = SIM_CONFIGS[config]
