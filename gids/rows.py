@@ -17,8 +17,16 @@ import numpy as np
 
 from gids import defaults
 from gids.errors import ConfigError, IndexOutOfRangeError
-from gids.interop import (DeviceArray, as_host, as_numba, current_device_id, device_of,
-                          is_cuda_array, numba_stream, stream_handle)
+from gids.interop import (
+    DeviceArray,
+    as_host,
+    as_numba,
+    current_device_id,
+    device_of,
+    is_cuda_array,
+    numba_stream,
+    stream_handle,
+)
 from kernels.platform import SIMULATOR
 
 #: Threads per block of the launch; blocks: enough warps for the rows, at most this many.
@@ -38,9 +46,9 @@ def resident_first(n_rows):
     return bool(choice)
 
 
-def _row_indices(rt, rows, n_rows, device):
-    """``rows`` as a 1-D integer device array; host indices range-checked here. ``device``:
-    the Runtime's."""
+def _row_indices(rt, rows, n_rows, device, stream):
+    """``rows`` as a 1-D integer device array; host indices range-checked here and copied on
+    ``stream``, the launch's (:meth:`gids.Runtime._to_device`). ``device``: the Runtime's."""
     if is_cuda_array(rows):
         d = as_numba(rows)
         if d.ndim != 1 or d.dtype.kind not in "iu":
@@ -64,7 +72,7 @@ def _row_indices(rt, rows, n_rows, device):
         first = int(np.flatnonzero(bad)[0])
         raise IndexOutOfRangeError(f"gids: row {int(host[first])} (position {first}) is out of "
                                    f"range for an array of {n_rows} rows")
-    return rt._to_device(np.ascontiguousarray(host))
+    return rt._to_device(np.ascontiguousarray(host), stream)
 
 
 def output_array(out, shape, dtype, device=None):
@@ -110,7 +118,8 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     if stream_device is not None and stream_device != device:
         raise ConfigError(f"gids: the stream is on device {stream_device}, the Runtime on "
                           f"device {device}")
-    d_rows = _row_indices(rt, rows, n_rows, device)
+    s = numba_stream(handle, device)
+    d_rows = _row_indices(rt, rows, n_rows, device, s)
     target, result = output_array(out, (d_rows.size, width), array.dtype, device)
     if d_rows.size == 0:
         return result
@@ -119,11 +128,12 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     # the cache, so that the pages its warps wait for can still be evicted into.
     pin_cap = max(1, rt.cache_slots // (2 * warps * ROWS_PER_WARP))
     blocks = max(1, min(-(-d_rows.size // (warps * ROWS_PER_WARP)), MAX_BLOCKS, pin_cap))
-    s = numba_stream(handle, device)
     args = (array.handle, d_rows, np.int64(width), target)
-    # What the launch reads that the caller may drop: the row indices copied here, and the
+    # What the launch reads or writes that the caller may drop: the row indices copied here,
+    # the output made here (a caller that drops the returned array frees it while the kernel
+    # writes it: a stream-ordered or pooled allocator hands the memory on at once), and the
     # caller's arrays (their views do not hold them).
-    keep = (d_rows, rows, out)
+    keep = (d_rows, target, rows, out)
     if resident_first(d_rows.size):
         # The resident rows first, without a miss path; then the rows it set aside.
         aside, n_aside = _aside_list(rt, d_rows.size, (device, handle), s)
@@ -181,6 +191,7 @@ def note_launch(rt, stream, keep=()):
 def check(rt):
     """See :meth:`gids.Runtime.check`."""
     from numba import cuda
+
     from gids.waiting import event_done
     rt._check_open()
     if not SIMULATOR:
@@ -192,4 +203,4 @@ def check(rt):
     return True
 
 
-__all__ = ["gather_rows", "check", "note_launch", "output_array"]
+__all__ = ["check", "gather_rows", "note_launch", "output_array"]

@@ -479,8 +479,15 @@ class Runtime:
             raise ConfigError("gids: this Runtime is closed")
 
     @staticmethod
-    def _to_device(host_array):
-        return cuda.to_device(host_array)
+    def _to_device(host_array, stream=0):
+        """A device copy of ``host_array``; on ``stream`` (a Numba stream) for a launch there.
+
+        Why the stream: a copy from pageable memory without one returns once the bytes are
+        staged, before they reach the device, and only the legacy default stream and the
+        streams that wait for it are ordered after it: a kernel on a non-blocking stream (CuPy's
+        ``non_blocking=True``, torch's, :func:`gids.window.side_stream`) could read the array
+        before it is there. On the launch's stream it is ordered before the launch."""
+        return cuda.to_device(host_array, stream=stream)
 
     # ----------------------------------------------------------------- arrays
     def open_array(self, source, dtype=None, shape=None, offset=0, *, mode="r", storage="file",

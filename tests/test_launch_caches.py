@@ -71,6 +71,22 @@ def test_gather_keeps_the_callers_arrays_until_its_launch_is_done(monkeypatch):
         assert any(k is idx for k in kept[-1]) and any(k is out for k in kept[-1])
 
 
+@pytest.mark.parametrize("resident_first", [False, True])
+def test_gather_keeps_the_output_it_made_until_its_launch_is_done(monkeypatch, resident_first):
+    # A caller may drop the returned array at once (a warm-up gather): the launch's list holds
+    # the memory the kernel writes, else a pooled or stream-ordered allocator hands it on while
+    # the kernel still writes it.
+    from gids import rows
+    kept = []
+    monkeypatch.setattr(rows, "note_launch", lambda rt, s, keep=(): kept.append(keep))
+    data = np.arange(40 * 8, dtype=np.float32).reshape(40, 8)
+    with gids.defaults.set(rows_resident_first=resident_first), \
+            gids.Runtime(page_size=512, cache_pages=8, daemon_threads=1, queues=2) as rt:
+        a = rt.open_array(data)
+        got = rt.gather_rows(a, np.array([3, 1]))
+        assert any(k is got.device_array for k in kept[-1])
+
+
 def test_numba_streams_made_once_per_device_and_handle(monkeypatch):
     made = []
 

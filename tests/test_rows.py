@@ -76,6 +76,139 @@ def test_resident_first_some_pages_resident(width):
         assert rt.stats().hits > before.hits
 
 
+@pytest.fixture
+def strict_indexing(monkeypatch):
+    """In the simulator, a negative integer index into a device array raises IndexError (numpy
+    would wrap it to the array's end, where the GPU reads or writes before the array)."""
+    if not SIMULATOR:
+        yield
+        return
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    def negative(idx):
+        parts = idx if isinstance(idx, tuple) else (idx,)
+        return any(isinstance(x, (int, np.integer)) and x < 0 for x in parts)
+
+    get, put = FakeCUDAArray.__getitem__, FakeCUDAArray.__setitem__
+
+    def getitem(self, idx):
+        if negative(idx):
+            raise IndexError(f"negative index {idx} into a device array of {self.shape}")
+        return get(self, idx)
+
+    def setitem(self, idx, value):
+        if negative(idx):
+            raise IndexError(f"negative index {idx} into a device array of {self.shape}")
+        put(self, idx, value)
+
+    monkeypatch.setattr(FakeCUDAArray, "__getitem__", getitem)
+    monkeypatch.setattr(FakeCUDAArray, "__setitem__", setitem)
+    yield
+
+
+#: Simulator-sized stand-ins of the GPU test's configurations (pages of 128 float32): a page a
+#: row with the whole array cached (two rows a warp, all hits on the second gather), a page a
+#: row with a cache of a fifth of the array (evictions while rows are pinned), and rows of 37
+#: elements, which start anywhere in a page and cross pages (one row a warp), in a small cache.
+SIM_CONFIGS = {"page_rows_whole_cache": (128, 40, 48), "page_rows_small_cache": (128, 40, 8),
+               "rows_across_pages": (37, 120, 8)}
+
+
+@pytest.mark.parametrize("resident_first", [False, True])
+@pytest.mark.parametrize("config", sorted(SIM_CONFIGS))
+def test_stand_ins_of_the_gpu_configurations(config, resident_first, strict_indexing):
+    # A first gather whose result is dropped at once (a warm-up), then the reversed rows; every
+    # index into a device array in range, every pin given back.
+    width, n_rows, cache = SIM_CONFIGS[config]
+    rng = np.random.default_rng()
+    data = rng.standard_normal((n_rows, width)).astype(np.float32)
+    rows = rng.integers(0, n_rows, size=50)
+    with gids.defaults.set(rows_resident_first=resident_first), \
+            gids.Runtime(page_size=PAGE, cache_pages=cache, daemon_threads=1, queues=2) as rt:
+        a = rt.open_array(data)
+        rt.gather_rows(a, rows)
+        rt.sync()
+        before = rt.stats()
+        got = rt.gather_rows(a, rows[::-1].copy())
+        rt.sync()
+        np.testing.assert_array_equal(got.copy_to_host(), data[rows[::-1]])
+        if cache * PAGE >= data.nbytes:
+            assert rt.stats().misses == before.misses
+        state = rt._page_state.copy_to_host()
+        assert not (state & gids.layout.PAGE_REF_MASK).any()
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="simulator: an empty array raises on any index")
+@pytest.mark.parametrize("resident_first", [False, True])
+def test_no_tier_kernels_never_touch_the_tier_fields(monkeypatch, resident_first):
+    # Without a host tier the handle's tier fields are placeholders: made empty here, any read
+    # or write of one by a kernel (rows, misses, evictions, dirty write-backs) raises.
+    from numba import cuda
+
+    from gids.host_tier import HostTier
+    fields = HostTier.handle_fields
+
+    def empty_tier(self, array):
+        got = fields(self, array)
+        assert got["tier_mode"] == gids.layout.TIER_NONE and got["tier_victims"] == 0
+        for name in ("tier_slot", "tier", "tier_words", "tier_ref", "tier_free",
+                     "tier_free_top"):
+            got[name] = cuda.to_device(np.zeros(0, dtype=got[name].dtype))
+        return got
+
+    monkeypatch.setattr(HostTier, "handle_fields", empty_tier)
+    rng = np.random.default_rng()
+    data = rng.standard_normal((40, 37)).astype(np.float32)
+    rows = rng.integers(0, 40, size=30)
+    written = rng.integers(0, 1000, size=16 * 128).astype(np.int32)
+    with gids.defaults.set(rows_resident_first=resident_first), _runtime() as rt:
+        a = rt.open_array(data)
+        got = rt.gather_rows(a, rows)
+        rt.sync()
+        np.testing.assert_array_equal(got.copy_to_host(), data[rows])
+        w = rt.open_array(np.zeros(16 * 128, dtype=np.int32), mode="r+")
+        rt.scatter(w, np.arange(written.size), written)   # 16 dirty pages, 8 slots
+        np.testing.assert_array_equal(rt.gather(w, np.arange(written.size)).copy_to_host(),
+                                      written)
+        assert rt.stats().writebacks > 0
+
+
+def test_counters_fit_one_shard():
+    # A kernel adds counter ``stat`` at ``shard * N_STATS + stat``: an index at or past N_STATS
+    # would land in the next shard's counters (or past the array, from the last shard).
+    from kernels import layout as L
+    stats = {k: v for k, v in vars(L).items() if k.startswith("STAT_")}
+    assert sorted(stats.values()) == list(range(L.N_STATS)), stats
+    with _runtime() as rt:
+        assert rt._stats.size == L.N_STAT_SHARDS * L.N_STATS
+
+
+def test_host_rows_copied_on_the_launch_stream(monkeypatch):
+    # A copy from pageable memory with no stream is ordered before the legacy default stream's
+    # work only: a gather on a non-blocking stream could read its rows before they arrive.
+    from numba import cuda
+
+    from gids import rows as rows_module
+    launch_stream = cuda.stream()
+    monkeypatch.setattr(rows_module, "numba_stream", lambda handle, device=None: launch_stream)
+    copies = []
+    to_device = cuda.to_device
+
+    def spy(ary, stream=0, **kw):
+        copies.append(stream)
+        return to_device(ary, stream=stream, **kw)
+
+    monkeypatch.setattr(cuda, "to_device", spy)
+    data = np.arange(20 * 8, dtype=np.float32).reshape(20, 8)
+    with _runtime() as rt:
+        a = rt.open_array(data)
+        copies.clear()
+        got = rt.gather_rows(a, np.array([4, 19, 0]))
+        rt.sync()
+        assert copies == [launch_stream]
+        np.testing.assert_array_equal(got.copy_to_host(), data[[4, 19, 0]])
+
+
 def test_resident_first_lists_are_reused():
     from gids.rows import MAX_ASIDE_LISTS
     data = np.arange(50 * 8, dtype=np.float32).reshape(50, 8)
@@ -124,6 +257,33 @@ for width in (128, 200):     # a page a row (two rows a warp), rows across pages
         assert not (state & gids.layout.PAGE_REF_MASK).any()   # every pin given back
 print("ROWS_WARP32_OK")
 """
+
+
+ROWS_ONE_LAUNCH_WARP32 = """
+rng = np.random.default_rng()
+# Stand-ins of the GPU configurations (tests.test_rows.SIM_CONFIGS, a cache of at least a warp's
+# pages): page rows (two a warp) with the whole array cached and with less, rows across pages.
+for width, n_rows, cache in ((128, 40, 48), (128, 80, 32), (37, 300, 32)):
+    data = rng.standard_normal((n_rows, width)).astype(np.float32)
+    rows = rng.integers(0, n_rows, size=40)
+    with gids.defaults.set(rows_resident_first=False), \\
+            gids.Runtime(page_size=512, cache_pages=cache, queues=2, queue_depth=32, timeout=60) as rt:
+        a = rt.open_array(data)
+        rt.gather_rows(a, rows)
+        rt.sync()
+        got = rt.gather_rows(a, rows[::-1].copy())
+        rt.sync()
+        assert (got.copy_to_host() == data[rows[::-1]]).all(), width
+        state = rt._page_state.copy_to_host()
+        assert not (state & gids.layout.PAGE_REF_MASK).any()   # every pin given back
+print("ROWS_ONE_LAUNCH_OK")
+"""
+
+
+def test_one_launch_rows_in_emulated_warps():
+    # The one-launch kernel's collectives with 32-lane warps, in the GPU test's three shapes.
+    from tests.helpers import run_with_warp32
+    run_with_warp32(ROWS_ONE_LAUNCH_WARP32, "ROWS_ONE_LAUNCH_OK")
 
 
 @pytest.mark.parametrize("setting, n, two", [("auto", 5, False), ("auto", 1 << 18, True),
@@ -308,6 +468,47 @@ def test_gpu_resident_first_warm_and_partly_resident(resident_first):
             np.testing.assert_array_equal(got.copy_to_host(), data[rows[::-1]])
             if cache > data.nbytes:
                 assert rt.stats().misses == before.misses
+
+
+#: The configurations of test_gpu_resident_first_warm_and_partly_resident, one test each so
+#: that a failure names its own: (row width in float32, cache bytes); 8000 rows, 4 KiB pages.
+GPU_CONFIGS = {"page_rows_whole_cache": (1024, 48 << 20),
+               "page_rows_quarter_cache": (1024, 4 << 20),
+               "rows_across_pages": (300, 2 << 20)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("keep_first", [pytest.param(False, id="first_dropped"),
+                                        pytest.param(True, id="first_kept")])
+@pytest.mark.parametrize("config", sorted(GPU_CONFIGS))
+def test_gpu_rows_config_one_launch(config, keep_first):
+    # The one-launch gather of each configuration, its first result dropped before the sync
+    # (and Numba's pending frees flushed: memory freed under the kernel faults it) or kept.
+    import gc
+
+    from numba import cuda
+    width, cache = GPU_CONFIGS[config]
+    rng = np.random.default_rng()
+    data = rng.standard_normal((8000, width)).astype(np.float32)
+    rows = rng.integers(0, 8000, size=20000)
+    with gids.defaults.set(rows_resident_first=False), gids.Runtime(cache_bytes=cache) as rt:
+        a = rt.open_array(data)
+        first = rt.gather_rows(a, rows)
+        if not keep_first:
+            del first
+            gc.collect()
+            cuda.current_context().deallocations.clear()
+        rt.sync()
+        if keep_first:
+            np.testing.assert_array_equal(first.copy_to_host(), data[rows])
+        before = rt.stats()
+        got = rt.gather_rows(a, rows[::-1].copy())
+        rt.sync()
+        np.testing.assert_array_equal(got.copy_to_host(), data[rows[::-1]])
+        if cache > data.nbytes:
+            assert rt.stats().misses == before.misses
+        state = rt._page_state.copy_to_host()
+        assert not (state & gids.layout.PAGE_REF_MASK).any()   # every pin given back
 
 
 ROWS_PTX = '''
