@@ -311,25 +311,63 @@ def test_graph_pages_by_degree_and_reverse_pagerank(tmp_path):
         vertex_scores(graph, "random")
 
 
-@pytest.mark.parametrize("mode", ["copy", "direct"])
-def test_bfs_with_a_host_tier_is_valid_and_uses_it(tmp_path, mode):
+@pytest.mark.parametrize("mode, fraction", [("copy", 0.5), ("direct", 0.5), ("split", 0.5),
+                                            ("copy", 1.0), ("direct", 1.0), ("split", 1.0)])
+def test_bfs_with_a_host_tier_is_valid_and_uses_it(tmp_path, mode, fraction):
+    """Every way the BFS can use a tier gives scipy's levels; a tier of every page leaves the
+    file unread; direct and split read tier pages in place (no copy into the GPU cache), and
+    split's preloaded pages are what the GPU cache holds."""
     from workloads.graph import generate_kronecker_csr, open_csr, sample_bfs_roots
     from workloads.graph.gpu_bfs import validate_bfs_result
     from workloads.graph.gpu_graph import open_device_graph
+    from workloads.graph.tier_pages import choose_pages
     path = tmp_path / "g.csr"
     generate_kronecker_csr(path, 6, 8, seed=1)
     graph = open_csr(path)
     with open_device_graph(graph, "gids", cache_fraction=0.25, page_size=PAGE,
-                           host_tier="degree", host_tier_fraction=0.5,
+                           host_tier="degree", host_tier_fraction=fraction,
                            host_tier_mode=mode) as dg:
-        assert "host tier" in dg.source.label
-        tier = dg.source.runtime.host_tier
+        src = dg.source
+        assert "host tier" in src.label and mode in src.label
+        tier = src.runtime.host_tier
         assert tier.used == tier.capacity > 0
+        assert tier.mode(src.array) == ("copy" if mode == "copy" else "direct")
+        if fraction == 1.0:
+            assert tier.used == src.array.n_pages
         for root in sample_bfs_roots(graph, 2, seed=5).tolist():
             result = dg.bfs(root)
-            validate_bfs_result(graph, result)
-            assert result.stats["tier_hits"] + result.stats["tier_direct"] > 0
+            validate_bfs_result(graph, result, against_scipy=True)
+            s = result.stats
+            assert s["tier_hits"] + s["tier_direct"] > 0
+            if fraction == 1.0:
+                assert s["ios"] == 0                    # no miss reached the file
+            if mode != "copy":
+                assert s["tier_direct"] > 0
+                if fraction == 1.0:
+                    assert s["tier_hits"] == 0          # nothing copied into the GPU cache
+            if mode == "split":
+                hot = choose_pages(graph, "degree", src.cache_pages, PAGE)
+                assert s["preloaded_pages"] == hot.size == src.cache_pages and s["hits"] > 0
+                if fraction == 1.0:
+                    # The cache holds the preloaded pages, and only them, after the search.
+                    a = src.array
+                    state = src.runtime._page_state.copy_to_host()[
+                        a.page_base:a.page_base + a.n_pages]
+                    np.testing.assert_array_equal(
+                        np.flatnonzero(state & gids.layout.PAGE_VALID), hot)
         assert tier.used == tier.capacity       # cold searches keep the tier
+        refs = src.runtime._page_state.copy_to_host() & gids.layout.PAGE_REF_MASK
+        assert not refs.any()
+
+
+def test_bfs_rejects_an_unknown_tier_mode(tmp_path):
+    from workloads.graph import generate_kronecker_csr, open_csr
+    from workloads.graph.gpu_graph import open_device_graph
+    path = tmp_path / "g.csr"
+    generate_kronecker_csr(path, 4, 4, seed=1)
+    with pytest.raises(ValueError, match="host_tier_mode"):
+        open_device_graph(open_csr(path), "gids", host_tier="degree", host_tier_fraction=1,
+                          host_tier_mode="sideways")
 
 
 # ------------------------------------------------------------------ whole warps, the GPU

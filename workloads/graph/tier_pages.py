@@ -51,11 +51,12 @@ def page_scores(graph, scores: np.ndarray, page_size: int) -> np.ndarray:
     return np.cumsum(edge[:-1])
 
 
+def ranked_pages(graph, method: str, page_size: int) -> np.ndarray:
+    """Every page of the neighbours array, highest score first (ties: lower page first)."""
+    scores = page_scores(graph, vertex_scores(graph, method), page_size)
+    return np.argsort(-scores, kind="stable").astype(np.int64)
+
+
 def choose_pages(graph, method: str, n_pages: int, page_size: int) -> np.ndarray:
     """The ``n_pages`` pages of highest score (ascending page order), all pages if fewer."""
-    scores = page_scores(graph, vertex_scores(graph, method), page_size)
-    n_pages = max(0, min(int(n_pages), scores.size))
-    if n_pages == scores.size:
-        return np.arange(scores.size, dtype=np.int64)
-    top = np.argpartition(-scores, n_pages)[:n_pages] if n_pages else np.zeros(0, np.int64)
-    return np.sort(top).astype(np.int64)
+    return np.sort(ranked_pages(graph, method, page_size)[:max(0, int(n_pages))])
