@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 import gids
+from numba import cuda
+
 from gids.errors import ConfigError, HostTierFullError
 from tests.helpers import run_compile_script
 
@@ -77,6 +79,93 @@ def test_misses_on_tier_pages_are_served_from_the_tier(tmp_path, mode):
         # Every store read was of a page outside the tier.
         assert s.ios <= np.unique(idx[~tier_reads] // ELEMS).size + s.evictions
         assert tier_reads.any() and (~tier_reads).any()
+
+
+@gids.jit
+def _read_pages_or_tier(h, idx, out, where, after):
+    """Each thread pins its element's page with gids.pin_page_or_tier, reads the element and
+    gives the pin back (every lane calls: lanes past the end repeat element 0)."""
+    t = cuda.grid(1)
+    i = idx[t] if t < idx.size else idx[0]
+    k = gids.pin_page_or_tier(h, i)
+    v = gids.pinned_or_tier(h, k) if k >= 0 else np.int64(0)
+    if after:
+        gids.unpin_page_after_or_tier(h, i, k, v)
+    else:
+        gids.unpin_page_or_tier(h, i, k)
+    if t < idx.size:
+        out[t] = v
+        where[t] = k
+
+
+@gids.jit
+def _pin_and_unpin(h, idx):
+    i = idx[min(cuda.grid(1), idx.size - 1)]
+    gids.unpin_page(h, i, gids.pin_page(h, i))
+
+
+def check_pin_page_or_tier(directory, mode, seed=0, n_pages=N_PAGES, page_size=PAGE,
+                           n_reads=256, threads=64, **runtime_options):
+    """Half the pages in the tier, two of them also preloaded into a GPU cache with room for
+    them and every page outside the tier (so that none is evicted); the file
+    changed behind the Runtime's back (tier pages keep the old bytes). Every value is right;
+    in direct mode a tier page not in the GPU cache is read in place (``k`` past the cache,
+    no slot taken, no reference left), in copy mode it is pinned in the cache as by
+    gids.pin_page. Used by the simulator, emulated-warp and GPU tests."""
+    import os
+    elems = page_size // 8
+    rng = np.random.default_rng(seed)
+    data = rng.integers(-2**40, 2**40, n_pages * elems, dtype=np.int64)
+    path = os.path.join(str(directory), f"pin_or_tier_{mode}_{seed}.bin")
+    data.tofile(path)
+    tier = np.sort(rng.choice(n_pages, n_pages // 2, replace=False))
+    hot = tier[:2]
+    with gids.Runtime(cache_pages=n_pages - tier.size + hot.size + 4, page_size=page_size,
+                      host_cache_bytes=tier.size * page_size, **runtime_options) as rt:
+        a = rt.open_array(path, np.int64)
+        rt.host_tier.add(a, tier)
+        rt.host_tier.set_mode(a, mode)
+        (~data).tofile(path)
+        want = ~data
+        for p in tier:
+            want[p * elems:(p + 1) * elems] = data[p * elems:(p + 1) * elems]
+        # Copied from the tier into the GPU cache by gids.pin_page (Runtime.prefetch's way; a
+        # kernel of one whole warp here, as emulated 32-lane warps want every lane at a pin).
+        _pin_and_unpin[1, 32](a.handle, cuda.to_device(hot * elems))
+        rt.sync()
+        rt.reset_stats()
+        n_cache = a.handle.cache.size
+        for after in (False, True):
+            idx = np.sort(rng.integers(0, data.size, n_reads))
+            out = cuda.to_device(np.full(idx.size, -7, dtype=np.int64))
+            where = cuda.to_device(np.full(idx.size, -7, dtype=np.int64))
+            blocks = -(-idx.size // threads)
+            _read_pages_or_tier[blocks, threads](a.handle, cuda.to_device(idx), out, where,
+                                                 after)
+            rt.sync()
+            np.testing.assert_array_equal(out.copy_to_host(), want[idx])
+            k = where.copy_to_host()
+            in_place = np.isin(idx // elems, np.setdiff1d(tier, hot)) & (mode == "direct")
+            assert (k[in_place] >= n_cache).all() and (k[~in_place] >= 0).all()
+            assert (k[~in_place] < n_cache).all()
+            if in_place.any():
+                offset = (k[in_place] - n_cache) % elems
+                np.testing.assert_array_equal(offset, idx[in_place] % elems)
+        state = rt._page_state.copy_to_host()[a.page_base:a.page_base + n_pages]
+        assert not (state & gids.layout.PAGE_REF_MASK).any()
+        s = rt.stats()
+        if mode == "direct":
+            valid = np.flatnonzero(state & gids.layout.PAGE_VALID)
+            assert not np.isin(valid, np.setdiff1d(tier, hot)).any()
+            assert s.tier_direct > 0 and s.tier_hits == 0, s
+        else:
+            assert s.tier_hits > 0 and s.tier_direct == 0, s
+        assert s.hits > 0 and s.ios > 0
+
+
+@pytest.mark.parametrize("mode", ["copy", "direct"])
+def test_pin_page_or_tier_reads_tier_pages_in_place(tmp_path, mode):
+    check_pin_page_or_tier(tmp_path, mode)
 
 
 def test_the_nvme_path_copies_from_the_tier_too(tmp_path):
@@ -413,6 +502,11 @@ WARP_SCRIPT = textwrap.dedent('''
                                    rt.stats())
         s = rt.stats()
         assert s.tier_fills > 0 and s.tier_hits > 0, s
+    # gids.pin_page_or_tier: lanes of a warp on a few pages, some read in place in the tier.
+    from tests.test_host_tier import check_pin_page_or_tier
+    for mode in ("copy", "direct"):
+        check_pin_page_or_tier(tempfile.mkdtemp(), mode, n_pages=64, n_reads=512,
+                               queues=2, queue_depth=32, timeout=60)
     print("TIER32_OK")
 ''')
 
@@ -448,6 +542,13 @@ def test_tier_on_the_gpu_many_warps(tmp_path, mode):
         assert (s.tier_hits if mode == "copy" else s.tier_direct) > 0
         state = rt._page_state.copy_to_host()[:rt._n_pages]
         assert not (state & gids.layout.PAGE_REF_MASK).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["copy", "direct"])
+def test_pin_page_or_tier_on_the_gpu(tmp_path, mode):
+    check_pin_page_or_tier(tmp_path, mode, n_pages=4096, page_size=4096, n_reads=1 << 18,
+                           threads=256)
 
 
 @pytest.mark.gpu
