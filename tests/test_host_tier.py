@@ -755,3 +755,19 @@ def test_graph_cli_with_a_host_tier(tmp_path, capsys):
     assert run["searches"][0]["valid"] and run["searches"][0]["stats"]["tier_hits"] > 0
     assert cli_main(["cc", "--scale", "6", "--host-tier-fraction", "0.5"]) == 2
     assert "need --host-tier" in capsys.readouterr().err
+    # Modes side by side, a tier of every page: no file reads; the table counts the tier's work.
+    assert cli_main(["bfs", "--scale", "6", "--roots", "1", "--data-path", "gids",
+                     "--cache-fractions", "0.25", "--host-tier", "degree",
+                     "--host-tier-fraction", "1", "--host-tier-mode", "copy,split",
+                     "--validate", "scipy", "--json", str(out)]) == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["options"]["host_tier_mode"] for r in runs] == ["copy", "split"]
+    copy, split = (r["searches"][0]["stats"] for r in runs)
+    assert copy["ios"] == split["ios"] == 0
+    assert copy["tier_hits"] > 0 and split["tier_direct"] > 0 and split["tier_hits"] == 0
+    text = capsys.readouterr().out
+    assert "tier copies/search" in text and "tier direct/search" in text
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["bfs", "--scale", "6", "--host-tier", "degree", "--host-tier-mode",
+                  "copy,sideways"])
+    assert exit_info.value.code == 2 and "host tier modes" in capsys.readouterr().err
