@@ -7,10 +7,9 @@ bytes are changed behind the Runtime's back, so a page read from the tier has th
 one read from the store the new ones."""
 import textwrap
 
+import gids  # first: picks the world before numba.cuda loads
 import numpy as np
 import pytest
-
-import gids
 from numba import cuda
 
 from gids.errors import ConfigError, HostTierFullError
