@@ -39,7 +39,8 @@ Stages, in order of priority (default: all, in this order):
 - ``tier-bfs``: BFS at scale 24 through a file store, GPU cache 25 % + a host tier of every
   page, copied into the cache on a miss or (split) the top pages preloaded in the cache and the
   rest read in place from the tier, vs zero-copy over RAM;
-- ``tier-ssd``: the same through the tier under real-time emulation of 1 and 4 P5800X drives;
+- ``tier-ssd``: a GPU cache of 25 % and a host tier of 75 % (copy) under real-time emulation
+  of 1 and 4 P5800X drives;
 - ``regress``: the RAM-store figures no new back end may move (all-miss pages, QD1
   latency, hits at the default register cap);
 - ``engine``: ``gids bench files`` on the machine's disk (the probe and the disk's ceiling,
@@ -220,9 +221,9 @@ STAGES = {
                    "--cache-fractions", "0.25", "--host-tier", "degree",
                    "--host-tier-fraction", "1", "--host-tier-mode", "copy,split",
                    "--json", "{dir}/bfs_tier.json"]], 280),
-    # The tier-bfs setting with real SSDs behind the tier: gids alone, unemulated and under
-    # real-time emulation of 1 and 4 P5800X drives (2 roots after the warm-up search), to set
-    # beside the bfs-ssd stage's rows without a tier. Expected under 300 s (an estimate).
+    # GPU cache 25 % and a host tier of the top 75 % of pages (copy) with real SSDs behind the
+    # tier: gids alone, unemulated and under real-time emulation of 1 and 4 P5800X drives (2
+    # roots after the warm-up search), to set beside the bfs-ssd stage's rows without a tier. Expected under 300 s (an estimate).
     "tier-ssd": ([[*GIDS, "bfs", "--scale", "24", "--roots", "2", "--storage", "file",
                    "--dir", "/var/tmp", "--data-path", "gids", "--cache-fractions", "0.25",
                    "--host-tier", "degree", "--host-tier-fraction", "0.75", "--ssd", "p5800x",
