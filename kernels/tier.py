@@ -42,10 +42,14 @@ from kernels.warp import ballot_sync, lowest_lane, popc, shfl_sync, syncwarp
 @cuda.jit(device=True)
 def tier_slot_of(h, gpage):
     """The tier slot holding global page ``gpage``, or ``TIER_NO_SLOT``. Coherent (L2): a
-    write-back in another SM may just have dropped the page (:func:`forget_tier_page`); an
-    acquire, so that a slot a victim fill in another SM just published is read after its bytes
-    (the copies from the tier are weak loads)."""
-    return ld_acquire_gpu(h.tier_slot, gpage)
+    write-back in another SM may just have dropped the page (:func:`forget_tier_page`). With
+    victim fill an acquire, so that a slot a victim fill in another SM just published is read
+    after its bytes (the copies from the tier are weak loads); without, the host filled every
+    slot before the kernel began, and a relaxed load spares the SM the acquire's L1
+    invalidation (a BFS in direct mode looks up a page per list it scans)."""
+    if h.tier_victims != 0:
+        return ld_acquire_gpu(h.tier_slot, gpage)
+    return ld_relaxed_gpu(h.tier_slot, gpage)
 
 
 @cuda.jit(device=True)
