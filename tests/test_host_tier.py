@@ -448,6 +448,31 @@ def test_bfs_with_a_host_tier_is_valid_and_uses_it(tmp_path, mode, fraction):
         assert not refs.any()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["copy", "direct", "split"])
+def test_bfs_over_a_tier_of_every_page_on_the_gpu(tmp_path, mode):
+    """Real warps over a scale-16 graph, GPU cache 25 %, a tier of every page: scipy's levels,
+    no file read, and in direct and split mode no page copied into the cache."""
+    from workloads.graph import generate_kronecker_csr, open_csr, sample_bfs_roots
+    from workloads.graph.gpu_bfs import validate_bfs_result
+    from workloads.graph.gpu_graph import open_device_graph
+    path = tmp_path / "g.csr"
+    generate_kronecker_csr(path, 16, 16, seed=2)
+    graph = open_csr(path)
+    with open_device_graph(graph, "gids", cache_fraction=0.25, page_size=4096,
+                           host_tier="degree", host_tier_fraction=1.0,
+                           host_tier_mode=mode) as dg:
+        for root in sample_bfs_roots(graph, 3, seed=1).tolist():
+            result = dg.bfs(root)
+            validate_bfs_result(graph, result, against_scipy=True)
+            s = result.stats
+            assert s["ios"] == 0
+            assert (s["tier_hits"] > 0) if mode == "copy" else (s["tier_hits"] == 0
+                                                                and s["tier_direct"] > 0)
+        refs = dg.source.runtime._page_state.copy_to_host() & gids.layout.PAGE_REF_MASK
+        assert not refs.any()
+
+
 def test_bfs_rejects_an_unknown_tier_mode(tmp_path):
     from workloads.graph import generate_kronecker_csr, open_csr
     from workloads.graph.gpu_graph import open_device_graph
