@@ -395,6 +395,12 @@ def test_graph_pages_by_degree_and_reverse_pagerank(tmp_path):
     assert scores[chosen].min() >= np.sort(scores)[-5]
     np.testing.assert_array_equal(choose_pages(graph, "degree", 10**6, PAGE),
                                   np.arange(scores.size))
+    # By lists: a page scores the lists that touch it.
+    ones = vertex_scores(graph, "lists")
+    np.testing.assert_array_equal(ones, np.ones(n))
+    np.testing.assert_allclose(page_scores(graph, ones, PAGE),
+                               _page_scores_by_loops(offsets, ones, nbrs.itemsize, PAGE,
+                                                     scores.size))
     with pytest.raises(ValueError, match="method"):
         vertex_scores(graph, "random")
 
@@ -779,14 +785,16 @@ def test_graph_cli_with_a_host_tier(tmp_path, capsys):
     assert run["searches"][0]["valid"] and run["searches"][0]["stats"]["tier_hits"] > 0
     assert cli_main(["cc", "--scale", "6", "--host-tier-fraction", "0.5"]) == 2
     assert "need --host-tier" in capsys.readouterr().err
-    # Modes side by side, a tier of every page: no file reads; the table counts the tier's work.
+    # Rankings and modes side by side, a tier of every page: no file reads; copy mode runs once
+    # (its tier is the same whatever the ranking); the table counts the tier's work.
     assert cli_main(["bfs", "--scale", "6", "--roots", "1", "--data-path", "gids",
-                     "--cache-fractions", "0.25", "--host-tier", "degree",
+                     "--cache-fractions", "0.25", "--host-tier", "lists,degree",
                      "--host-tier-fraction", "1", "--host-tier-mode", "copy,split",
                      "--validate", "scipy", "--json", str(out)]) == 0
     runs = json.loads(out.read_text())["runs"]
-    assert [r["options"]["host_tier_mode"] for r in runs] == ["copy", "split"]
-    copy, split = (r["searches"][0]["stats"] for r in runs)
+    assert [(r["options"]["host_tier"], r["options"]["host_tier_mode"]) for r in runs] == \
+        [("lists", "copy"), ("lists", "split"), ("degree", "split")]
+    copy, split, _ = (r["searches"][0]["stats"] for r in runs)
     assert copy["ios"] == split["ios"] == 0
     assert copy["tier_hits"] > 0 and split["tier_direct"] > 0 and split["tier_hits"] == 0
     text = capsys.readouterr().out

@@ -97,12 +97,18 @@ def _fraction(text: str) -> float:
     return values[0]
 
 
-def _tier_modes(text: str) -> list[str]:
-    modes = [t.strip() for t in text.split(",") if t.strip()]
-    if not modes or any(m not in TIER_MODES for m in modes):
-        raise argparse.ArgumentTypeError(f"host tier modes must be of {', '.join(TIER_MODES)}: "
-                                         f"{text!r}")
-    return modes
+def _choices(what: str, known):
+    """An argparse type: a comma-separated list of names, each one of ``known``."""
+    def parse(text: str) -> list[str]:
+        names = [t.strip() for t in text.split(",") if t.strip()]
+        if not names or any(n not in known for n in names):
+            raise argparse.ArgumentTypeError(f"{what} must be of {', '.join(known)}: {text!r}")
+        return names
+    return parse
+
+
+_tier_methods = _choices("host tier rankings", METHODS)
+_tier_modes = _choices("host tier modes", TIER_MODES)
 
 
 def add_bfs_arguments(subparsers) -> None:
@@ -156,10 +162,11 @@ def add_bfs_arguments(subparsers) -> None:
         p.add_argument("--storage", choices=["file", "mmap", "memory"], default="file",
                        help="how the gids daemon, the NVMe controller and the cpu_batch "
                             "gather read the file (default file: pread)")
-        p.add_argument("--host-tier", choices=METHODS, default=None,
+        p.add_argument("--host-tier", type=_tier_methods, default=None, metavar="LIST",
                        help="give gids and nvme a host tier (pinned RAM between the GPU cache "
-                            "and the file) filled with the neighbours' pages chosen by vertex "
-                            "degree or by reverse PageRank, as GIDS does (default: none)")
+                            "and the file) filled with the neighbours' pages ranked by vertex "
+                            "degree or by reverse PageRank, as GIDS does, or by the lists a "
+                            "page holds; comma-separated, a run each (default: none)")
         p.add_argument("--host-tier-fraction", type=_fraction, default=None, metavar="F",
                        help="with --host-tier: its size as a fraction of the neighbours' pages "
                             "(default 0.25; 1: every page, the file is not read once it is "
@@ -273,10 +280,7 @@ def _runs(args, arrays):
         path = DATA_PATHS[name]
         if path.cached:
             for emulation in [None, *arrays] if path.runtime else [None]:
-                tiers = ([{"host_tier": args.host_tier,
-                           "host_tier_fraction": args.host_tier_fraction or 0.25,
-                           "host_tier_mode": mode} for mode in args.host_tier_mode or ["copy"]]
-                         if path.runtime and args.host_tier else [{}])
+                tiers = _tiers(args) if path.runtime and args.host_tier else [{}]
                 for fraction in args.cache_fractions:
                     for tier in tiers:
                         options = {"cache_fraction": fraction, "page_size": page_size}
@@ -293,6 +297,17 @@ def _runs(args, arrays):
             if name == "cpu_batch" and args.page_size:
                 options["page_size"] = args.page_size
             yield name, options, None
+
+
+def _tiers(args) -> list[dict]:
+    """The host tier options of each run: every ranking in every mode, except that a tier of
+    every page in copy or direct mode is the same whatever the ranking (only split mode's
+    preload follows it): that one runs with the first ranking only."""
+    fraction = args.host_tier_fraction or 0.25
+    return [{"host_tier": method, "host_tier_fraction": fraction, "host_tier_mode": mode}
+            for k, method in enumerate(args.host_tier)
+            for mode in args.host_tier_mode or ["copy"]
+            if k == 0 or fraction < 1 or mode == "split"]
 
 
 def _emulations(args):
