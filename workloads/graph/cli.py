@@ -426,7 +426,9 @@ def _bfs_run(args, graph, roots, name: str, options: dict, emulation,
               "emulation": emulation_record(emulation), "engine": engine, "teps": teps,
               "searches": searches}
     rate = lambda key: _fmt_rate(teps[key] if teps else None)   # noqa: E731
-    row = [name, emulation_cell(record["emulation"]), engine, cache_pct, pages,
+    tier = (f"{options['host_tier_fraction']:.0%} {options['host_tier']}, "
+            f"{options['host_tier_mode']}" if tiered else "-")
+    row = [name, emulation_cell(record["emulation"]), engine, cache_pct, pages, tier,
            str(len(searches)),
            rate("harmonic_mean_TEPS"), rate("min_TEPS"), rate("median_TEPS"), rate("max_TEPS"),
            f"{np.mean(times):.4f}",
@@ -472,10 +474,9 @@ def cmd_bfs(args) -> int:
           f"{info['n_entries']:,} entries ({info['neighbour_bytes']:,} bytes of neighbours); "
           f"{roots.size} roots, {args.direction}, cache {'warm' if args.warm_cache else 'cold'} "
           "at each search")
-    print(table(["data path", "SSDs", "engine", "cache", "pages", "searches", "hmean TEPS",
-                 "min TEPS",
-                  "median TEPS", "max TEPS", "mean s", "I/Os/search", "hit rate",
-                 "tier copies/search", "tier direct/search", "valid"], rows))
+    print(table(["data path", "SSDs", "engine", "cache", "pages", "host tier", "searches",
+                 "hmean TEPS", "min TEPS", "median TEPS", "max TEPS", "mean s", "I/Os/search",
+                 "hit rate", "tier copies/search", "tier direct/search", "valid"], rows))
     if any(r[-3] != "-" for r in rows):
         print(TIER_NOTE)
     if arrays:
