@@ -47,7 +47,7 @@ from kernels.queue import (expired, hand_on_entry, queue_of_warp, release_entry,
                            take_tickets, wait_turn)
 from kernels.sync import atomic_cas, ld_weak_l2, now_ns, red_add, zero_of
 from kernels.tier import (copy_from_tier, forget_tier_page, offer_victim, read_direct,
-                          tier_slot_of)
+                          tier_slot_for_pin, tier_slot_of, use_direct)
 from kernels.platform import BULK_COPY_LANES, out_of_line
 from kernels.warp import (activemask, ballot_sync, laneid, lowest_lane, match_any_sync, nanosleep,
                           popc, shfl_sync, syncwarp)
@@ -400,6 +400,18 @@ def _access(h, i, is_write, new_value, keep):
     elif ballot_sync(mask, in_range and code < 0) == 0:
         _count(h, mask, L.STAT_HITS, is_leader)
         return value, at
+    if np.int64(keep) == PIN_OR_TIER and h.tier_mode == L.TIER_DIRECT:
+        # pin_page_or_tier: where every page the warp did not find resident is in the tier,
+        # its lanes take their places there now, without the slow path's call (a traversal
+        # over a tier meets such pages on most of its lookups). Folded away for the others.
+        ask = is_leader and not pinned
+        tier_at = tier_slot_for_pin(h, gpage) if ask else np.int64(L.TIER_NO_SLOT)
+        if ballot_sync(mask, ask and tier_at < 0) == 0:
+            value, at, done, direct = use_direct(h, mask, leader, tier_at, gpage, i,
+                                                 _refs(peers, keep), value, at, done, keep)
+            _count(h, mask, L.STAT_HITS, is_leader and pinned)
+            _count(h, mask, L.STAT_TIER_DIRECT, is_leader and direct)
+            return value, at
     return _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value, at,
                         done, old, pinned, deadline)
 
@@ -676,7 +688,9 @@ def pin_page_or_tier(h, i):
     For kernels that scan pages once (a BFS's neighbour lists): the pages they find in the GPU
     cache (held there, say: ``Runtime.hold``) are read from HBM, every other page in place over
     PCIe, and none evicts another; pages outside the tier load as for :func:`pin_page`. Without a
-    direct-mode tier it is :func:`pin_page`. Collective, as :func:`pin_page`.
+    direct-mode tier it is :func:`pin_page`. Collective, as :func:`pin_page`. A warp whose pages
+    are all resident or in the tier makes no call (the tier is looked up inline); only one
+    with a page that must load takes the miss path.
     """
     return _access(h, i, False, zero_of(h.cache), PIN_OR_TIER)[1]
 

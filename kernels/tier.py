@@ -42,11 +42,18 @@ from kernels.warp import ballot_sync, lowest_lane, popc, shfl_sync, syncwarp
 @cuda.jit(device=True)
 def tier_slot_of(h, gpage):
     """The tier slot holding global page ``gpage``, or ``TIER_NO_SLOT``. Coherent (L2): a
-    write-back in another SM may just have dropped the page (:func:`forget_tier_page`). With
-    victim fill an acquire, so that a slot a victim fill in another SM just published is read
-    after its bytes (the copies from the tier are weak loads); without, the host filled every
-    slot before the kernel began, and a relaxed load spares the SM the acquire's L1
-    invalidation (a BFS in direct mode looks up a page per list it scans)."""
+    write-back in another SM may just have dropped the page (:func:`forget_tier_page`); an
+    acquire, so that a slot a victim fill in another SM just published is read after its bytes
+    (the copies from the tier are weak loads)."""
+    return ld_acquire_gpu(h.tier_slot, gpage)
+
+
+@cuda.jit(device=True)
+def tier_slot_for_pin(h, gpage):
+    """:func:`tier_slot_of` for ``gids.pin_page_or_tier``'s lookup in its hit path, which a
+    traversal over a tier runs for most pages it scans: without victim fill the host filled
+    every slot before the kernel began, and a relaxed load (still coherent) spares the SM the
+    acquire's L1 invalidation."""
     if h.tier_victims != 0:
         return ld_acquire_gpu(h.tier_slot, gpage)
     return ld_relaxed_gpu(h.tier_slot, gpage)
@@ -92,10 +99,18 @@ def read_direct(h, mask, leader, ask, gpage, i, refs, value, at, done, keep):
     tier_at = np.int64(L.TIER_NO_SLOT)
     if ask:
         tier_at = tier_slot_of(h, gpage)
-        if tier_at >= 0:
-            # Nothing is read under them: the page's word need not order anything.
-            drop_references(h, gpage, refs)
-            h.tier_ref[tier_at] = 1
+    return use_direct(h, mask, leader, tier_at, gpage, i, refs, value, at, done, keep)
+
+
+@cuda.jit(device=True)
+def use_direct(h, mask, leader, tier_at, gpage, i, refs, value, at, done, keep):
+    """:func:`read_direct` once the leaders looked their pages up: a leader whose page is in
+    tier slot ``tier_at`` (>= 0) gives back its ``refs`` references, and its lanes read or take
+    their places there (collective). Returns ``(value, at, done, served)``."""
+    if tier_at >= 0:
+        # Nothing is read under them: the page's word need not order anything.
+        drop_references(h, gpage, refs)
+        h.tier_ref[tier_at] = 1
     code = shfl_sync(mask, np.int32(tier_at), leader)
     if not done and code >= 0:
         k = (np.int64(code) << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))
