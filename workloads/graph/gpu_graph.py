@@ -301,7 +301,7 @@ class GidsSource(NeighbourSource):
             self.close()
             raise
         data_pages = self.array.n_pages
-        # Every page is in a direct-mode tier or preloaded: touches ahead would bring in nothing.
+        # Every page is in a direct-mode tier: touches ahead would bring nothing in.
         self._nothing_to_load = (host_tier_mode != "copy" and host_tier is not None
                                  and runtime.host_tier.used >= data_pages)
         self._preloaded = False
