@@ -406,7 +406,8 @@ def test_graph_pages_by_degree_and_reverse_pagerank(tmp_path):
 
 
 @pytest.mark.parametrize("mode, fraction", [("copy", 0.5), ("direct", 0.5), ("split", 0.5),
-                                            ("copy", 1.0), ("direct", 1.0), ("split", 1.0)])
+                                            ("split", 0.75), ("copy", 1.0), ("direct", 1.0),
+                                            ("split", 1.0)])
 def test_bfs_with_a_host_tier_is_valid_and_uses_it(tmp_path, mode, fraction):
     """Every way the BFS can use a tier gives scipy's levels; a tier of every page leaves the
     file unread; direct and split read tier pages in place (no copy into the GPU cache), and
@@ -442,7 +443,16 @@ def test_bfs_with_a_host_tier_is_valid_and_uses_it(tmp_path, mode, fraction):
             if mode == "split":
                 hot = choose_pages(graph, "degree", src.cache_pages, PAGE)
                 assert s["preloaded_pages"] == hot.size == src.cache_pages and s["hits"] > 0
-                if fraction == 1.0:
+                held = tier.pages(src.array)
+                if fraction < 1.0:
+                    # The tier holds the rest first: none of the preloaded pages at 0.5, all
+                    # the others at 0.75 (GPU cache 25 % + the rest), and then the file is
+                    # never read by a search.
+                    assert not np.isin(hot, held).any()
+                if fraction == 0.75:
+                    assert np.union1d(hot, held).size == src.array.n_pages
+                    assert s["ios"] == 0
+                if fraction >= 0.75:
                     # The cache holds the preloaded pages, and only them, after the search.
                     a = src.array
                     state = src.runtime._page_state.copy_to_host()[

@@ -235,9 +235,12 @@ class GidsSource(NeighbourSource):
             the GPU cache holds the pages outside the tier;
         ``"split"``
             ``"direct"``, with the pages of highest score preloaded into the GPU cache before
-            each search (untimed, from the tier; as many as it has slots): those are read from
-            GPU memory, every other tier page in place, and, with a tier of every page, nothing
-            evicts the preloaded ones.
+            each search (untimed; as many as it has slots), and the tier filled with the other
+            pages first: the top pages are read from GPU memory, every other one in place, and
+            where the tier holds every page not preloaded (``host_tier_fraction`` at least
+            ``1 - cache_fraction``), nothing evicts the preloaded ones and no search reads the
+            file. Preloaded pages come from the tier where it has them (fraction 1), else from
+            the file.
 
     Attributes
     ----------
@@ -289,14 +292,18 @@ class GidsSource(NeighbourSource):
                                             storage=storage)
             if host_tier:
                 ranked = ranked_pages(graph, host_tier, page)
+                if host_tier_mode == "split":
+                    # The GPU cache gets the top pages, the tier the rest first (then, with
+                    # room, the top pages too, from where the preload copies them).
+                    self.preload = np.sort(ranked[:runtime.cache_slots])
+                    ranked = np.concatenate([ranked[runtime.cache_slots:],
+                                             ranked[:runtime.cache_slots]])
                 runtime.host_tier.add(self.array, np.sort(ranked[:tier_pages]))
                 runtime.host_tier.set_mode(self.array,
                                            "copy" if host_tier_mode == "copy" else "direct")
                 if host_tier_mode != "copy":
                     # Pages the tier has but the GPU cache does not take no slot: read in place.
                     self.pager = GIDS_TIER_PAGER
-                if host_tier_mode == "split":
-                    self.preload = np.sort(ranked[:runtime.cache_slots])
         except BaseException:
             self.close()
             raise
