@@ -215,8 +215,11 @@ STAGES = {
     # preloaded into the GPU cache before each search, untimed; every other page read in place
     # from the tier, taking no slot: gids.pin_page_or_tier) with pages ranked by the lists they
     # hold (the pages read least efficiently in place) and by degree (GIDS's ranking). Copy
-    # runs once (with a tier of every page the ranking changes nothing there). The table's tier
-    # columns say what the tier served. Expected ~230 s (an estimate: ~60 s to generate the
+    # runs once (with a tier of every page the ranking changes nothing there). A search in
+    # split mode reads what it would with a tier of only the pages not preloaded ("GPU cache
+    # 25 % + a tier holding the rest": --host-tier-fraction 0.75, whose preload reads the
+    # disk); with all pages the untimed preload copies from RAM. The table's tier columns say
+    # what the tier served. Expected ~230 s (an estimate: ~60 s to generate the
     # graph; per gids row ~5 s of tier fill, ~20 s of validation, ~30 s compiling for the first
     # row of each mode).
     "tier-bfs": ([[*GIDS, "bfs", "--scale", "24", "--roots", "4", "--storage", "file",
