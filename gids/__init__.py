@@ -27,7 +27,10 @@ A warp that reads much of a page looks it up once (``k = gids.pin_page(h, i)``; 
 ``gids.unpin_page_after(h, i, k, used)`` with a value computed from every element read, which
 spares the unpin its fence). ``gids.pin_page_if_resident(h, i)`` is the pin without the miss
 path: -1 where the page is not in the cache, for kernels that expect hits and can put a miss's
-work aside.
+work aside. ``gids.pin_page_or_tier(h, i)`` is the pin for an array whose host tier is in direct
+mode: a page not in the GPU cache but in the tier is read in place there and takes no slot
+(read with ``gids.pinned_or_tier``, give back with ``gids.unpin_page_or_tier`` /
+``gids.unpin_page_after_or_tier``).
 
 Writes (arrays opened with ``mode="r+"``): ``gids.write(h, i, value)`` in a kernel, or
 ``rt.scatter(a, indices, values)``; ``rt.flush()`` (and leaving the ``with`` block) writes every
@@ -46,8 +49,9 @@ from gids.window import Hold, side_stream
 from host_daemon.ssd_model import PROFILES as _SSD_PROFILES
 from host_daemon.stores import FaultyStore, FileStore, MemoryStore, MmapStore, StripedStore
 from host_daemon.trace import read_trace, replay
-from kernels.access import (page_room, pin_page, pin_page_if_resident, pinned, read, unpin_page,
-                            unpin_page_after, write)
+from kernels.access import (page_room, pin_page, pin_page_if_resident, pin_page_or_tier, pinned,
+                            pinned_or_tier, read, unpin_page, unpin_page_after,
+                            unpin_page_after_or_tier, unpin_page_or_tier, write)
 from kernels.platform import MAX_REGISTERS, SIMULATOR, jit
 
 # A launch with a closed Runtime's handle raises StaleHandleError before it starts; on a GPU a
@@ -70,7 +74,8 @@ def ssd_profiles():
 
 __all__ = [
     "Runtime", "StorageArray", "Stats", "FileStats", "read", "write", "pin_page",
-    "pin_page_if_resident",
+    "pin_page_if_resident", "pin_page_or_tier", "pinned_or_tier", "unpin_page_or_tier",
+    "unpin_page_after_or_tier",
     "pinned", "unpin_page",
     "unpin_page_after",
     "page_room", "Hold", "side_stream", "jit", "MAX_REGISTERS", "defaults",

@@ -47,13 +47,18 @@ from kernels.queue import (expired, hand_on_entry, queue_of_warp, release_entry,
                            take_tickets, wait_turn)
 from kernels.sync import atomic_cas, ld_weak_l2, now_ns, red_add, zero_of
 from kernels.tier import (copy_from_tier, forget_tier_page, offer_victim, read_direct,
-                          tier_slot_of)
+                          tier_slot_for_pin, tier_slot_of, use_direct)
 from kernels.platform import BULK_COPY_LANES, out_of_line
 from kernels.warp import (activemask, ballot_sync, laneid, lowest_lane, match_any_sync, nanosleep,
                           popc, shfl_sync, syncwarp)
 
 #: References a leader takes for its group when it gives the pin back itself (read, write).
 _ONE_REF = np.uint64(1)
+
+#: ``keep`` of :func:`_access` for :func:`pin_page_or_tier`: keep a pin, or, where the page is
+#: not in the GPU cache but in the host tier of a direct-mode array, hand out its place there
+#: (read, write and pin_page pass a bool).
+PIN_OR_TIER = 2
 
 #: Sleep between rounds for a lane waiting on another warp's load (doubles up to the max).
 WAIT_MIN_NS = 128
@@ -395,6 +400,18 @@ def _access(h, i, is_write, new_value, keep):
     elif ballot_sync(mask, in_range and code < 0) == 0:
         _count(h, mask, L.STAT_HITS, is_leader)
         return value, at
+    if np.int64(keep) == PIN_OR_TIER and h.tier_mode == L.TIER_DIRECT:
+        # pin_page_or_tier: where every page the warp did not find resident is in the tier,
+        # its lanes take their places there now, without the slow path's call (a traversal
+        # over a tier meets such pages on most of its lookups). Folded away for the others.
+        ask = is_leader and not pinned
+        tier_at = tier_slot_for_pin(h, gpage) if ask else np.int64(L.TIER_NO_SLOT)
+        if ballot_sync(mask, ask and tier_at < 0) == 0:
+            value, at, done, direct = use_direct(h, mask, leader, tier_at, gpage, i,
+                                                 _refs(peers, keep), value, at, done, keep)
+            _count(h, mask, L.STAT_HITS, is_leader and pinned)
+            _count(h, mask, L.STAT_TIER_DIRECT, is_leader and direct)
+            return value, at
     return _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value, at,
                         done, old, pinned, deadline)
 
@@ -432,9 +449,13 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
     from_tier = False       # leader only: loaded its page from the host tier
     direct = False          # leader only: its lanes read their elements from the host tier
 
-    if h.tier_mode == L.TIER_DIRECT and not is_write and not keep:
-        value, done, direct = read_direct(h, mask, leader, is_leader and not hit and not done,
-                                          gpage, i, refs, value, done)
+    # ``np.int64(keep) == PIN_OR_TIER`` folds to False where ``keep`` is a bool (read, write,
+    # pin_page): their code is what it was without the tier-or-pin case.
+    if (h.tier_mode == L.TIER_DIRECT and not is_write
+            and (not keep or np.int64(keep) == PIN_OR_TIER)):
+        value, at, done, direct = read_direct(h, mask, leader,
+                                              is_leader and not hit and not done, gpage, i,
+                                              refs, value, at, done, keep)
 
     while True:
         # 1. pin and use the hits, or become the loader
@@ -654,6 +675,54 @@ def pin_page_if_resident(h, i):
     if code < 0 or not in_range:
         return np.int64(-1)
     return _index_in_cache(h, code, i)
+
+
+@cuda.jit(device=True)
+def pin_page_or_tier(h, i):
+    """:func:`pin_page`, except that where the array's host tier is in direct mode and the page
+    is in the tier but not in the GPU cache, the page takes no GPU slot: ``k`` is then the
+    element's place in the tier (``k >= h.cache.size``) and nothing is pinned. Read with
+    :func:`pinned_or_tier`, give back with :func:`unpin_page_or_tier` (or
+    :func:`unpin_page_after_or_tier`), which know the two kinds of ``k`` apart.
+
+    For kernels that scan pages once (a BFS's neighbour lists): the pages they find in the GPU
+    cache (held there, say: ``Runtime.hold``) are read from HBM, every other page in place over
+    PCIe, and none evicts another; pages outside the tier load as for :func:`pin_page`. Without a
+    direct-mode tier it is :func:`pin_page`. Collective, as :func:`pin_page`. A warp whose pages
+    are all resident or in the tier makes no call (the tier is looked up inline); only one
+    with a page that must load takes the miss path.
+    """
+    return _access(h, i, False, zero_of(h.cache), PIN_OR_TIER)[1]
+
+
+@cuda.jit(device=True)
+def pinned_or_tier(h, k):
+    """Element at ``k`` from :func:`pin_page_or_tier`: in the GPU cache (as :func:`pinned`) or,
+    for ``k >= h.cache.size``, in the host tier (a plain load over PCIe: a tier page does not
+    change while kernels run)."""
+    n = h.cache.size
+    if k >= n:
+        return h.tier[k - n]
+    return ld_weak_l2(h.cache, k)
+
+
+@cuda.jit(device=True)
+def _pin_of(h, k):
+    """``k`` from :func:`pin_page_or_tier` as :func:`unpin_page` takes it: -1 (no pin) for a
+    place in the tier."""
+    return k if k < h.cache.size else np.int64(-1)
+
+
+@cuda.jit(device=True)
+def unpin_page_or_tier(h, i, k):
+    """:func:`unpin_page` for a ``k`` from :func:`pin_page_or_tier` (collective, as it)."""
+    unpin_page(h, i, _pin_of(h, k))
+
+
+@cuda.jit(device=True)
+def unpin_page_after_or_tier(h, i, k, used):
+    """:func:`unpin_page_after` for a ``k`` from :func:`pin_page_or_tier`."""
+    unpin_page_after(h, i, _pin_of(h, k), used)
 
 
 @cuda.jit(device=True)

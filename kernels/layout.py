@@ -197,8 +197,8 @@ MAX_ARRAYS = 256
 TIER_NONE = 0       # the Runtime has no host tier: the miss path never looks at it
 TIER_COPY = 1       # a miss on a page in the tier copies it into a GPU slot (no request)
 TIER_DIRECT = 2     # a read of a page not in the GPU cache but in the tier reads the element
-                    # there (zero-copy, a sector at a time) and takes no slot; pins, writes:
-                    # as TIER_COPY
+                    # there (zero-copy, a sector at a time) and takes no slot, as does
+                    # pin_page_or_tier; pin_page, writes: as TIER_COPY
 TIER_NO_SLOT = -1   # tier_slot[page]: the page is not in the tier
 
 # --- NVMe queue pairs (Runtime(backend="nvme"); drawn in docs/formats.md) ---------------------

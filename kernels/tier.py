@@ -14,7 +14,9 @@ A miss of :mod:`kernels.access` on a page in the tier takes one of two ways, by 
   copies the page from the tier into it, instead of sending a request and waiting for the host;
 - direct (:func:`read_direct`, read-only arrays): a ``gids.read`` whose page is not in the GPU
   cache reads its element straight from the tier, a sector over PCIe, and takes no slot (what
-  zero-copy access costs, EMOGI-style). Pins and writes use the copy way.
+  zero-copy access costs, EMOGI-style); so does a ``gids.pin_page_or_tier``, which then hands
+  out the element's place in the tier instead of a pin. ``gids.pin_page`` and writes use the
+  copy way (their callers read the cache).
 
 With ``host_tier_fill="victims"`` (``h.tier_victims``, read-only arrays) a loader that evicted
 a clean page of its array offers it to the tier before its load overwrites the slot
@@ -47,6 +49,17 @@ def tier_slot_of(h, gpage):
 
 
 @cuda.jit(device=True)
+def tier_slot_for_pin(h, gpage):
+    """:func:`tier_slot_of` for ``gids.pin_page_or_tier``'s lookup in its hit path, which a
+    traversal over a tier runs for most pages it scans: without victim fill the host filled
+    every slot before the kernel began, and a relaxed load (still coherent) spares the SM the
+    acquire's L1 invalidation."""
+    if h.tier_victims != 0:
+        return ld_acquire_gpu(h.tier_slot, gpage)
+    return ld_relaxed_gpu(h.tier_slot, gpage)
+
+
+@cuda.jit(device=True)
 def copy_from_tier(h, mask, tier_at, slot):
     """Lanes with ``tier_at >= 0`` (loaders owning BUSY on a page in tier slot ``tier_at``)
     get their page copied from the tier into cache slot ``slot``, visible GPU-wide when this
@@ -76,24 +89,45 @@ def copy_from_tier(h, mask, tier_at, slot):
 
 
 @cuda.jit(device=True)
-def read_direct(h, mask, leader, ask, gpage, i, refs, value, done):
+def read_direct(h, mask, leader, ask, gpage, i, refs, value, at, done, keep):
     """Direct mode: a leader that ``ask``\\ s (its page ``gpage`` was not resident in round 1, and
     it holds the ``refs`` references that lookup took) looks the page up in the tier; if it is
     there, the leader gives the references back and its lanes read their elements ``i`` from
-    the tier (collective). Returns ``(value, done, served)``, ``served`` for the leader whose
-    page the tier had."""
-    at = np.int64(L.TIER_NO_SLOT)
+    the tier, or, to ``keep`` them (``gids.pin_page_or_tier``), take their places in the tier
+    as ``at`` (:func:`tier_index`) (collective). Returns ``(value, at, done, served)``,
+    ``served`` for the leader whose page the tier had."""
+    tier_at = np.int64(L.TIER_NO_SLOT)
     if ask:
-        at = tier_slot_of(h, gpage)
-        if at >= 0:
-            # Nothing is read under them: the page's word need not order anything.
-            drop_references(h, gpage, refs)
-            h.tier_ref[at] = 1
-    code = shfl_sync(mask, np.int32(at), leader)
+        tier_at = tier_slot_of(h, gpage)
+    return use_direct(h, mask, leader, tier_at, gpage, i, refs, value, at, done, keep)
+
+
+@cuda.jit(device=True)
+def use_direct(h, mask, leader, tier_at, gpage, i, refs, value, at, done, keep):
+    """:func:`read_direct` once the leaders looked their pages up: a leader whose page is in
+    tier slot ``tier_at`` (>= 0) gives back its ``refs`` references, and its lanes read or take
+    their places there (collective). Returns ``(value, at, done, served)``."""
+    if tier_at >= 0:
+        # Nothing is read under them: the page's word need not order anything.
+        drop_references(h, gpage, refs)
+        h.tier_ref[tier_at] = 1
+    code = shfl_sync(mask, np.int32(tier_at), leader)
     if not done and code >= 0:
-        value = h.tier[(np.int64(code) << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))]
+        k = (np.int64(code) << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))
+        if keep:
+            at = tier_index(h, k)
+        else:
+            value = h.tier[k]
         done = True
-    return value, done, at >= 0
+    return value, at, done, tier_at >= 0
+
+
+@cuda.jit(device=True)
+def tier_index(h, k):
+    """What ``gids.pin_page_or_tier`` returns for element ``k`` of ``h.tier``: an index past
+    ``h.cache``'s last, so that one integer names a place in either (``k >= 0`` still means
+    "readable")."""
+    return h.cache.size + k
 
 
 @cuda.jit(device=True)

@@ -676,19 +676,33 @@ _PTX = textwrap.dedent(r'''
     # makes no call: a value live across the miss path's call is spilled at every use
     # (scan_pages). The innermost loop holding both, found by its back edge in the kernel body.
     import re
-    lines = [l.strip() for l in ptx.splitlines()]
-    entry = next(i for i, l in enumerate(lines) if l.startswith(".visible .entry"))
-    end = next((i for i, l in enumerate(lines) if i > entry and ".func" in l), len(lines))
-    body = lines[entry:end]
-    labels = {l[:-1]: i for i, l in enumerate(body) if re.match(r"^\$L__\w+:$", l)}
-    loops = sorted((src - labels[m.group(1)], labels[m.group(1)], src)
-                   for src, l in enumerate(body)
-                   for m in [re.search(r"bra(?:\.uni)?\s+(\$L__\w+);", l)]
-                   if m and m.group(1) in labels and labels[m.group(1)] < src)
-    scan = next((lo, hi) for _, lo, hi in loops
-                if any("ld.global.cg" in l for l in body[lo:hi])
-                and any("atom.global.cas.b64" in l for l in body[lo:hi]))
-    assert not any(l.startswith("call") for l in body[scan[0]:scan[1]]), "a call in the scan"
+
+    def scan_loop(ptx):
+        lines = [l.strip() for l in ptx.splitlines()]
+        entry = next(i for i, l in enumerate(lines) if l.startswith(".visible .entry"))
+        end = next((i for i, l in enumerate(lines) if i > entry and ".func" in l), len(lines))
+        body = lines[entry:end]
+        labels = {l[:-1]: i for i, l in enumerate(body) if re.match(r"^\$L__\w+:$", l)}
+        loops = sorted((src - labels[m.group(1)], labels[m.group(1)], src)
+                       for src, l in enumerate(body)
+                       for m in [re.search(r"bra(?:\.uni)?\s+(\$L__\w+);", l)]
+                       if m and m.group(1) in labels and labels[m.group(1)] < src)
+        lo, hi = next((lo, hi) for _, lo, hi in loops
+                      if any("ld.global.cg" in l for l in body[lo:hi])
+                      and any("atom.global.cas.b64" in l for l in body[lo:hi]))
+        return body[lo:hi]
+
+    assert not any(l.startswith("call") for l in scan_loop(ptx)), "a call in the scan"
+    # The same step over a direct-mode host tier (GIDS_TIER_PAGER): an entry comes from the
+    # cache (ld.global.cg) or in place from the tier (a plain load), still with no call.
+    from workloads.pager import GIDS_TIER_PAGER
+    k = make_bfs_kernels(GIDS_TIER_PAGER)
+    ptx, _ = cuda.compile_ptx(k.top_down.py_func,
+                              (typeof(h), i64, i64, n, i64, i64, i64, i64, n, types.boolean, i64,
+                               i64, n, types.boolean, types.boolean), cc=(9, 0))
+    scan = scan_loop(ptx)
+    assert not any(l.startswith("call") for l in scan), "a call in the tier pager's scan"
+    assert any(re.match(r"ld\.global\.(u32|b32|s32)\s", l) for l in scan), "no tier load"
     # Its top-down step for a warm cache that holds every page (gpu_bfs.RESIDENT_FIRST): pins
     # without the miss path, so no call at all, and the lists it sets aside go to long_lists.
     k = make_bfs_kernels(GIDS_PAGER, None, True)

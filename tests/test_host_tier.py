@@ -7,10 +7,11 @@ bytes are changed behind the Runtime's back, so a page read from the tier has th
 one read from the store the new ones."""
 import textwrap
 
+import gids  # first: picks the world before numba.cuda loads
 import numpy as np
 import pytest
+from numba import cuda
 
-import gids
 from gids.errors import ConfigError, HostTierFullError
 from tests.helpers import run_compile_script
 
@@ -77,6 +78,93 @@ def test_misses_on_tier_pages_are_served_from_the_tier(tmp_path, mode):
         # Every store read was of a page outside the tier.
         assert s.ios <= np.unique(idx[~tier_reads] // ELEMS).size + s.evictions
         assert tier_reads.any() and (~tier_reads).any()
+
+
+@gids.jit
+def _read_pages_or_tier(h, idx, out, where, after):
+    """Each thread pins its element's page with gids.pin_page_or_tier, reads the element and
+    gives the pin back (every lane calls: lanes past the end repeat element 0)."""
+    t = cuda.grid(1)
+    i = idx[t] if t < idx.size else idx[0]
+    k = gids.pin_page_or_tier(h, i)
+    v = gids.pinned_or_tier(h, k) if k >= 0 else np.int64(0)
+    if after:
+        gids.unpin_page_after_or_tier(h, i, k, v)
+    else:
+        gids.unpin_page_or_tier(h, i, k)
+    if t < idx.size:
+        out[t] = v
+        where[t] = k
+
+
+@gids.jit
+def _pin_and_unpin(h, idx):
+    i = idx[min(cuda.grid(1), idx.size - 1)]
+    gids.unpin_page(h, i, gids.pin_page(h, i))
+
+
+def check_pin_page_or_tier(directory, mode, seed=0, n_pages=N_PAGES, page_size=PAGE,
+                           n_reads=256, threads=64, **runtime_options):
+    """Half the pages in the tier, two of them also preloaded into a GPU cache with room for
+    them and every page outside the tier (so that none is evicted); the file
+    changed behind the Runtime's back (tier pages keep the old bytes). Every value is right;
+    in direct mode a tier page not in the GPU cache is read in place (``k`` past the cache,
+    no slot taken, no reference left), in copy mode it is pinned in the cache as by
+    gids.pin_page. Used by the simulator, emulated-warp and GPU tests."""
+    import os
+    elems = page_size // 8
+    rng = np.random.default_rng(seed)
+    data = rng.integers(-2**40, 2**40, n_pages * elems, dtype=np.int64)
+    path = os.path.join(str(directory), f"pin_or_tier_{mode}_{seed}.bin")
+    data.tofile(path)
+    tier = np.sort(rng.choice(n_pages, n_pages // 2, replace=False))
+    hot = tier[:2]
+    with gids.Runtime(cache_pages=n_pages - tier.size + hot.size + 4, page_size=page_size,
+                      host_cache_bytes=tier.size * page_size, **runtime_options) as rt:
+        a = rt.open_array(path, np.int64)
+        rt.host_tier.add(a, tier)
+        rt.host_tier.set_mode(a, mode)
+        (~data).tofile(path)
+        want = ~data
+        for p in tier:
+            want[p * elems:(p + 1) * elems] = data[p * elems:(p + 1) * elems]
+        # Copied from the tier into the GPU cache by gids.pin_page (Runtime.prefetch's way; a
+        # kernel of one whole warp here, as emulated 32-lane warps want every lane at a pin).
+        _pin_and_unpin[1, 32](a.handle, cuda.to_device(hot * elems))
+        rt.sync()
+        rt.reset_stats()
+        n_cache = a.handle.cache.size
+        for after in (False, True):
+            idx = np.sort(rng.integers(0, data.size, n_reads))
+            out = cuda.to_device(np.full(idx.size, -7, dtype=np.int64))
+            where = cuda.to_device(np.full(idx.size, -7, dtype=np.int64))
+            blocks = -(-idx.size // threads)
+            _read_pages_or_tier[blocks, threads](a.handle, cuda.to_device(idx), out, where,
+                                                 after)
+            rt.sync()
+            np.testing.assert_array_equal(out.copy_to_host(), want[idx])
+            k = where.copy_to_host()
+            in_place = np.isin(idx // elems, np.setdiff1d(tier, hot)) & (mode == "direct")
+            assert (k[in_place] >= n_cache).all() and (k[~in_place] >= 0).all()
+            assert (k[~in_place] < n_cache).all()
+            if in_place.any():
+                offset = (k[in_place] - n_cache) % elems
+                np.testing.assert_array_equal(offset, idx[in_place] % elems)
+        state = rt._page_state.copy_to_host()[a.page_base:a.page_base + n_pages]
+        assert not (state & gids.layout.PAGE_REF_MASK).any()
+        s = rt.stats()
+        if mode == "direct":
+            valid = np.flatnonzero(state & gids.layout.PAGE_VALID)
+            assert not np.isin(valid, np.setdiff1d(tier, hot)).any()
+            assert s.tier_direct > 0 and s.tier_hits == 0, s
+        else:
+            assert s.tier_hits > 0 and s.tier_direct == 0, s
+        assert s.hits > 0 and s.ios > 0
+
+
+@pytest.mark.parametrize("mode", ["copy", "direct"])
+def test_pin_page_or_tier_reads_tier_pages_in_place(tmp_path, mode):
+    check_pin_page_or_tier(tmp_path, mode)
 
 
 def test_the_nvme_path_copies_from_the_tier_too(tmp_path):
@@ -307,29 +395,108 @@ def test_graph_pages_by_degree_and_reverse_pagerank(tmp_path):
     assert scores[chosen].min() >= np.sort(scores)[-5]
     np.testing.assert_array_equal(choose_pages(graph, "degree", 10**6, PAGE),
                                   np.arange(scores.size))
+    # By lists: a page scores the lists that touch it.
+    ones = vertex_scores(graph, "lists")
+    np.testing.assert_array_equal(ones, np.ones(n))
+    np.testing.assert_allclose(page_scores(graph, ones, PAGE),
+                               _page_scores_by_loops(offsets, ones, nbrs.itemsize, PAGE,
+                                                     scores.size))
     with pytest.raises(ValueError, match="method"):
         vertex_scores(graph, "random")
 
 
-@pytest.mark.parametrize("mode", ["copy", "direct"])
-def test_bfs_with_a_host_tier_is_valid_and_uses_it(tmp_path, mode):
+@pytest.mark.parametrize("mode, fraction", [("copy", 0.5), ("direct", 0.5), ("split", 0.5),
+                                            ("split", 0.75), ("copy", 1.0), ("direct", 1.0),
+                                            ("split", 1.0)])
+def test_bfs_with_a_host_tier_is_valid_and_uses_it(tmp_path, mode, fraction):
+    """Every way the BFS can use a tier gives scipy's levels; a tier of every page leaves the
+    file unread; direct and split read tier pages in place (no copy into the GPU cache), and
+    split's preloaded pages are what the GPU cache holds."""
     from workloads.graph import generate_kronecker_csr, open_csr, sample_bfs_roots
     from workloads.graph.gpu_bfs import validate_bfs_result
     from workloads.graph.gpu_graph import open_device_graph
+    from workloads.graph.tier_pages import choose_pages
     path = tmp_path / "g.csr"
     generate_kronecker_csr(path, 6, 8, seed=1)
     graph = open_csr(path)
     with open_device_graph(graph, "gids", cache_fraction=0.25, page_size=PAGE,
-                           host_tier="degree", host_tier_fraction=0.5,
+                           host_tier="degree", host_tier_fraction=fraction,
                            host_tier_mode=mode) as dg:
-        assert "host tier" in dg.source.label
-        tier = dg.source.runtime.host_tier
+        src = dg.source
+        assert "host tier" in src.label and mode in src.label
+        tier = src.runtime.host_tier
         assert tier.used == tier.capacity > 0
+        assert tier.mode(src.array) == ("copy" if mode == "copy" else "direct")
+        if fraction == 1.0:
+            assert tier.used == src.array.n_pages
         for root in sample_bfs_roots(graph, 2, seed=5).tolist():
             result = dg.bfs(root)
-            validate_bfs_result(graph, result)
-            assert result.stats["tier_hits"] + result.stats["tier_direct"] > 0
+            validate_bfs_result(graph, result, against_scipy=True)
+            s = result.stats
+            assert s["tier_hits"] + s["tier_direct"] > 0
+            if fraction == 1.0:
+                assert s["ios"] == 0                    # no miss reached the file
+            if mode != "copy":
+                assert s["tier_direct"] > 0
+                if fraction == 1.0:
+                    assert s["tier_hits"] == 0          # nothing copied into the GPU cache
+            if mode == "split":
+                hot = choose_pages(graph, "degree", src.cache_pages, PAGE)
+                assert s["preloaded_pages"] == hot.size == src.cache_pages and s["hits"] > 0
+                held = tier.pages(src.array)
+                if fraction < 1.0:
+                    # The tier holds the rest first: none of the preloaded pages at 0.5, all
+                    # the others at 0.75 (GPU cache 25 % + the rest), and then the file is
+                    # never read by a search.
+                    assert not np.isin(hot, held).any()
+                if fraction == 0.75:
+                    assert np.union1d(hot, held).size == src.array.n_pages
+                    assert s["ios"] == 0
+                if fraction >= 0.75:
+                    # The cache holds the preloaded pages, and only them, after the search.
+                    a = src.array
+                    state = src.runtime._page_state.copy_to_host()[
+                        a.page_base:a.page_base + a.n_pages]
+                    np.testing.assert_array_equal(
+                        np.flatnonzero(state & gids.layout.PAGE_VALID), hot)
         assert tier.used == tier.capacity       # cold searches keep the tier
+        refs = src.runtime._page_state.copy_to_host() & gids.layout.PAGE_REF_MASK
+        assert not refs.any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["copy", "direct", "split"])
+def test_bfs_over_a_tier_of_every_page_on_the_gpu(tmp_path, mode):
+    """Real warps over a scale-16 graph, GPU cache 25 %, a tier of every page: scipy's levels,
+    no file read, and in direct and split mode no page copied into the cache."""
+    from workloads.graph import generate_kronecker_csr, open_csr, sample_bfs_roots
+    from workloads.graph.gpu_bfs import validate_bfs_result
+    from workloads.graph.gpu_graph import open_device_graph
+    path = tmp_path / "g.csr"
+    generate_kronecker_csr(path, 16, 16, seed=2)
+    graph = open_csr(path)
+    with open_device_graph(graph, "gids", cache_fraction=0.25, page_size=4096,
+                           host_tier="degree", host_tier_fraction=1.0,
+                           host_tier_mode=mode) as dg:
+        for root in sample_bfs_roots(graph, 3, seed=1).tolist():
+            result = dg.bfs(root)
+            validate_bfs_result(graph, result, against_scipy=True)
+            s = result.stats
+            assert s["ios"] == 0
+            assert (s["tier_hits"] > 0) if mode == "copy" else (s["tier_hits"] == 0
+                                                                and s["tier_direct"] > 0)
+        refs = dg.source.runtime._page_state.copy_to_host() & gids.layout.PAGE_REF_MASK
+        assert not refs.any()
+
+
+def test_bfs_rejects_an_unknown_tier_mode(tmp_path):
+    from workloads.graph import generate_kronecker_csr, open_csr
+    from workloads.graph.gpu_graph import open_device_graph
+    path = tmp_path / "g.csr"
+    generate_kronecker_csr(path, 4, 4, seed=1)
+    with pytest.raises(ValueError, match="host_tier_mode"):
+        open_device_graph(open_csr(path), "gids", host_tier="degree", host_tier_fraction=1,
+                          host_tier_mode="sideways")
 
 
 # ------------------------------------------------------------------ whole warps, the GPU
@@ -375,6 +542,11 @@ WARP_SCRIPT = textwrap.dedent('''
                                    rt.stats())
         s = rt.stats()
         assert s.tier_fills > 0 and s.tier_hits > 0, s
+    # gids.pin_page_or_tier: lanes of a warp on a few pages, some read in place in the tier.
+    from tests.test_host_tier import check_pin_page_or_tier
+    for mode in ("copy", "direct"):
+        check_pin_page_or_tier(tempfile.mkdtemp(), mode, n_pages=64, n_reads=512,
+                               queues=2, queue_depth=32, timeout=60)
     print("TIER32_OK")
 ''')
 
@@ -410,6 +582,13 @@ def test_tier_on_the_gpu_many_warps(tmp_path, mode):
         assert (s.tier_hits if mode == "copy" else s.tier_direct) > 0
         state = rt._page_state.copy_to_host()[:rt._n_pages]
         assert not (state & gids.layout.PAGE_REF_MASK).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["copy", "direct"])
+def test_pin_page_or_tier_on_the_gpu(tmp_path, mode):
+    check_pin_page_or_tier(tmp_path, mode, n_pages=4096, page_size=4096, n_reads=1 << 18,
+                           threads=256)
 
 
 @pytest.mark.gpu
@@ -616,3 +795,21 @@ def test_graph_cli_with_a_host_tier(tmp_path, capsys):
     assert run["searches"][0]["valid"] and run["searches"][0]["stats"]["tier_hits"] > 0
     assert cli_main(["cc", "--scale", "6", "--host-tier-fraction", "0.5"]) == 2
     assert "need --host-tier" in capsys.readouterr().err
+    # Rankings and modes side by side, a tier of every page: no file reads; copy mode runs once
+    # (its tier is the same whatever the ranking); the table counts the tier's work.
+    assert cli_main(["bfs", "--scale", "6", "--roots", "1", "--data-path", "gids",
+                     "--cache-fractions", "0.25", "--host-tier", "lists,degree",
+                     "--host-tier-fraction", "1", "--host-tier-mode", "copy,split",
+                     "--validate", "scipy", "--json", str(out)]) == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["options"]["host_tier"], r["options"]["host_tier_mode"]) for r in runs] == \
+        [("lists", "copy"), ("lists", "split"), ("degree", "split")]
+    copy, split, _ = (r["searches"][0]["stats"] for r in runs)
+    assert copy["ios"] == split["ios"] == 0
+    assert copy["tier_hits"] > 0 and split["tier_direct"] > 0 and split["tier_hits"] == 0
+    text = capsys.readouterr().out
+    assert "tier copies/search" in text and "tier direct/search" in text
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["bfs", "--scale", "6", "--host-tier", "degree", "--host-tier-mode",
+                  "copy,sideways"])
+    assert exit_info.value.code == 2 and "host tier modes" in capsys.readouterr().err

@@ -94,11 +94,17 @@ def test_update_reads_the_host_tier_figures():
               "graph": {"metadata": {"scale": 24}},
               "runs": [run("zero_copy", 4e9),
                        run("gids", 6e9, cache_fraction=0.25, host_tier="degree",
-                           host_tier_fraction=0.75, storage="file")]}
+                           host_tier_fraction=0.75, storage="file"),
+                       run("gids", 5e9, cache_fraction=0.25, host_tier="degree",
+                           host_tier_fraction=1.0, host_tier_mode="split", storage="file")]}
     recs = results.from_json(report)
     assert all(r["area"] == results.TIER for r in recs), recs
-    ratio = next(r for r in recs if r["figure"].endswith("gids / zero-copy"))
+    ratios = [r for r in recs if r["figure"].endswith("gids / zero-copy")]
+    assert len({r["figure"] for r in ratios}) == 2     # one figure per mode
+    ratio = next(r for r in ratios if "(split)" not in r["figure"])
     assert abs(ratio["value"] - 1.5) < 1e-12 and ratio["target"] == ">= 1.2x"
+    split = next(r for r in ratios if "100 % by degree (split)" in r["figure"])
+    assert abs(split["value"] - 1.25) < 1e-12
 def _gnn_row(label, path, value, emulation=None, key="rows_per_s"):
     row = {"label": label, "path": path, "emulation": emulation}
     if key == "rows_per_s":

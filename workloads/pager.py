@@ -44,7 +44,8 @@ import numpy as np
 import gids  # first: picks GPU or simulator before numba.cuda loads
 from gids.device import device_helper
 
-__all__ = ["Pager", "ELEMENT_PAGE", "element_pager", "GIDS_PAGER", "room_in_page"]
+__all__ = ["Pager", "ELEMENT_PAGE", "element_pager", "GIDS_PAGER", "GIDS_TIER_PAGER",
+           "room_in_page"]
 
 
 class Pager(NamedTuple):
@@ -136,3 +137,11 @@ def _gids_page_elems(h):
 #: page-level reads through the cache, one lookup per page and warp.
 GIDS_PAGER = Pager(gids.read, gids.pin_page, gids.pinned, gids.unpin_page, _gids_page_elems,
                    gids.unpin_page_after, gids.pin_page_if_resident)
+
+#: :data:`GIDS_PAGER` for an array whose host tier is in direct mode: a page not in the GPU
+#: cache but in the tier is read in place there, over PCIe, and takes no slot
+#: (:func:`gids.pin_page_or_tier`), so a scan over many pages leaves what the cache holds (the
+#: pages held there, say) as it was. The same as :data:`GIDS_PAGER` for any other array.
+GIDS_TIER_PAGER = Pager(gids.read, gids.pin_page_or_tier, gids.pinned_or_tier,
+                        gids.unpin_page_or_tier, _gids_page_elems,
+                        gids.unpin_page_after_or_tier, gids.pin_page_if_resident)

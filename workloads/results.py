@@ -217,8 +217,11 @@ def _bfs_tier(scale, tiered, zero_copy, cmd):
     for r in tiered:
         o = r["options"]
         emu = r.get("emulation")
+        # Copy mode's figures keep the names they had before the other modes.
+        mode = o.get("host_tier_mode", "copy")
         what = (f"scale {scale}, gids cache {100 * o['cache_fraction']:.3g} % + host tier "
-                f"{100 * o['host_tier_fraction']:.3g} % by {o['host_tier']}, "
+                f"{100 * o['host_tier_fraction']:.3g} % by {o['host_tier']}"
+                + ("" if mode == "copy" else f" ({mode})") + ", "
                 f"{o.get('storage', 'file')} store, cold"
                 + (f", emulated {emu['n_ssd']} x {emu['ssd']}" if emu else ""))
         g = _hmean(r)

@@ -15,6 +15,8 @@ Examples::
     gids bfs --scale 18 --data-path gids,nvme --cache-fractions 0.25 --ssd p5800x --n-ssd 1,4
     gids cc --graph twitter.csr --data-path gids --cache-fractions 0.1 --json cc.json
     gids bfs --graph roadNet-CA.txt --root 0 --root 17 --data-path gids --trace bfs.trace
+    gids bfs --scale 20 --data-path zero_copy,gids --cache-fractions 0.25 --host-tier degree \
+        --host-tier-fraction 1 --host-tier-mode copy,split
 
 ``--graph`` takes the project's CSR format (``docs/formats.md``), a SNAP edge list (text: two
 ids a line, ``#`` comments) or a ``.npy`` edge array; the last two are converted once, into
@@ -43,7 +45,7 @@ from .bfs import connected_components_reference, sample_bfs_roots
 from .csr_file import MAGIC, GraphFormatError, open_csr
 from .gpu_bfs import DIRECTIONS, ReferenceMismatchError, validate_bfs_result
 from .gpu_cc import ComponentsMismatchError, validate_cc_result
-from .gpu_graph import DATA_PATHS, open_device_graph
+from .gpu_graph import DATA_PATHS, TIER_MODES, open_device_graph
 from .tier_pages import METHODS
 from .importers import import_edge_list, import_npy_edges
 from .kronecker import generate_kronecker_csr
@@ -93,6 +95,20 @@ def _fraction(text: str) -> float:
     if len(values) != 1:
         raise argparse.ArgumentTypeError(f"one fraction in (0, 1], got {text!r}")
     return values[0]
+
+
+def _choices(what: str, known):
+    """An argparse type: a comma-separated list of names, each one of ``known``."""
+    def parse(text: str) -> list[str]:
+        names = [t.strip() for t in text.split(",") if t.strip()]
+        if not names or any(n not in known for n in names):
+            raise argparse.ArgumentTypeError(f"{what} must be of {', '.join(known)}: {text!r}")
+        return names
+    return parse
+
+
+_tier_methods = _choices("host tier rankings", METHODS)
+_tier_modes = _choices("host tier modes", TIER_MODES)
 
 
 def add_bfs_arguments(subparsers) -> None:
@@ -146,16 +162,21 @@ def add_bfs_arguments(subparsers) -> None:
         p.add_argument("--storage", choices=["file", "mmap", "memory"], default="file",
                        help="how the gids daemon, the NVMe controller and the cpu_batch "
                             "gather read the file (default file: pread)")
-        p.add_argument("--host-tier", choices=METHODS, default=None,
+        p.add_argument("--host-tier", type=_tier_methods, default=None, metavar="LIST",
                        help="give gids and nvme a host tier (pinned RAM between the GPU cache "
-                            "and the file) filled with the neighbours' pages chosen by vertex "
-                            "degree or by reverse PageRank, as GIDS does (default: none)")
+                            "and the file) filled with the neighbours' pages ranked by vertex "
+                            "degree or by reverse PageRank, as GIDS does, or by the lists a "
+                            "page holds; comma-separated, a run each (default: none)")
         p.add_argument("--host-tier-fraction", type=_fraction, default=None, metavar="F",
                        help="with --host-tier: its size as a fraction of the neighbours' pages "
-                            "(default 0.25)")
-        p.add_argument("--host-tier-mode", choices=["copy", "direct"], default="copy",
-                       help="with --host-tier: copy tier pages into the GPU cache on a miss, "
-                            "or read elements straight from the tier (default copy)")
+                            "(default 0.25; 1: every page, the file is not read once it is "
+                            "filled)")
+        p.add_argument("--host-tier-mode", type=_tier_modes, default=None, metavar="LIST",
+                       help="with --host-tier, comma-separated, a run each: copy (a miss on a "
+                            "tier page copies it into the GPU cache), direct (tier pages not "
+                            "in the GPU cache are read in place, taking no slot), split "
+                            "(direct, with the top pages preloaded into the GPU cache before "
+                            "each search) (default copy)")
         add_ssd_arguments(p)
         p.add_argument("--warm-cache", action="store_true",
                        help="keep cached pages between searches, the first one included: it "
@@ -259,17 +280,16 @@ def _runs(args, arrays):
         path = DATA_PATHS[name]
         if path.cached:
             for emulation in [None, *arrays] if path.runtime else [None]:
+                tiers = _tiers(args) if path.runtime and args.host_tier else [{}]
                 for fraction in args.cache_fractions:
-                    options = {"cache_fraction": fraction, "page_size": page_size}
-                    if path.runtime:
-                        options["storage"] = args.storage
-                    if emulation is not None:
-                        options["runtime_options"] = emulation.runtime_options
-                    if path.runtime and args.host_tier:
-                        options.update(host_tier=args.host_tier,
-                                       host_tier_fraction=args.host_tier_fraction or 0.25,
-                                       host_tier_mode=args.host_tier_mode)
-                    yield name, options, emulation
+                    for tier in tiers:
+                        options = {"cache_fraction": fraction, "page_size": page_size}
+                        if path.runtime:
+                            options["storage"] = args.storage
+                        if emulation is not None:
+                            options["runtime_options"] = emulation.runtime_options
+                        options.update(tier)
+                        yield name, options, emulation
         else:
             # A path that reads the file while it runs reads it as gids does (--storage): a
             # baseline reading the disk beside gids reading RAM would measure the disk.
@@ -279,11 +299,22 @@ def _runs(args, arrays):
             yield name, options, None
 
 
+def _tiers(args) -> list[dict]:
+    """The host tier options of each run: every ranking in every mode, except that a tier of
+    every page in copy or direct mode is the same whatever the ranking (only split mode's
+    preload follows it): that one runs with the first ranking only."""
+    fraction = args.host_tier_fraction or 0.25
+    return [{"host_tier": method, "host_tier_fraction": fraction, "host_tier_mode": mode}
+            for k, method in enumerate(args.host_tier)
+            for mode in args.host_tier_mode or ["copy"]
+            if k == 0 or fraction < 1 or mode == "split"]
+
+
 def _emulations(args):
     """The emulated SSD arrays asked for (a :class:`UsageError` where the options are wrong,
     these or the host tier's)."""
     if args.host_tier is None and (args.host_tier_fraction is not None
-                                   or args.host_tier_mode != "copy"):
+                                   or args.host_tier_mode is not None):
         raise UsageError("--host-tier-fraction and --host-tier-mode need --host-tier "
                          "(degree or pagerank)")
     try:
@@ -385,18 +416,33 @@ def _bfs_run(args, graph, roots, name: str, options: dict, emulation,
             else None)
     ios = [s["stats"]["ios"] for s in searches if s["stats"] and "ios" in s["stats"]]
     hits = [s["stats"]["hit_rate"] for s in searches if s["stats"] and "hit_rate" in s["stats"]]
+    tiered = "host_tier" in options
+
+    def per_search(key):
+        values = [s["stats"][key] for s in searches if s["stats"] and key in s["stats"]]
+        return f"{np.mean(values):,.0f}" if tiered and values else "-"
+
     record = {"data_path": name, "label": label, "options": dict(options),
               "emulation": emulation_record(emulation), "engine": engine, "teps": teps,
               "searches": searches}
     rate = lambda key: _fmt_rate(teps[key] if teps else None)   # noqa: E731
-    row = [name, emulation_cell(record["emulation"]), engine, cache_pct, pages,
+    tier = (f"{options['host_tier_fraction']:.0%} {options['host_tier']}, "
+            f"{options['host_tier_mode']}" if tiered else "-")
+    row = [name, emulation_cell(record["emulation"]), engine, cache_pct, pages, tier,
            str(len(searches)),
            rate("harmonic_mean_TEPS"), rate("min_TEPS"), rate("median_TEPS"), rate("max_TEPS"),
            f"{np.mean(times):.4f}",
            f"{np.mean(ios):,.0f}" if ios else "-", f"{np.mean(hits):.1%}" if hits else "-",
+           per_search("tier_hits"), per_search("tier_direct"),
            "-" if args.validate == "none" else f"{sum(bool(s['valid']) for s in searches)}/"
                                                 f"{len(searches)}"]
     return record, row, failed
+
+
+#: Under the table where a run had a host tier: what its two columns count.
+TIER_NOTE = ("tier copies: GPU-cache misses served by copying the page from the host tier "
+             "(no file read); tier direct: lookups whose page was read in place in the host "
+             "tier, taking no GPU slot (one per page and warp; hit rate leaves them out)")
 
 
 def cmd_bfs(args) -> int:
@@ -428,9 +474,11 @@ def cmd_bfs(args) -> int:
           f"{info['n_entries']:,} entries ({info['neighbour_bytes']:,} bytes of neighbours); "
           f"{roots.size} roots, {args.direction}, cache {'warm' if args.warm_cache else 'cold'} "
           "at each search")
-    print(table(["data path", "SSDs", "engine", "cache", "pages", "searches", "hmean TEPS",
-                 "min TEPS",
-                  "median TEPS", "max TEPS", "mean s", "I/Os/search", "hit rate", "valid"], rows))
+    print(table(["data path", "SSDs", "engine", "cache", "pages", "host tier", "searches",
+                 "hmean TEPS", "min TEPS", "median TEPS", "max TEPS", "mean s", "I/Os/search",
+                 "hit rate", "tier copies/search", "tier direct/search", "valid"], rows))
+    if any(r[-3] != "-" for r in rows):
+        print(TIER_NOTE)
     if arrays:
         print(EMULATION_NOTE)
     if args.json:
@@ -485,12 +533,22 @@ def _cc_run(args, graph, expected, name: str, options: dict, emulation,
 
 def _miss_path(stats) -> str:
     """``; misses: mean I/O .. us, mean miss .. us`` from a Runtime's stats, else ``""``: where a
-    search through gids spent its misses' time (see gids.Stats)."""
-    if not stats or "io_latency_us" not in stats or not stats.get("misses"):
+    search through gids spent its misses' time (see gids.Stats), and what the host tier
+    served."""
+    if not stats or "io_latency_us" not in stats:
         return ""
+    tier = ""
+    if stats.get("tier_hits") or stats.get("tier_direct"):
+        tier = (f"; host tier: {stats['tier_hits']:,} pages copied, {stats['tier_direct']:,} "
+                "read in place")
+    if "preloaded_pages" in stats:
+        tier += (f" ({stats['preloaded_pages']:,} pages preloaded in "
+                 f"{stats['preload_seconds']:.3f} s, untimed)")
+    if not stats.get("misses"):
+        return tier
     return (f"; {stats['misses']:,} misses, {stats['ios']:,} I/Os: mean I/O "
             f"{stats['io_latency_us']:.1f} us, mean miss {stats['miss_latency_us']:.1f} us, "
-            f"{stats['slot_retries']:,} slot retries")
+            f"{stats['slot_retries']:,} slot retries{tier}")
 
 
 def cmd_cc(args) -> int:

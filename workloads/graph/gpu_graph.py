@@ -56,7 +56,7 @@ from numba import cuda
 from gids import SIMULATOR
 from gids import read as gids_read
 from gids.device import WARP_SIZE
-from workloads.pager import GIDS_PAGER
+from workloads.pager import GIDS_PAGER, GIDS_TIER_PAGER
 
 from ..ssd_options import runtime_emulation
 from .csr_file import CSRGraph, GraphFormatError, open_csr
@@ -65,7 +65,7 @@ from .gpu_bfs import bfs as _bfs
 from .gpu_cc import CCResult, validate_cc_result
 from .gpu_cc import connected_components as _connected_components
 from .gpu_launch import Access, launch_geometry  # noqa: F401  (Access: part of this API)
-from .tier_pages import choose_pages
+from .tier_pages import ranked_pages
 
 # ---------------------------------------------------------------------------------- readers
 @cuda.jit(device=True)
@@ -185,6 +185,10 @@ class DeviceArraySource(NeighbourSource):
 WHOLE_CACHE_REGISTERS = gids.defaults.get("whole_cache_registers") or None
 
 
+#: How a :class:`GidsSource` uses its host tier (``host_tier_mode``; see there).
+TIER_MODES = ("copy", "direct", "split")
+
+
 #: The setting ``bfs_touch``: ``GIDS_BFS_TOUCH=always`` (read at import) keeps the top-down
 #: kernel's touches ahead even when every page is resident (:attr:`NeighbourSource.touch_ahead`),
 #: to measure what they cost.
@@ -218,9 +222,25 @@ class GidsSource(NeighbourSource):
         ``daemon_threads``, ``queues``, ...).
     host_tier : {"degree", "pagerank"}, optional
         Give a Runtime made here a host tier of ``host_tier_fraction`` of the neighbours'
-        pages, filled with the pages of highest score by that method
-        (:mod:`workloads.graph.tier_pages`), in ``host_tier_mode`` (``"copy"`` or
-        ``"direct"``).
+        pages (1: all of them), filled with the pages of highest score by that method
+        (:mod:`workloads.graph.tier_pages`), used as ``host_tier_mode`` says
+        (:data:`TIER_MODES`):
+
+        ``"copy"``
+            a miss on a tier page copies it into the GPU cache (whose content stays dynamic:
+            with a tier of every page, no miss reaches the file once the tier is filled);
+        ``"direct"``
+            a page in the tier but not in the GPU cache is read in place over PCIe and takes
+            no GPU slot (the traversal pins with :data:`~workloads.pager.GIDS_TIER_PAGER`);
+            the GPU cache holds the pages outside the tier;
+        ``"split"``
+            ``"direct"``, with the pages of highest score preloaded into the GPU cache before
+            each search (untimed; as many as it has slots), and the tier filled with the other
+            pages first: the top pages are read from GPU memory, every other one in place, and
+            where the tier holds every page not preloaded (``host_tier_fraction`` at least
+            ``1 - cache_fraction``), nothing evicts the preloaded ones and no search reads the
+            file. Preloaded pages come from the tier where it has them (fraction 1), else from
+            the file.
 
     Attributes
     ----------
@@ -232,6 +252,8 @@ class GidsSource(NeighbourSource):
     """
 
     name = "gids"
+    #: Pages preloaded into the GPU cache before each search (``host_tier_mode="split"``).
+    preload = None
 
     def __init__(self, graph: CSRGraph, *, runtime=None, cache_fraction: float | None = None,
                  page_size: int | None = None, storage: str = "file",
@@ -258,6 +280,9 @@ class GidsSource(NeighbourSource):
                 if not 0 < host_tier_fraction <= 1:
                     raise ValueError(f"host_tier_fraction must be in (0, 1], got "
                                      f"{host_tier_fraction}")
+                if host_tier_mode not in TIER_MODES:
+                    raise ValueError(f"host_tier_mode must be one of {TIER_MODES}, got "
+                                     f"{host_tier_mode!r}")
                 tier_pages = math.ceil(host_tier_fraction * data_pages)
                 options["host_cache_bytes"] = tier_pages * page
             runtime = gids.Runtime(cache_pages=pages, page_size=page, **options)
@@ -266,13 +291,29 @@ class GidsSource(NeighbourSource):
             self.array = runtime.open_array(path, dtype, shape=n_items, offset=byte_offset,
                                             storage=storage)
             if host_tier:
-                chosen = choose_pages(graph, host_tier, tier_pages, page)
-                runtime.host_tier.add(self.array, chosen)
-                runtime.host_tier.set_mode(self.array, host_tier_mode)
+                ranked = ranked_pages(graph, host_tier, page)
+                if host_tier_mode == "split":
+                    # The GPU cache gets the top pages, the tier the rest first (then, with
+                    # room, the top pages too, from where the preload copies them).
+                    self.preload = np.sort(ranked[:runtime.cache_slots])
+                    ranked = np.concatenate([ranked[runtime.cache_slots:],
+                                             ranked[:runtime.cache_slots]])
+                runtime.host_tier.add(self.array, np.sort(ranked[:tier_pages]))
+                runtime.host_tier.set_mode(self.array,
+                                           "copy" if host_tier_mode == "copy" else "direct")
+                if host_tier_mode != "copy":
+                    # Pages the tier has but the GPU cache does not take no slot: read in place.
+                    self.pager = GIDS_TIER_PAGER
         except BaseException:
             self.close()
             raise
         data_pages = self.array.n_pages
+        # Every page is in a direct-mode tier: touches ahead would bring nothing in.
+        self._nothing_to_load = (host_tier_mode != "copy" and host_tier is not None
+                                 and runtime.host_tier.used >= data_pages)
+        self._preloaded = False
+        self._preload_seconds = 0.0
+        self._resident_at_start = 0
         self.cache_pages = runtime.cache_slots
         self.cache_fraction = self.cache_pages / data_pages
         if self.cache_pages >= data_pages:
@@ -284,7 +325,10 @@ class GidsSource(NeighbourSource):
                       + (f"; kernels at {self.max_registers} registers"
                          if self.max_registers and not SIMULATOR else "") + ")"
                       + (f", host tier {runtime.host_tier.used / data_pages:.0%} by {host_tier}"
-                         f" ({host_tier_mode})" if host_tier else "")
+                         f" ({host_tier_mode}"
+                         + (f": {self.preload.size} top pages preloaded in the GPU cache"
+                            if self.preload is not None else "") + ")"
+                         if host_tier else "")
                       + (f", emulated {self.emulation.label}" if self.emulation else ""))
         # Taken after the array is open: opening another array may grow the page tables.
         self.arg = self.array.handle
@@ -293,12 +337,22 @@ class GidsSource(NeighbourSource):
         if cold:
             # The host tier is filled once, as GIDS's CPU buffer: a cold search starts from it.
             self.runtime.invalidate(keep_host_tier=True)
+            self._preloaded = False
+        if self.preload is not None and not self._preloaded:
+            # Split mode's static placement, as the tier's fill: untimed, before the search.
+            start = time.perf_counter()
+            self.runtime.prefetch(self.array, self.preload << self.array.elem_shift)
+            self.runtime.sync()
+            self._preload_seconds = time.perf_counter() - start
+            self._preloaded = True
+            self._resident_at_start = self.array.resident_pages()
         self.runtime.reset_stats()
         # Touches ahead only bring pages in: with every page resident (a warm cache that holds
         # the whole array) each would be one more lookup, an atomic and a reduction on the
         # page's word, for nothing.
         self.all_resident = not cold and self.array.resident_pages() >= self.array.n_pages
-        self.touch_ahead = TOUCH_AHEAD == "always" or not self.all_resident
+        self.touch_ahead = TOUCH_AHEAD == "always" or not (self.all_resident
+                                                           or self._nothing_to_load)
 
     def check(self) -> None:
         # Waits for the kernel, raises StorageIOError / GidsTimeoutError / ... a thread recorded
@@ -311,7 +365,10 @@ class GidsSource(NeighbourSource):
                 "bytes_read": s.bytes_read, "evictions": s.evictions, "hit_rate": s.hit_rate,
                 "io_latency_us": s.io_latency_us, "miss_latency_us": s.miss_latency_us,
                 "slot_retries": s.slot_retries, "tier_hits": s.tier_hits,
-                "tier_direct": s.tier_direct}
+                "tier_direct": s.tier_direct,
+                **({"preloaded_pages": self._resident_at_start,
+                    "preload_seconds": self._preload_seconds}
+                   if self.preload is not None else {})}
 
     def close(self) -> None:
         if self._own_runtime and getattr(self, "runtime", None) is not None:

@@ -4,24 +4,34 @@ GIDS fills its CPU buffer with the nodes most likely to be read: by degree, or b
 PageRank (PageRank over the reversed edges: a vertex scores by what it points to, the
 likelihood that a walk along in-edges, as a sampler or a traversal takes them, reaches it).
 Here a vertex's score goes to every page its neighbour list touches, and the pages of highest
-total score are chosen.
+total score are chosen. A third ranking, by the number of lists a page holds, picks the pages
+to keep in GPU memory in front of a tier that holds every page (see :func:`vertex_scores`).
 """
 import numpy as np
 
 #: How pages can be chosen (``gids bfs/cc --host-tier``).
-METHODS = ("degree", "pagerank")
+METHODS = ("degree", "pagerank", "lists")
 
 
 def vertex_scores(graph, method: str, *, iterations: int = 10,
                   damping: float = 0.85) -> np.ndarray:
-    """A float64 score per vertex: its out-degree (``"degree"``) or its reverse PageRank
-    (``"pagerank"``, ``iterations`` power steps)."""
+    """A float64 score per vertex: its out-degree (``"degree"``), its reverse PageRank
+    (``"pagerank"``, ``iterations`` power steps), or 1 (``"lists"``: a page then scores the
+    lists it holds).
+
+    ``"lists"`` is for a traversal that reads every list once (a top-down BFS), to which every
+    page is worth its bytes whatever its vertices' degrees: a page of many short lists is the
+    one looked up most often, and read least efficiently in place over PCIe (each list a
+    partial, unaligned run of 128-byte lines), so it is the page to keep in GPU memory; a hub's
+    long list streams over PCIe in whole lines."""
     if method not in METHODS:
         raise ValueError(f"host tier pages: method must be one of {METHODS}, got {method!r}")
     offsets = np.asarray(graph.offsets, dtype=np.int64)
     degree = np.diff(offsets).astype(np.float64)
     if method == "degree":
         return degree
+    if method == "lists":
+        return np.ones_like(degree)
     from scipy import sparse
     n = offsets.size - 1
     neighbours = np.asarray(graph.neighbours)
@@ -51,11 +61,12 @@ def page_scores(graph, scores: np.ndarray, page_size: int) -> np.ndarray:
     return np.cumsum(edge[:-1])
 
 
+def ranked_pages(graph, method: str, page_size: int) -> np.ndarray:
+    """Every page of the neighbours array, highest score first (ties: lower page first)."""
+    scores = page_scores(graph, vertex_scores(graph, method), page_size)
+    return np.argsort(-scores, kind="stable").astype(np.int64)
+
+
 def choose_pages(graph, method: str, n_pages: int, page_size: int) -> np.ndarray:
     """The ``n_pages`` pages of highest score (ascending page order), all pages if fewer."""
-    scores = page_scores(graph, vertex_scores(graph, method), page_size)
-    n_pages = max(0, min(int(n_pages), scores.size))
-    if n_pages == scores.size:
-        return np.arange(scores.size, dtype=np.int64)
-    top = np.argpartition(-scores, n_pages)[:n_pages] if n_pages else np.zeros(0, np.int64)
-    return np.sort(top).astype(np.int64)
+    return np.sort(ranked_pages(graph, method, page_size)[:max(0, int(n_pages))])
