@@ -25,6 +25,7 @@ import numpy as np
 from numba import cuda
 
 from kernels.platform import device_helper, jit
+from kernels.warp import syncwarp
 
 #: Lanes of a warp (also in the simulator, where each thread pins for itself).
 WARP_LANES = 32
@@ -46,6 +47,9 @@ LOADS_IN_FLIGHT = 8
 #: 64 lets an SM run 4 blocks of 256 threads (32 warps, twice the default cap's), hence twice
 #: the loads in flight that a copy bound by memory bandwidth wants.
 RESIDENT_REGISTERS = 64
+
+#: Every lane of a warp (the loop is warp-uniform: all 32 reach each pin).
+ALL_LANES = 0xFFFFFFFF
 
 #: What a launch of the loop does with its rows (compiled in).
 ALL_ROWS = 0        # every row, through ``pin`` (which loads what is missing)
@@ -126,6 +130,9 @@ def _row_loop(pin, value, unpin_after, page_elems, mode):
             e = np.int64(0)
             while e < width:             # the same trip count for every group of the warp
                 i = base + e
+                # Reconverged before the collective pin: the copy loops' trip counts differ
+                # by lane, and a warp arriving in parts would pin the page once per part.
+                syncwarp(ALL_LANES)
                 k = pin(h, i)
                 if mode == RESIDENT_ROWS and k < 0:
                     missed = True
