@@ -46,9 +46,9 @@ def resident_first(n_rows):
     return bool(choice)
 
 
-def _row_indices(rt, rows, n_rows, device, stream):
-    """``rows`` as a 1-D integer device array; host indices range-checked here and copied on
-    ``stream``, the launch's (:meth:`gids.Runtime._to_device`). ``device``: the Runtime's."""
+def _row_indices(rows, n_rows, device):
+    """``rows`` checked: a 1-D integer device array as it is, or host indices (range-checked
+    here) as a 1-D numpy array, for :func:`_upload`. ``device``: the Runtime's."""
     if is_cuda_array(rows):
         d = as_numba(rows)
         if d.ndim != 1 or d.dtype.kind not in "iu":
@@ -72,7 +72,7 @@ def _row_indices(rt, rows, n_rows, device, stream):
         first = int(np.flatnonzero(bad)[0])
         raise IndexOutOfRangeError(f"gids: row {int(host[first])} (position {first}) is out of "
                                    f"range for an array of {n_rows} rows")
-    return rt._to_device(np.ascontiguousarray(host), stream)
+    return host
 
 
 def output_array(out, shape, dtype, device=None):
@@ -119,18 +119,25 @@ def gather_rows(rt, array, rows, out=None, stream=None):
         raise ConfigError(f"gids: the stream is on device {stream_device}, the Runtime on "
                           f"device {device}")
     s = numba_stream(handle, device)
-    d_rows = _row_indices(rt, rows, n_rows, device, s)
+    on_host = not is_cuda_array(rows)
+    d_rows = _row_indices(rows, n_rows, device)
     target, result = output_array(out, (d_rows.size, width), array.dtype, device)
     if d_rows.size == 0:
         return result
+    buf = None
+    if on_host:
+        # Host rows go down on the launch's stream from a pooled pinned buffer (gids/staging.py):
+        # no allocation, no copy the host waits for; the buffer is reused once the launch ends.
+        buf = rt._staging.take(d_rows.size)
+        d_rows = buf.upload(d_rows, s)
     warps = THREADS // 32
     # A warp holds up to ROWS_PER_WARP pages pinned at once: the grid's pins stay within half
     # the cache, so that the pages its warps wait for can still be evicted into.
     pin_cap = max(1, rt.cache_slots // (2 * warps * ROWS_PER_WARP))
     blocks = max(1, min(-(-d_rows.size // (warps * ROWS_PER_WARP)), MAX_BLOCKS, pin_cap))
     args = (array.handle, d_rows, np.int64(width), target)
-    # What the launch reads or writes that the caller may drop: the row indices copied here,
-    # the output made here (a caller that drops the returned array frees it while the kernel
+    # What the launch reads or writes that the caller may drop: device row indices, the
+    # output made here (a caller that drops the returned array frees it while the kernel
     # writes it: a stream-ordered or pooled allocator hands the memory on at once), and the
     # caller's arrays (their views do not hold them).
     keep = (d_rows, target, rows, out)
@@ -143,6 +150,8 @@ def gather_rows(rt, array, rows, out=None, stream=None):
         keep += (aside, n_aside)
     else:
         gather_rows_kernel()[blocks, THREADS, s](*args)
+    if buf is not None:
+        rt._staging.give_back(buf, s)
     ready = note_launch(rt, s, keep)
     if isinstance(result, DeviceArray):
         result.ready = ready

@@ -15,6 +15,7 @@ from gids.backends import BACKENDS as BACKEND_CLASSES
 from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError,
                          GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError, SharedFileError,
                          StaleHandleError, StorageIOError)
+from gids.staging import Staging
 from gids.stats import FileStats, Stats
 from gids.waiting import KernelWaiter
 from gids.window import Window
@@ -349,6 +350,8 @@ class Runtime:
         self._io = io_class(self._table, queues=queues, queue_depth=queue_depth,
                             page_size=page_size, threads=daemon_threads, model=model,
                             trace=trace, engine=engine, engine_depth=engine_depth)
+        #: Pinned and device buffers for the host index lists of launches (gids/staging.py).
+        self._staging = Staging()
         self._window = Window(self)   # holds (gids/window.py)
         self._io.start()
 

@@ -1,5 +1,5 @@
 """Device buffers for the index lists the Runtime's own launches read (``Runtime.hold``,
-``release``, ``prefetch``): filled from pinned host memory by a copy queued on the launch's
+``release``, ``prefetch``, ``gather_rows`` of host rows): one pool per Runtime, filled from pinned host memory by a copy queued on the launch's
 stream, and kept for the next launch once the last one that read them has ended.
 
 A ``cuda.to_device`` per launch costs more than the launch: a device allocation, a copy from

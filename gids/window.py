@@ -25,7 +25,6 @@ from numba import cuda
 from gids import defaults
 from gids.errors import HoldLimitError, IndexOutOfRangeError, NotHeldError
 from gids.interop import is_cuda_array, numba_stream, stream_handle
-from gids.staging import Staging
 from kernels.platform import SIMULATOR, WARP_SIZE
 
 
@@ -110,7 +109,7 @@ class Window:
         self._holds = []
         self._counts = np.zeros(0, dtype=np.int32)   # global page -> holds that hold it
         self._n_held = 0                              # pages whose count is not 0
-        self._staging = Staging()
+        self._staging = rt._staging   # the Runtime's pool of index buffers
 
     @property
     def held_pages(self):

@@ -185,27 +185,34 @@ def test_counters_fit_one_shard():
 
 def test_host_rows_copied_on_the_launch_stream(monkeypatch):
     # A copy from pageable memory with no stream is ordered before the legacy default stream's
-    # work only: a gather on a non-blocking stream could read its rows before they arrive.
+    # work only: a gather on a non-blocking stream could read its rows before they arrive. The
+    # rows go down from a pooled pinned buffer on the launch's stream, given back on it.
     from numba import cuda
 
     from gids import rows as rows_module
+    from gids.staging import Buffer, Staging
     launch_stream = cuda.stream()
     monkeypatch.setattr(rows_module, "numba_stream", lambda handle, device=None: launch_stream)
-    copies = []
-    to_device = cuda.to_device
+    copies, given = [], []
+    upload, give_back = Buffer.upload, Staging.give_back
 
-    def spy(ary, stream=0, **kw):
+    def spy_upload(self, values, stream, at=0):
         copies.append(stream)
-        return to_device(ary, stream=stream, **kw)
+        return upload(self, values, stream, at)
 
-    monkeypatch.setattr(cuda, "to_device", spy)
+    def spy_give_back(self, buf, stream=None):
+        given.append(stream)
+        return give_back(self, buf, stream)
+
+    monkeypatch.setattr(Buffer, "upload", spy_upload)
+    monkeypatch.setattr(Staging, "give_back", spy_give_back)
     data = np.arange(20 * 8, dtype=np.float32).reshape(20, 8)
     with _runtime() as rt:
         a = rt.open_array(data)
         copies.clear()
         got = rt.gather_rows(a, np.array([4, 19, 0]))
         rt.sync()
-        assert copies == [launch_stream]
+        assert copies == [launch_stream] and given == [launch_stream]
         np.testing.assert_array_equal(got.copy_to_host(), data[[4, 19, 0]])
 
 
