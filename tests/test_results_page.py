@@ -226,3 +226,24 @@ def test_update_reads_the_files_bench_with_its_probe_and_engine_columns():
     assert recs[f"{what}: peak in flight per thread"]["value"] == 256
     assert "gids all-miss from an O_DIRECT file, threads, 1 daemon thread(s)" in recs
     assert all(r["command"] == "gids bench files" for r in recs.values())
+
+
+def test_update_reads_the_rows_launch_suite():
+    # The largest gather's host cost per call, each gids setting against torch.index_select;
+    # a row whose values were wrong is no figure.
+    from workloads.results import from_json
+    row = {"calls": 200, "host_us_p90": 1.0, "us_per_call_with_sync": 1.0, "auto_picks_this": None}
+    d = {"meta": {"date": "2026-12-03", "gpu": "NVIDIA H200",
+                  "command": "python -m workloads.microbench rows-launch --calls 200"},
+         "rows": [dict(row, case="torch.index_select (GPU memory)", rows=32768,
+                       host_us_median=75.0, correct=True),
+                  dict(row, case="gids gather_rows, rows_resident_first=0", rows=32768,
+                       host_us_median=150.0, correct=True),
+                  dict(row, case="gids gather_rows, rows_resident_first=1", rows=32768,
+                       host_us_median=300.0, correct=False),
+                  dict(row, case="gids gather_rows, rows_resident_first=0", rows=1,
+                       host_us_median=40.0, correct=True)]}
+    recs = from_json(d)
+    assert len(recs) == 1
+    assert recs[0]["value"] == 150.0 and recs[0]["ratio"] == 2.0
+    assert "32,768 rows" in recs[0]["figure"] and recs[0]["command"].endswith("--calls 200")

@@ -10,7 +10,7 @@ against), a short list of what changed (latest first) and one record per figure,
 
 ``update`` reads what the benchmarks write (``gids bench``'s bench.json and files.json,
 ``gids bench prefetch``'s prefetch.json, ``gids bfs --json``, ``gids search --json``, ``gids gnn --json``, ``workloads.microbench``'s
-``*_suite.json``, ``workloads.stress --json``, ``workloads.stripe_bench --json``) or a file of records in
+``*_suite.json`` (rows-launch's too), ``workloads.stress --json``, ``workloads.stripe_bench --json``) or a file of records in
 this module's own format (``{"figures": [record, ...]}``, see :func:`record`), replaces the
 records with the same area and figure, stamps date, commit and machine, and renders the page.
 A benchmark that is not read here emits records itself with :func:`record` and
@@ -281,6 +281,24 @@ def _latency(d):
                    "python -m workloads.microbench latency")]
 
 
+def _rows_launch(d):
+    """``microbench rows-launch`` (rows_launch_suite.json): the host's microseconds per
+    ``gather_rows`` call of the largest gather, each setting, against ``torch.index_select``."""
+    size = max(r["rows"] for r in d["rows"])
+    rows = [r for r in d["rows"] if r["rows"] == size and r["correct"]]
+    ref = next((r for r in rows if r["case"].startswith("torch.index_select")), None)
+    cmd = (d.get("meta") or {}).get("command", "python -m workloads.microbench rows-launch")
+    out = []
+    for r in rows:
+        if r is ref:
+            continue
+        ratio = r["host_us_median"] / ref["host_us_median"] if ref else None
+        out.append(record(GNN, f"host us per call, {size:,} rows: {r['case']}",
+                          r["host_us_median"], "us", "", "torch.index_select's host us", ratio,
+                          cmd))
+    return out
+
+
 def _misses(d):
     rows = [r for r in d["rows"] if r.get("backend") == "host" and r.get("zero_copy")
             and not r.get("per_warp") and r.get("ssd") is None]
@@ -491,6 +509,8 @@ def from_json(d):
     rows = d.get("rows") or []
     if rows and "variant" in rows[0]:
         return _latency(d)
+    if rows and "host_us_median" in rows[0] and "case" in rows[0]:
+        return _rows_launch(d)
     if rows and "Mpages_per_s" in rows[0]:
         return _misses(d)
     if rows and "n_ssd" in rows[0] and "ratio" in rows[0]:
