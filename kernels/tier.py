@@ -168,6 +168,8 @@ def offer_victim(h, mask, victim, slot):
         syncwarp(mask)
     if at >= 0:
         h.tier_ref[at] = 0
-        atomic_exch(h.tier_slot, victim, at)
-        shard = cuda.blockIdx.x % L.N_STAT_SHARDS
-        red_add(h.stats, shard * L.N_STATS + L.STAT_TIER_FILLS, np.uint64(1))
+        # A page evicted again before this publication may have been put in by another loader:
+        # the first publication counts; the slot it replaced is freed by the host.
+        if atomic_exch(h.tier_slot, victim, at) < 0:
+            shard = cuda.blockIdx.x % L.N_STAT_SHARDS
+            red_add(h.stats, shard * L.N_STATS + L.STAT_TIER_FILLS, np.uint64(1))
