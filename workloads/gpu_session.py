@@ -205,7 +205,7 @@ STAGES = {
     # Zipf 4 KiB reads through a file store, GPU cache 10/25 % x host tier 0/20/50 %, beside
     # gids over RAM, and a victim-filled tier; 512 MiB of data in /var/tmp, 2**18 requests a
     # run, 2 runs a point.
-    # Expected under 120 s (an estimate: not yet run on a GPU).
+    # 51 s on the H200.
     "tier": ([[*GIDS, "bench", "tier", "--quick", "--requests", "262144", "--reps", "2",
                "--dir", "/var/tmp", "--no-progress", "--out", "{dir}/tier"]], 180),
     # BFS at scale 24 through a file store (/var/tmp), GPU cache 25 %, a host tier of every
@@ -321,7 +321,7 @@ STAGES = {
                        "{dir}/gnn_resident_first.json"]], 150),
     # Issue 23's prefetch target: a batch loop (8192 pages a batch, compute = its I/O time)
     # with the next batch prefetched or held, against none; RAM store, then emulated P5800X
-    # x1 and x4. About 60 s, most of it compiling and the 800 MiB of data (an estimate).
+    # x1 and x4. 41 s on the H200, most of it compiling and the 800 MiB of data.
     "prefetch": ([[*GIDS, "bench", "prefetch", "--n-ssd", "1,4", "--no-progress",
                    "--out", "{dir}"]], 120),
     # The search demo's use of it, with and without: gids search over 200 k vectors (dim 96,
@@ -347,6 +347,9 @@ STAGES = {
 #: estimated), printed before it runs; stages not listed print their limit only.
 ESTIMATES = {"diagnose": 240, "tests": 175, "hits": 60, "bench": 165, "bfs": 175,
              "bfs-warm": 185, "bfs-targets": 285, "bfs-ssd": 240,
+             # measured: tier 51 s, prefetch 41 s (before its warm-up ran all three loops),
+             # regress 81 s
+             "tier": 60, "prefetch": 60, "regress": 90,
              # estimated, not yet run: ~30 s to make the data set, ~25 s compiling, the mmap
              # loader ~40 s, GPU memory ~25 s, each gids row 20-45 s
              "gnn22": 330,
