@@ -1154,7 +1154,9 @@ class Runtime:
         if not self._kernels.wait(bound):
             raise GidsTimeoutError(f"gids: after {why} the kernels were aborted but still ran "
                                    f"{bound:.0f} s later: a kernel loops without waiting on "
-                                   "gids; the Runtime cannot be reset while it runs",
+                                   "gids, or a long kernel that does not use gids is queued "
+                                   "before this wait; the Runtime cannot be reset while it "
+                                   "runs",
                                    what="abort")
 
     def abort(self):

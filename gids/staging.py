@@ -59,9 +59,13 @@ class Staging:
     def take(self, n):
         """A buffer of at least ``n`` elements that no launch reads now."""
         with self._lock:
-            # The oldest given back first: one query each, while they are done.
-            while self._busy and event_done(self._busy[0].done):
-                self._free.append(self._busy.pop(0))
+            # Every busy buffer is asked (one query each): a buffer given back on a stream
+            # whose launch is slow (a prefetch waiting on storage) must not hold back those
+            # given back after it on other streams.
+            done = [b for b in self._busy if event_done(b.done)]
+            if done:
+                self._busy = [b for b in self._busy if not any(b is d for d in done)]
+                self._free.extend(done)
             fits = [b for b in self._free if b.size >= n]
             if fits:
                 buf = min(fits, key=lambda b: b.size)

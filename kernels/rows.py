@@ -25,7 +25,7 @@ import numpy as np
 from numba import cuda
 
 from kernels.platform import device_helper, jit
-from kernels.warp import syncwarp
+from kernels.warp import activemask, syncwarp
 
 #: Lanes of a warp (also in the simulator, where each thread pins for itself).
 WARP_LANES = 32
@@ -47,9 +47,6 @@ LOADS_IN_FLIGHT = 8
 #: 64 lets an SM run 4 blocks of 256 threads (32 warps, twice the default cap's), hence twice
 #: the loads in flight that a copy bound by memory bandwidth wants.
 RESIDENT_REGISTERS = 64
-
-#: Every lane of a warp (the loop is warp-uniform: all 32 reach each pin).
-ALL_LANES = 0xFFFFFFFF
 
 #: What a launch of the loop does with its rows (compiled in).
 ALL_ROWS = 0        # every row, through ``pin`` (which loads what is missing)
@@ -104,6 +101,9 @@ def _row_loop(pin, value, unpin_after, page_elems, mode):
 
     @cuda.jit(device=True)
     def row_loop(h, rows, width, out, aside, n_aside):
+        # The warp's lanes, taken at the kernel's start (converged there): the loop below is
+        # warp-uniform, so all of them reach each pin (launches are 1-D, whole warps).
+        lanes_of_warp = activemask()
         lane = cuda.threadIdx.x % WARP_LANES
         warp = cuda.grid(1) // WARP_LANES
         n_warps = cuda.gridsize(1) // WARP_LANES
@@ -132,7 +132,7 @@ def _row_loop(pin, value, unpin_after, page_elems, mode):
                 i = base + e
                 # Reconverged before the collective pin: the copy loops' trip counts differ
                 # by lane, and a warp arriving in parts would pin the page once per part.
-                syncwarp(ALL_LANES)
+                syncwarp(lanes_of_warp)
                 k = pin(h, i)
                 if mode == RESIDENT_ROWS and k < 0:
                     missed = True
@@ -165,7 +165,8 @@ def rows_template(pin, value, unpin_after, page_elems):
     one row at a time: its rows' page counts differ, and pins are collective. Two rows at once
     means a warp may hold one pin while its other page loads (``gids.pin_page``'s notes): a
     cache needs two slots per resident warp for every warp to progress (a ``CacheExhaustedError``
-    after the timeout otherwise, never a hang).
+    after the timeout otherwise, never a hang). Launch it 1-D in whole warps (threads per block
+    a multiple of 32): a warp's lanes meet at each pin.
     """
     loop = _row_loop(pin, value, unpin_after, page_elems, ALL_ROWS)
 

@@ -110,7 +110,8 @@ def use_direct(h, mask, leader, tier_at, gpage, i, refs, value, at, done, keep):
     if tier_at >= 0:
         # Nothing is read under them: the page's word need not order anything.
         drop_references(h, gpage, refs)
-        h.tier_ref[tier_at] = 1
+        if h.tier_victims != 0:
+            h.tier_ref[tier_at] = 1   # the host's clock reads it (victim fill only)
     code = shfl_sync(mask, np.int32(tier_at), leader)
     if not done and code >= 0:
         k = (np.int64(code) << h.elem_shift) + (i & ((1 << h.elem_shift) - 1))

@@ -252,7 +252,8 @@ class GidsSource(NeighbourSource):
     """
 
     name = "gids"
-    #: Pages preloaded into the GPU cache before each search (``host_tier_mode="split"``).
+    #: Pages preloaded into the GPU cache before each cold search (``host_tier_mode="split"``;
+    #: a warm search keeps what the last one left).
     preload = None
 
     def __init__(self, graph: CSRGraph, *, runtime=None, cache_fraction: float | None = None,
@@ -298,7 +299,8 @@ class GidsSource(NeighbourSource):
                     self.preload = np.sort(ranked[:runtime.cache_slots])
                     ranked = np.concatenate([ranked[runtime.cache_slots:],
                                              ranked[:runtime.cache_slots]])
-                runtime.host_tier.add(self.array, np.sort(ranked[:tier_pages]))
+                in_tier = np.sort(ranked[:tier_pages])
+                runtime.host_tier.add(self.array, in_tier)
                 runtime.host_tier.set_mode(self.array,
                                            "copy" if host_tier_mode == "copy" else "direct")
                 if host_tier_mode != "copy":
@@ -308,9 +310,12 @@ class GidsSource(NeighbourSource):
             self.close()
             raise
         data_pages = self.array.n_pages
-        # Every page is in a direct-mode tier: touches ahead would bring nothing in.
-        self._nothing_to_load = (host_tier_mode != "copy" and host_tier is not None
-                                 and runtime.host_tier.used >= data_pages)
+        # Every page is in a direct-mode tier or preloaded (split): touches ahead would bring
+        # nothing in.
+        self._nothing_to_load = False
+        if host_tier_mode != "copy" and host_tier is not None:
+            placed = in_tier if self.preload is None else np.union1d(in_tier, self.preload)
+            self._nothing_to_load = placed.size >= data_pages
         self._preloaded = False
         self._preload_seconds = 0.0
         self._resident_at_start = 0
