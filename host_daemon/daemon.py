@@ -745,7 +745,8 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
     trace tuples cost ~150 ns per queue in reference counts, and a second visit loop per queue
     doubled the cost of a pass. (Under emulation a visit that found requests calls
     :func:`_time_batch` once: a cost per batch, not per visit.) ``file_io``: the thread's
-    per-file I/O counters (:func:`page_io`; for the engine's I/Os, :func:`_reap`).
+    per-file I/O counters (:func:`page_io`; for the engine's I/Os, :func:`_reap`). ``served``:
+    the requests served (word 0) and the passes made (word 1).
 
     With the io_uring engine (``uring.on``) a file store's reads and writes become SQEs
     (:func:`_ring_page`), submitted SUBMIT_BATCH at a time and at the end of each pass with one
@@ -769,6 +770,7 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
     n_visits = _visit_order(order, n_queues, -1, hot_every)
     hot = -1          # the one queue (index into my_queues) that had requests in the last pass
     while load_acquire(stop, 0) == 0:
+        served[1] += 1
         progressed = False
         busy = -1         # a queue that had requests in this pass ...
         several = False   # ... and whether another one had too
@@ -974,7 +976,8 @@ class HostDaemon:
         self._errors = []
         # Words each thread writes per request or per clock read: each on memory of its own
         # (private_array), or threads slow each other down through shared cache lines.
-        self._served = [private_array(1) for _ in range(self.n_threads)]
+        # [requests served, passes over the thread's queues] per thread.
+        self._served = [private_array(2) for _ in range(self.n_threads)]
         self._heads = [None] * self.n_threads
         n_entries = n_queues * depth
         self._emu = [_emulation(model, n_entries) for _ in range(self.n_threads)]
@@ -997,6 +1000,11 @@ class HostDaemon:
     def served(self):
         """Requests served since start."""
         return int(sum(s[0] for s in self._served))
+
+    @property
+    def passes(self):
+        """Passes over their queues the threads have made since start (all together)."""
+        return int(sum(s[1] for s in self._served))
 
     def file_io(self):
         """I/Os per store file since start: int64 [MAX_FILES, F_COLUMNS] (rows as the table's

@@ -44,9 +44,10 @@ from numba import cuda, njit, types
 
 import gids
 from gids import SIMULATOR, FileStore, MemoryStore, defaults, replay
-from gids.host import (DIRECT_ALIGN, IORING_OP_READ, UringRing, ring_consume, ring_cqe,
-                       ring_prep, ring_ready, ring_room, ring_submit_wait, ssd_profile,
-                       synthetic_trace, uring_probe)
+from gids import layout as L
+from gids.host import (DIRECT_ALIGN, IORING_OP_READ, T_COLUMNS, HostDaemon, UringRing,
+                       ring_consume, ring_cqe, ring_prep, ring_ready, ring_room,
+                       ring_submit_wait, ssd_profile, synthetic_trace, uring_probe)
 from workloads.report import command_line, write_report
 
 PAGE = 4096
@@ -168,6 +169,87 @@ def disk_ceiling(path, n_reads, o):
     finally:
         os.close(fd)
     return rows
+
+
+def thread_cpu_ns(native_id):
+    """CPU time (ns) a thread of this process has used, from ``/proc/self/task/ID/schedstat``
+    (nanoseconds; ``/proc``'s stat counts clock ticks); None where there is none."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=256,
+                    engine="io_uring", direct=True, seed=0):
+    """The daemon alone, no GPU: ``pages`` random 4 KiB reads of file ``path`` through a
+    :class:`HostDaemon` on ``queues`` x ``depth`` queues, a host thread playing the GPU as
+    ``workloads.emulation_bench.drive`` does (a warp's 32 tickets at a time per queue, up to the
+    queue's depth in flight: what a large gather keeps posted). Returns pages/s, the daemon
+    threads' CPU us per page (``/proc``'s schedstat), and the engine's counts per page."""
+    from workloads.emulation_bench import drive
+    store = FileStore(path, direct=direct)
+    nbytes = os.path.getsize(path) - os.path.getsize(path) % PAGE
+    n_pages = nbytes // PAGE
+    table = np.zeros((L.MAX_ARRAYS, T_COLUMNS), dtype=np.int64)
+    table[0] = store.table_row(0, nbytes)
+    n = queues * depth
+    sq = np.zeros(n * L.SQ_WORDS, dtype=np.int64)
+    cq = np.zeros(n * L.CQ_WORDS, dtype=np.int64)
+    staging = _aligned(n * PAGE)
+    mine = np.arange(queues, dtype=np.int64)
+    state, times = np.zeros((queues, 2), dtype=np.int64), np.zeros(4, dtype=np.int64)
+    drive(mine, sq, cq, depth, n_pages, 0, state, times, seed)   # compile before timing
+    daemon = HostDaemon(sq, cq, staging, table, queues, depth, PAGE, threads, engine=engine,
+                        engine_depth=engine_depth)
+    try:
+        with daemon:
+            ids = [t.native_id for t in daemon._threads]
+            cpu0 = [thread_cpu_ns(i) for i in ids]
+            passes0 = daemon.passes
+            t0 = time.perf_counter()
+            drive(mine, sq, cq, depth, n_pages, pages, state, times, seed + 1)
+            secs = time.perf_counter() - t0
+            cpu = [thread_cpu_ns(i) for i in ids]
+            passes = daemon.passes - passes0
+            counters = daemon.engine_counters
+    finally:
+        store.close()
+    cpu_ns = (None if None in cpu or None in cpu0
+              else sum(b - a for a, b in zip(cpu0, cpu)))
+    return {"kind": "host", "engine": daemon.engine, "threads": threads, "queues": queues,
+            "depth": depth, "pages": pages, "seconds": secs, "pages_per_s": pages / secs,
+            "daemon_cpu_us_per_page": None if cpu_ns is None else cpu_ns / pages / 1e3,
+            "passes_per_page": passes / pages,
+            "waits_per_page": counters["waits"] / pages,
+            "submits_per_page": counters["submits"] / pages,
+            "in_flight_peak": max(counters["peak_in_flight"] or [0])}
+
+
+def probe_run(path, pages, depth=256, seed=0):
+    """The probe row's loop alone (one ring, ``depth`` reads in flight, O_DIRECT) on ``path``:
+    pages/s and the thread's CPU us per page, the figures :func:`host_daemon_run` compares
+    with."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+    n_pages = os.path.getsize(path) // PAGE
+    ring = UringRing(depth)
+    buf = _aligned(depth * PAGE)
+    try:
+        _uring_random_reads(ring.args, fd, buf.ctypes.data, 8, n_pages, PAGE, depth, 1)
+
+        def work(_):
+            c = time.thread_time()
+            _uring_random_reads(ring.args, fd, buf.ctypes.data, pages, n_pages, PAGE, depth,
+                                seed + 7)
+            return time.thread_time() - c
+        secs, (cpu,) = _parallel(1, work)
+    finally:
+        ring.close()
+        os.close(fd)
+    return {"kind": "probe", "engine": "io_uring", "threads": 1, "depth": depth,
+            "pages": pages, "seconds": secs, "pages_per_s": pages / secs,
+            "daemon_cpu_us_per_page": cpu / pages * 1e6}
 
 
 def _gids_row(kind, store_or_path, ref, o, engine, threads, label, **runtime):
