@@ -769,12 +769,15 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
     order = np.empty(n_queues + n_queues // max(hot_every, 1) + 1, dtype=np.int64)
     n_visits = _visit_order(order, n_queues, -1, hot_every)
     hot = -1          # the one queue (index into my_queues) that had requests in the last pass
+    first = 0         # the visit a pass starts at: where a pass cut by a full ring stopped
     while load_acquire(stop, 0) == 0:
         served[1] += 1
         progressed = False
         busy = -1         # a queue that had requests in this pass ...
         several = False   # ... and whether another one had too
-        for j in range(n_visits):
+        j = first
+        first = 0
+        for _ in range(n_visits):
             # Due completions are posted before each queue, not once per pass: a pass over
             # many busy queues takes long enough to post them late (with 512 queues the
             # emulated wall time ran up to 35 % past the model's).
@@ -784,7 +787,15 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
             if uring.on and uring.state[S_IN_FLIGHT] > 0 and _reap(
                     uring, pend, cq, emu, ring, clock, depth, page_size, table, file_io) > 0:
                 progressed = True
+            if uring.on and ring_room(uring) == 0:
+                # No request can be taken before a CQE comes back: end the pass here and wait
+                # for one in the kernel (end_pass), then go on from this visit. Visiting the
+                # other queues meanwhile only polled the ring, at a core's full time.
+                first = j
+                several = True
+                break
             k = order[j]
+            j = j + 1 if j + 1 < n_visits else 0
             limit = BATCH
             if k < 0:     # a look at the hot queue: one request at most
                 k = -1 - k
@@ -859,6 +870,7 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
         if new_hot != hot:
             hot = new_hot
             n_visits = _visit_order(order, n_queues, hot, hot_every)
+            first = 0
         if progressed or emu.size[0] > 0 or (uring.on and uring.state[S_IN_FLIGHT] > 0):
             idle = 0   # completions pending: keep polling, never nap past a due time or a CQE
         else:

@@ -172,13 +172,16 @@ def disk_ceiling(path, n_reads, o):
 
 
 def thread_cpu_ns(native_id):
-    """CPU time (ns) a thread of this process has used, from ``/proc/self/task/ID/schedstat``
-    (nanoseconds; ``/proc``'s stat counts clock ticks); None where there is none."""
+    """CPU time a thread of this process has used: (ns from ``/proc/self/task/ID/schedstat``,
+    its system share from ``stat``'s clock ticks), or None where there is no ``/proc``."""
     try:
         with open(f"/proc/self/task/{native_id}/schedstat") as f:
-            return int(f.read().split()[0])
+            ns = int(f.read().split()[0])
+        with open(f"/proc/self/task/{native_id}/stat") as f:
+            ticks = [int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13]]
     except (OSError, ValueError, IndexError):
         return None
+    return ns, ticks[1] / max(1, sum(ticks))
 
 
 def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=256,
@@ -208,20 +211,22 @@ def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=
             ids = [t.native_id for t in daemon._threads]
             cpu0 = [thread_cpu_ns(i) for i in ids]
             passes0 = daemon.passes
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             drive(mine, sq, cq, depth, n_pages, pages, state, times, seed + 1)
-            secs = time.perf_counter() - t0
+            secs, driver_cpu = time.perf_counter() - t0, time.thread_time() - c0
             cpu = [thread_cpu_ns(i) for i in ids]
             passes = daemon.passes - passes0
             counters = daemon.engine_counters
     finally:
         store.close()
     cpu_ns = (None if None in cpu or None in cpu0
-              else sum(b - a for a, b in zip(cpu0, cpu)))
+              else sum(b[0] - a[0] for a, b in zip(cpu0, cpu)))
     return {"kind": "host", "engine": daemon.engine, "threads": threads, "queues": queues,
             "depth": depth, "pages": pages, "seconds": secs, "pages_per_s": pages / secs,
             "daemon_cpu_us_per_page": None if cpu_ns is None else cpu_ns / pages / 1e3,
             "passes_per_page": passes / pages,
+            "driver_busy": driver_cpu / secs,
+            "daemon_system_share": None if None in cpu else float(np.mean([c[1] for c in cpu])),
             "waits_per_page": counters["waits"] / pages,
             "submits_per_page": counters["submits"] / pages,
             "in_flight_peak": max(counters["peak_in_flight"] or [0])}
