@@ -746,7 +746,8 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
     doubled the cost of a pass. (Under emulation a visit that found requests calls
     :func:`_time_batch` once: a cost per batch, not per visit.) ``file_io``: the thread's
     per-file I/O counters (:func:`page_io`; for the engine's I/Os, :func:`_reap`). ``served``:
-    the requests served (word 0) and the passes made (word 1).
+    the requests served (word 0), the passes made (word 1) and the queues visited (word 2,
+    added once per pass).
 
     With the io_uring engine (``uring.on``) a file store's reads and writes become SQEs
     (:func:`_ring_page`), submitted SUBMIT_BATCH at a time and at the end of each pass with one
@@ -778,7 +779,8 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
         several = False   # ... and whether another one had too
         j = first
         first = 0
-        for _ in range(n_visits):
+        visited = n_visits
+        for v in range(n_visits):
             # Due completions are posted before each queue, not once per pass: a pass over
             # many busy queues takes long enough to post them late (with 512 queues the
             # emulated wall time ran up to 35 % past the model's).
@@ -794,6 +796,7 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                 # other queues meanwhile only polled the ring, at a core's full time.
                 first = j
                 several = True
+                visited = v
                 break
             k = order[j]
             j = j + 1 if j + 1 < n_visits else 0
@@ -865,6 +868,7 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                     busy = k
                 elif busy != k:
                     several = True
+        served[2] += visited
         if uring.on and end_pass(uring, progressed, emu, clock) < 0:
             _fail_ring(uring, pend, cq)
         new_hot = busy if hot_every > 0 and not several else -1
@@ -989,8 +993,8 @@ class HostDaemon:
         self._errors = []
         # Words each thread writes per request or per clock read: each on memory of its own
         # (private_array), or threads slow each other down through shared cache lines.
-        # [requests served, passes over the thread's queues] per thread.
-        self._served = [private_array(2) for _ in range(self.n_threads)]
+        # [requests served, passes over the thread's queues, queues visited] per thread.
+        self._served = [private_array(3) for _ in range(self.n_threads)]
         self._heads = [None] * self.n_threads
         n_entries = n_queues * depth
         self._emu = [_emulation(model, n_entries) for _ in range(self.n_threads)]
@@ -1018,6 +1022,11 @@ class HostDaemon:
     def passes(self):
         """Passes over their queues the threads have made since start (all together)."""
         return int(sum(s[1] for s in self._served))
+
+    @property
+    def visits(self):
+        """Queues the threads' passes have looked at since start (all together)."""
+        return int(sum(s[2] for s in self._served))
 
     def file_io(self):
         """I/Os per store file since start: int64 [MAX_FILES, F_COLUMNS] (rows as the table's

@@ -173,7 +173,7 @@ def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
         # The daemon driven from the host (no GPU), beside the probe: its reads checked too.
         host = next(r for r in result["rows"] if r["kind"] == "host")
         assert host["engine"] == "io_uring" and host["pages"] == 6 and host["of_probe"] > 0
-        assert host["passes_per_page"] > 0
+        assert host["passes_per_page"] > 0 and host["visits_per_page"] > 0
     for r in result["rows"]:
         if r["kind"] in ("direct", "cached", "emulated"):
             assert r["gpu_io_us"] > 0 and "io_latency_us" not in r

@@ -31,7 +31,7 @@ GPU's (``GPU I/O us``: from a request published to its completion seen, queueing
 daemon included), the requests in flight per daemon thread (mean, by Little's law from the
 engine's time and the rate; peak, counted by the ring), and the daemon threads' CPU time per
 page (from ``/proc``); the probe and ceiling rows give their threads' CPU per page, the host
-row also its passes over the queues per page.
+row also its passes over the queues and queue visits per page.
 
 Every gids row is checked against the file's bytes (``correct``). Writes ``files.json`` and
 ``files.md`` into ``--out``. In the CUDA simulator sizes are tiny and the figures test the
@@ -249,12 +249,12 @@ def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=
         with daemon:
             ids = [t.native_id for t in daemon._threads]
             cpu0 = [thread_cpu_ns(i) for i in ids]
-            passes0 = daemon.passes
+            passes0, visits0 = daemon.passes, daemon.visits
             t0, c0 = time.perf_counter(), time.thread_time()
             drive(mine, sq, cq, depth, n_pages, pages, state, times, seed + 1)
             secs, driver_cpu = time.perf_counter() - t0, time.thread_time() - c0
             cpu = [thread_cpu_ns(i) for i in ids]
-            passes = daemon.passes - passes0
+            passes, visits = daemon.passes - passes0, daemon.visits - visits0
             counters = daemon.engine_counters
     finally:
         store.close()
@@ -264,7 +264,7 @@ def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=
             "queues": queues, "depth": depth, "pages": pages, "seconds": secs,
             "pages_per_s": pages / secs, "correct": _last_reads_correct(path, sq, cq, staging),
             "daemon_cpu_us_per_page": None if cpu_ns is None else cpu_ns / pages / 1e3,
-            "passes_per_page": passes / pages,
+            "passes_per_page": passes / pages, "visits_per_page": visits / pages,
             "driver_busy": driver_cpu / secs,
             "daemon_system_share": None if None in cpu else float(np.mean([c[1] for c in cpu])),
             "waits_per_page": counters["waits"] / pages,
