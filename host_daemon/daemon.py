@@ -754,10 +754,10 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
     ``io_uring_enter`` each, and their completions are posted as their CQEs arrive
     (:func:`_reap`, before each queue). At most the ring's entries are out at once: a thread
     whose ring is full takes no new request until CQEs come back; it ends the pass at that
-    queue (:func:`end_pass` waits for a CQE) and starts the next pass there. Under emulation a request
-    counts against ``capacity`` (the engine's concurrency: 1 for a thread of the ``threads``
-    engine, which would wait for its drive; the ring's entries for io_uring) until its modelled
-    completion is posted.
+    queue (:func:`end_pass` waits for a CQE) and starts the next pass there. Under emulation a
+    request counts against ``capacity`` (the engine's concurrency: 1 for a thread of the
+    ``threads`` engine, which would wait for its drive; the ring's entries for io_uring) until
+    its modelled completion is posted.
     """
     idle = 0
     timed = emu.on or ring.on

@@ -212,6 +212,7 @@ def test_a_full_ring_serves_every_queue_in_turn(tmp_path):
         assert max(first) < min(last)
     store.close()
 
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_file_truncated_under_us_reads_short(tmp_path, engine):
     path, raw = _file(tmp_path, 16 * PAGE, seed=8)
