@@ -745,16 +745,19 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
     trace tuples cost ~150 ns per queue in reference counts, and a second visit loop per queue
     doubled the cost of a pass. (Under emulation a visit that found requests calls
     :func:`_time_batch` once: a cost per batch, not per visit.) ``file_io``: the thread's
-    per-file I/O counters (:func:`page_io`; for the engine's I/Os, :func:`_reap`).
+    per-file I/O counters (:func:`page_io`; for the engine's I/Os, :func:`_reap`). ``served``:
+    the requests served (word 0), the passes made (word 1) and the queues visited (word 2,
+    added once per pass).
 
     With the io_uring engine (``uring.on``) a file store's reads and writes become SQEs
     (:func:`_ring_page`), submitted SUBMIT_BATCH at a time and at the end of each pass with one
     ``io_uring_enter`` each, and their completions are posted as their CQEs arrive
     (:func:`_reap`, before each queue). At most the ring's entries are out at once: a thread
-    whose ring is full takes no new request until CQEs come back. Under emulation a request
-    counts against ``capacity`` (the engine's concurrency: 1 for a thread of the ``threads``
-    engine, which would wait for its drive; the ring's entries for io_uring) until its modelled
-    completion is posted.
+    whose ring is full takes no new request until CQEs come back; it ends the pass at that
+    queue (:func:`end_pass` waits for a CQE) and starts the next pass there. Under emulation a
+    request counts against ``capacity`` (the engine's concurrency: 1 for a thread of the
+    ``threads`` engine, which would wait for its drive; the ring's entries for io_uring) until
+    its modelled completion is posted.
     """
     idle = 0
     timed = emu.on or ring.on
@@ -768,11 +771,16 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
     order = np.empty(n_queues + n_queues // max(hot_every, 1) + 1, dtype=np.int64)
     n_visits = _visit_order(order, n_queues, -1, hot_every)
     hot = -1          # the one queue (index into my_queues) that had requests in the last pass
+    first = 0         # the visit a pass starts at: where a pass cut by a full ring stopped
     while load_acquire(stop, 0) == 0:
+        served[1] += 1
         progressed = False
         busy = -1         # a queue that had requests in this pass ...
         several = False   # ... and whether another one had too
-        for j in range(n_visits):
+        j = first
+        first = 0
+        visited = n_visits
+        for v in range(n_visits):
             # Due completions are posted before each queue, not once per pass: a pass over
             # many busy queues takes long enough to post them late (with 512 queues the
             # emulated wall time ran up to 35 % past the model's).
@@ -782,7 +790,16 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
             if uring.on and uring.state[S_IN_FLIGHT] > 0 and _reap(
                     uring, pend, cq, emu, ring, clock, depth, page_size, table, file_io) > 0:
                 progressed = True
+            if uring.on and ring_room(uring) == 0:
+                # No request can be taken before a CQE comes back: end the pass here and wait
+                # for one in the kernel (end_pass), then go on from this visit. Visiting the
+                # other queues meanwhile only polled the ring, at a core's full time.
+                first = j
+                several = True
+                visited = v
+                break
             k = order[j]
+            j = j + 1 if j + 1 < n_visits else 0
             limit = BATCH
             if k < 0:     # a look at the hot queue: one request at most
                 k = -1 - k
@@ -851,12 +868,14 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                     busy = k
                 elif busy != k:
                     several = True
+        served[2] += visited
         if uring.on and end_pass(uring, progressed, emu, clock) < 0:
             _fail_ring(uring, pend, cq)
         new_hot = busy if hot_every > 0 and not several else -1
         if new_hot != hot:
             hot = new_hot
             n_visits = _visit_order(order, n_queues, hot, hot_every)
+            first = 0
         if progressed or emu.size[0] > 0 or (uring.on and uring.state[S_IN_FLIGHT] > 0):
             idle = 0   # completions pending: keep polling, never nap past a due time or a CQE
         else:
@@ -974,7 +993,8 @@ class HostDaemon:
         self._errors = []
         # Words each thread writes per request or per clock read: each on memory of its own
         # (private_array), or threads slow each other down through shared cache lines.
-        self._served = [private_array(1) for _ in range(self.n_threads)]
+        # [requests served, passes over the thread's queues, queues visited] per thread.
+        self._served = [private_array(3) for _ in range(self.n_threads)]
         self._heads = [None] * self.n_threads
         n_entries = n_queues * depth
         self._emu = [_emulation(model, n_entries) for _ in range(self.n_threads)]
@@ -997,6 +1017,16 @@ class HostDaemon:
     def served(self):
         """Requests served since start."""
         return int(sum(s[0] for s in self._served))
+
+    @property
+    def passes(self):
+        """Passes over their queues the threads have made since start (all together)."""
+        return int(sum(s[1] for s in self._served))
+
+    @property
+    def visits(self):
+        """Queues the threads' passes have looked at since start (all together)."""
+        return int(sum(s[2] for s in self._served))
 
     def file_io(self):
         """I/Os per store file since start: int64 [MAX_FILES, F_COLUMNS] (rows as the table's

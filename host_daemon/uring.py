@@ -337,11 +337,11 @@ else:
         return np.int64(errno.ENOSYS)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def ring_room(r):
     """SQEs that may still be filled: the ring's entries less those filled, unsubmitted or in
     flight (at most ``entries`` requests are ever out, so the CQ, twice as deep, never
-    overflows)."""
+    overflows). Inlined: the daemon's loop asks at every queue visit."""
     return r.idx[I_SQ_ENTRIES] - r.state[S_UNSUBMITTED] - r.state[S_IN_FLIGHT]
 
 

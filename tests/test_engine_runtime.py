@@ -170,6 +170,10 @@ def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
         assert all(r["of_probe"] > 0 and r["of_ceiling"] > 0 for r in direct)
         ring = next(r for r in direct if r["engine"] == "io_uring")
         assert ring["in_flight_peak"] >= 1 and ring["engine_io_us"] > 0
+        # The daemon driven from the host (no GPU), beside the probe: its reads checked too.
+        host = next(r for r in result["rows"] if r["kind"] == "host")
+        assert host["engine"] == "io_uring" and host["pages"] == 6 and host["of_probe"] > 0
+        assert host["passes_per_page"] > 0 and host["visits_per_page"] > 0
     for r in result["rows"]:
         if r["kind"] in ("direct", "cached", "emulated"):
             assert r["gpu_io_us"] > 0 and "io_latency_us" not in r

@@ -213,10 +213,12 @@ def test_update_reads_the_files_bench_with_its_probe_and_engine_columns():
               "of_ceiling": 0.8 * probe / ceiling, "of_probe": 0.8, "engine_io_us": 900.0,
               "gpu_io_us": 1200.0, "in_flight_peak": 256, "daemon_cpu_us_per_page": 1.5}
     old = {"kind": "direct", "engine": "threads", "threads": 1, "pages_per_s": 20e3}
+    host = {"kind": "host", "engine": "io_uring", "threads": 1, "pages_per_s": 0.9 * probe,
+            "daemon_cpu_us_per_page": random.uniform(2, 5)}
     d = {"sweep": "files", "command": "gids bench files --out /tmp/x", "simulator": False,
          "ceiling_pages_per_s": ceiling, "probe_pages_per_s": probe,
-         "rows": [{"kind": "probe", "engine": "io_uring", "threads": 1, "pages_per_s": probe},
-                  direct, old]}
+         "rows": [{"kind": "probe", "engine": "io_uring", "threads": 1, "pages_per_s": probe,
+                   "daemon_cpu_us_per_page": 3.0}, host, direct, old]}
     recs = {r["figure"]: r for r in results.from_json(d)}
     assert abs(recs["probe: the engine alone, one thread's ring at depth, no GPU"]["ratio"]
                - probe / ceiling) < 1e-12
@@ -225,6 +227,11 @@ def test_update_reads_the_files_bench_with_its_probe_and_engine_columns():
     assert recs[f"{what}: engine I/O time (taken to CQE)"]["value"] == 900.0
     assert recs[f"{what}: peak in flight per thread"]["value"] == 256
     assert "gids all-miss from an O_DIRECT file, threads, 1 daemon thread(s)" in recs
+    assert recs["probe: its thread's CPU per page"]["value"] == 3.0
+    what = ("the daemon driven from the host (no GPU), O_DIRECT file, io_uring, "
+            "1 daemon thread(s)")
+    assert abs(recs[what]["ratio"] - 0.9 * probe / ceiling) < 1e-12
+    assert recs[f"{what}: daemon CPU per page"]["value"] == host["daemon_cpu_us_per_page"]
     assert all(r["command"] == "gids bench files" for r in recs.values())
 
 

@@ -7,6 +7,9 @@ Rows (4 KiB random reads of distinct pages: every read a miss):
   flight, O_DIRECT, waiting for CQEs as the daemon does (``ring_submit_wait``): what one daemon
   thread could get from the disk; a row with ``t`` threads is a fraction (``of probe``) of
   ``t`` probes, at most the ceiling;
+- ``host``: the daemon alone, no GPU: one io_uring daemon thread serving the Runtime's queues
+  (count and depth), a host thread posting requests into them as the GPU would
+  (:func:`host_daemon_run`): the daemon's own cost beside the probe's, without the GPU's;
 - ``ceiling``: the disk alone, O_DIRECT, no GPU: io_uring at high depth from several threads
   (one ring per thread) and synchronous ``pread`` from many threads; the largest of these and
   the probe is the disk's ceiling that every ``direct`` row is a fraction of;
@@ -27,7 +30,8 @@ from the daemon taking a request to its CQE, or to its copy or ``pread`` returni
 GPU's (``GPU I/O us``: from a request published to its completion seen, queueing for the
 daemon included), the requests in flight per daemon thread (mean, by Little's law from the
 engine's time and the rate; peak, counted by the ring), and the daemon threads' CPU time per
-page (from ``/proc``).
+page (from ``/proc``); the probe and ceiling rows give their threads' CPU per page, the host
+row also its passes over the queues and queue visits per page.
 
 Every gids row is checked against the file's bytes (``correct``). Writes ``files.json`` and
 ``files.md`` into ``--out``. In the CUDA simulator sizes are tiny and the figures test the
@@ -44,9 +48,10 @@ from numba import cuda, njit, types
 
 import gids
 from gids import SIMULATOR, FileStore, MemoryStore, defaults, replay
-from gids.host import (DIRECT_ALIGN, IORING_OP_READ, UringRing, ring_consume, ring_cqe,
-                       ring_prep, ring_ready, ring_room, ring_submit_wait, ssd_profile,
-                       synthetic_trace, uring_probe)
+from gids import layout as L
+from gids.host import (DIRECT_ALIGN, IORING_OP_READ, T_COLUMNS, HostDaemon, UringRing,
+                       ring_consume, ring_cqe, ring_prep, ring_ready, ring_room,
+                       ring_submit_wait, ssd_profile, synthetic_trace, uring_probe)
 from workloads.report import command_line, write_report
 
 PAGE = 4096
@@ -120,54 +125,151 @@ def _aligned(nbytes):
 
 
 def _parallel(n_threads, work):
-    """Run ``work(k)`` in ``n_threads`` threads at once; (seconds, results)."""
+    """Run ``work(k)`` in ``n_threads`` threads at once; (seconds, results, the threads' CPU
+    seconds together)."""
     out = [None] * n_threads
-    threads = [threading.Thread(target=lambda k=k: out.__setitem__(k, work(k)))
-               for k in range(n_threads)]
+    cpu = [0.0] * n_threads
+
+    def run(k):
+        c = time.thread_time()
+        out[k] = work(k)
+        cpu[k] = time.thread_time() - c
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(n_threads)]
     t = time.perf_counter()
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    return time.perf_counter() - t, out
+    return time.perf_counter() - t, out, sum(cpu)
+
+
+def uring_row(path, n_reads, depth, threads=1, seed=0):
+    """``n_reads`` random 4 KiB reads of ``path``, O_DIRECT, through ``threads`` rings (one per
+    thread) at ``depth`` reads in flight each: the probe row (one thread) or a ceiling row,
+    with the threads' CPU us per page."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+    n_pages = os.path.getsize(path) // PAGE
+    rings = [UringRing(depth) for _ in range(threads)]
+    bufs = [_aligned(depth * PAGE) for _ in range(threads)]
+    per = n_reads // threads
+    try:
+        _uring_random_reads(rings[0].args, fd, bufs[0].ctypes.data, 8, n_pages, PAGE,
+                            depth, 1)   # compile, warm
+        secs, failed, cpu = _parallel(threads, lambda k: _uring_random_reads(
+            rings[k].args, fd, bufs[k].ctypes.data, per, n_pages, PAGE, depth,
+            seed * 1000 + k + 7))
+    finally:
+        for r in rings:
+            r.close()
+        os.close(fd)
+    return {"kind": "probe" if threads == 1 else "ceiling", "engine": "io_uring",
+            "threads": threads, "depth": depth, "pages": per * threads, "seconds": secs,
+            "pages_per_s": per * threads / secs, "correct": sum(failed) == 0,
+            "daemon_cpu_us_per_page": cpu / (per * threads) * 1e6}
 
 
 def disk_ceiling(path, n_reads, o):
     """The disk's 4 KiB random-read IOPS, O_DIRECT: the probe row (io_uring, one thread at
     depth), rows for io_uring at depth from several threads, and one for pread."""
     rows = []
+    if uring_probe() is None:
+        for t in [1, *o["ceiling_threads"]]:
+            rows.append(uring_row(path, n_reads, o["ceiling_depth"], t, o["seed"]))
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
     n_pages = os.path.getsize(path) // PAGE
     try:
-        if uring_probe() is None:
-            depth = o["ceiling_depth"]
-            for t in [1, *o["ceiling_threads"]]:
-                rings = [UringRing(depth) for _ in range(t)]
-                bufs = [_aligned(depth * PAGE) for _ in range(t)]
-                per = n_reads // t
-                _uring_random_reads(rings[0].args, fd, bufs[0].ctypes.data, 8, n_pages, PAGE,
-                                    depth, 1)   # compile, warm
-                secs, failed = _parallel(t, lambda k: _uring_random_reads(
-                    rings[k].args, fd, bufs[k].ctypes.data, per, n_pages, PAGE, depth,
-                    o["seed"] * 1000 + k + 7))
-                for r in rings:
-                    r.close()
-                rows.append({"kind": "probe" if t == 1 else "ceiling", "engine": "io_uring",
-                             "threads": t,
-                             "depth": depth, "pages": per * t, "seconds": secs,
-                             "pages_per_s": per * t / secs, "correct": sum(failed) == 0})
         t = o["pread_threads"]
         bufs = [_aligned(PAGE) for _ in range(t)]
         per = max(1, n_reads // t)
         _pread_random_reads(fd, bufs[0].ctypes.data, 8, n_pages, PAGE, 1)
-        secs, failed = _parallel(t, lambda k: _pread_random_reads(
+        secs, failed, cpu = _parallel(t, lambda k: _pread_random_reads(
             fd, bufs[k].ctypes.data, per, n_pages, PAGE, o["seed"] * 1000 + k + 99))
         rows.append({"kind": "ceiling", "engine": "pread", "threads": t, "depth": 1,
                      "pages": per * t, "seconds": secs, "pages_per_s": per * t / secs,
-                     "correct": sum(failed) == 0})
+                     "correct": sum(failed) == 0,
+                     "daemon_cpu_us_per_page": cpu / (per * t) * 1e6})
     finally:
         os.close(fd)
     return rows
+
+
+def thread_cpu_ns(native_id):
+    """CPU time a thread of this process has used: (ns from ``/proc/self/task/ID/schedstat``,
+    its system share from ``stat``'s clock ticks), or None where there is no ``/proc``."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat") as f:
+            ns = int(f.read().split()[0])
+        with open(f"/proc/self/task/{native_id}/stat") as f:
+            ticks = [int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13]]
+    except (OSError, ValueError, IndexError):
+        return None
+    return ns, ticks[1] / max(1, sum(ticks))
+
+
+def _last_reads_correct(path, sq, cq, staging, sample=1000):
+    """Whether a sample of the queue entries' last reads completed OK with the file's bytes:
+    each entry's request word still names its page, its staging page holds what was read."""
+    entries = np.flatnonzero(sq[L.SQ_WORD::L.SQ_WORDS])
+    entries = np.random.default_rng(0).permutation(entries)[:sample]
+    with open(path, "rb") as f:
+        for e in entries:
+            _, _, page, _ = L.sq_fields(int(sq[e * L.SQ_WORDS + L.SQ_WORD]))
+            if L.cq_fields(int(cq[e * L.CQ_WORDS + L.CQ_WORD]))[1] != L.STATUS_OK:
+                return False
+            f.seek(page * PAGE)
+            if f.read(PAGE) != staging[e * PAGE:(e + 1) * PAGE].tobytes():
+                return False
+    return len(entries) > 0
+
+
+def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=256,
+                    engine="io_uring", direct=True, seed=0):
+    """The daemon alone, no GPU: ``pages`` random 4 KiB reads of file ``path`` through a
+    :class:`HostDaemon` on ``queues`` x ``depth`` queues, a host thread playing the GPU as
+    ``workloads.emulation_bench.drive`` does (a warp's 32 tickets at a time per queue, up to the
+    queue's depth in flight: what a large gather keeps posted). Returns pages/s, the daemon
+    threads' CPU us per page (``/proc``'s schedstat), and the engine's counts per page."""
+    from workloads.emulation_bench import drive
+    store = FileStore(path, direct=direct)
+    nbytes = os.path.getsize(path) - os.path.getsize(path) % PAGE
+    n_pages = nbytes // PAGE
+    table = np.zeros((L.MAX_ARRAYS, T_COLUMNS), dtype=np.int64)
+    table[0] = store.table_row(0, nbytes)
+    n = queues * depth
+    sq = np.zeros(n * L.SQ_WORDS, dtype=np.int64)
+    cq = np.zeros(n * L.CQ_WORDS, dtype=np.int64)
+    staging = _aligned(n * PAGE)
+    staging[:] = 0   # mapped in now, as the Runtime's pinned staging is: no page faults timed
+    mine = np.arange(queues, dtype=np.int64)
+    state, times = np.zeros((queues, 2), dtype=np.int64), np.zeros(4, dtype=np.int64)
+    drive(mine, sq, cq, depth, n_pages, 0, state, times, seed)   # compile before timing
+    daemon = HostDaemon(sq, cq, staging, table, queues, depth, PAGE, threads, engine=engine,
+                        engine_depth=engine_depth)
+    try:
+        with daemon:
+            ids = [t.native_id for t in daemon._threads]
+            cpu0 = [thread_cpu_ns(i) for i in ids]
+            passes0, visits0 = daemon.passes, daemon.visits
+            t0, c0 = time.perf_counter(), time.thread_time()
+            drive(mine, sq, cq, depth, n_pages, pages, state, times, seed + 1)
+            secs, driver_cpu = time.perf_counter() - t0, time.thread_time() - c0
+            cpu = [thread_cpu_ns(i) for i in ids]
+            passes, visits = daemon.passes - passes0, daemon.visits - visits0
+            counters = daemon.engine_counters
+    finally:
+        store.close()
+    cpu_ns = (None if None in cpu or None in cpu0
+              else sum(b[0] - a[0] for a, b in zip(cpu0, cpu)))
+    return {"kind": "host", "engine": daemon.engine, "threads": threads, "store": "file O_DIRECT",
+            "queues": queues, "depth": depth, "pages": pages, "seconds": secs,
+            "pages_per_s": pages / secs, "correct": _last_reads_correct(path, sq, cq, staging),
+            "daemon_cpu_us_per_page": None if cpu_ns is None else cpu_ns / pages / 1e3,
+            "passes_per_page": passes / pages, "visits_per_page": visits / pages,
+            "driver_busy": driver_cpu / secs,
+            "daemon_system_share": None if None in cpu else float(np.mean([c[1] for c in cpu])),
+            "waits_per_page": counters["waits"] / pages,
+            "submits_per_page": counters["submits"] / pages,
+            "in_flight_peak": max(counters["peak_in_flight"] or [0])}
 
 
 def _gids_row(kind, store_or_path, ref, o, engine, threads, label, **runtime):
@@ -316,6 +418,13 @@ def run_files(o, command="gids bench files", progress=True):
             row["of_probe"] = (rate / min(row["threads"] * probe, ceiling)
                                if rate and probe else None)
             return row
+        queues = defaults.get("queues") or defaults.default_queues(
+            PAGE, defaults.get("queue_depth"))
+        say("files: the daemon driven from the host (no GPU), io_uring x1")
+        rows.append(of_disk(host_daemon_run(path, o["pages"], 1, queues,
+                                            defaults.get("queue_depth"),
+                                            engine_depth=defaults.get("engine_depth"),
+                                            seed=o["seed"])))
         for engine in ENGINES:
             for t in o["daemon_threads"]:
                 say(f"files: direct {engine} x{t}")
@@ -338,8 +447,7 @@ def run_files(o, command="gids bench files", progress=True):
             row["of_memory"] = (row["pages_per_s"] / mem["pages_per_s"]
                                 if row["pages_per_s"] and mem["pages_per_s"] else None)
             rows.append(row)
-        queue_entries = (defaults.get("queues") or defaults.default_queues(
-            PAGE, defaults.get("queue_depth"))) * defaults.get("queue_depth")
+        queue_entries = queues * defaults.get("queue_depth")
         te = o["emulated_threads"]
         for n_ssd in o["n_ssd"]:
             for engine in ENGINES:

@@ -335,6 +335,18 @@ def _files(d):
     if probe:
         recs.append(record(ENGINES, "probe: the engine alone, one thread's ring at depth, no GPU",
                            probe / 1e3, "k IOPS", "", "the disk's ceiling", probe / ceiling, cmd))
+    for r in rows:
+        if r["kind"] == "probe" and r.get("daemon_cpu_us_per_page") is not None:
+            recs.append(record(ENGINES, "probe: its thread's CPU per page",
+                               r["daemon_cpu_us_per_page"], "us", "", "", None, cmd))
+        if r["kind"] == "host" and r.get("pages_per_s"):
+            what = (f"the daemon driven from the host (no GPU), O_DIRECT file, {r['engine']}, "
+                    f"{r['threads']} daemon thread(s)")
+            recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s", "",
+                               "the disk's ceiling", r["pages_per_s"] / ceiling, cmd))
+            if r.get("daemon_cpu_us_per_page") is not None:
+                recs.append(record(ENGINES, f"{what}: daemon CPU per page",
+                                   r["daemon_cpu_us_per_page"], "us", "", "", None, cmd))
     direct = {(r["engine"], r["threads"]): r for r in rows if r["kind"] == "direct"}
     most = max((t for e, t in direct if e == "io_uring"), default=None)
     for engine, threads, target in (("io_uring", 1, ">= 0.90x"), ("io_uring", most, ">= 0.95x"),
