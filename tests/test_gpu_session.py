@@ -6,7 +6,7 @@ import pytest
 
 import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
 from gids.cli import build_parser as gids_parser
-from workloads import bench, microbench, stress, stripe_bench
+from workloads import bench, gpu_tests, microbench, stress, stripe_bench
 from workloads.gpu_session import GIDS, STAGES
 
 
@@ -33,8 +33,8 @@ def _parse(argv):
         stress.parse_args(args)
     elif module == "workloads.stripe_bench":
         stripe_bench.build_parser().parse_args(args)
-    elif module == "pytest":
-        assert "gpu" in args                      # the GPU tests
+    elif module == "workloads.gpu_tests":
+        gpu_tests.build_parser().parse_args(args)
     else:
         raise AssertionError(f"no parser known for {module}")
     return module

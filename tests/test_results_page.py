@@ -254,3 +254,15 @@ def test_update_reads_the_rows_launch_suite():
     assert len(recs) == 1
     assert recs[0]["value"] == 150.0 and recs[0]["ratio"] == 2.0
     assert "32,768 rows" in recs[0]["figure"] and recs[0]["command"].endswith("--calls 200")
+
+
+def test_update_reads_the_gpu_tests_summary():
+    from workloads.results import from_json
+    d = {"date": "2026-12-03", "command": "python -m workloads.gpu_tests", "passed": 9,
+         "failed": 1, "error": 0,
+         "files": [{"file": "tests/test_a.py", "exit": 0, "seconds": 3.0, "passed": 8},
+                   {"file": "tests/test_b.py", "exit": 1, "seconds": 3.0, "passed": 1,
+                    "failed": 1},
+                   {"file": "tests/test_c.py", "exit": "timeout", "seconds": 300.0}]}
+    (r,) = from_json(d)
+    assert r["value"] == 9 and r["ratio"] == 0.9 and "tests/test_c.py" in r["reference"]

@@ -281,6 +281,18 @@ def _latency(d):
                    "python -m workloads.microbench latency")]
 
 
+def _gpu_tests(d):
+    """``python -m workloads.gpu_tests`` (gpu_tests.json): tests passed of those run, one
+    process per file; a file that timed out or crashed counts as its tests not passed."""
+    run = sum(r.get("passed", 0) + r.get("failed", 0) + r.get("error", 0) for r in d["files"])
+    broken = [r["file"] for r in d["files"] if r["exit"] not in (0, 1, 5)]
+    note = f"; files that did not finish: {', '.join(broken)}" if broken else ""
+    passed = d.get("passed", 0)
+    return [record(WRITES, "GPU tests passed, one process per file", passed, "",
+                   "all", f"{run} run{note}", passed / run if run else None,
+                   "python -m workloads.gpu_tests")]
+
+
 def _rows_launch(d):
     """``microbench rows-launch`` (rows_launch_suite.json): the host's microseconds per
     ``gather_rows`` call of the largest gather, each setting, against ``torch.index_select``."""
@@ -504,6 +516,8 @@ def from_json(d):
         return _files(d)
     if d.get("sweep") == "prefetch":
         return _prefetch(d)
+    if d.get("command") == "python -m workloads.gpu_tests" and "files" in d:
+        return _gpu_tests(d)
     if "file_mismatches" in d:
         return _stress(d)
     if "results" in d and "vs_one_file" in (d["results"] or [{}])[0]:
