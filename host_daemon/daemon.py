@@ -58,9 +58,9 @@ from host_daemon.stores import (DIRECT_ALIGN, F_COLUMNS, FAULT_CRASH, FAULT_EIO,
 from host_daemon.sync import load_acquire, load_word, private_array, store_release, store_word
 from host_daemon.trace import TRACE_DTYPE
 from host_daemon import uring as U
-from host_daemon.uring import (IORING_OP_READ, IORING_OP_WRITE, S_ERROR, S_IN_FLIGHT,
-                               S_UNSUBMITTED, ring_consume, ring_cqe, ring_prep, ring_ready,
-                               ring_room, ring_submit, ring_submit_wait)
+from host_daemon.uring import (S_ERROR, S_IN_FLIGHT, S_UNSUBMITTED, ring_consume, ring_cqe,
+                               ring_prep_rw, ring_ready, ring_room, ring_submit,
+                               ring_submit_wait)
 
 #: The queue records' words, compiled from their one definition in ``gids.layout`` (``sq_word``
 #: for ``workloads.emulation_bench``, whose threads play the GPU).
@@ -409,7 +409,8 @@ P_BYTES = 14
 P_IOV_BASE = 15  # an iovec for preadv2 (see _ring_page)
 P_IOV_LEN = 16
 P_IN_RING = 17  # 1 while the request is the ring's (an SQE filled, its last CQE not yet reaped)
-P_COLUMNS = 18
+P_BUF = 18      # the registered buffer holding P_ADDR's transfer (READ_FIXED), or -1
+P_COLUMNS = 19
 
 #: _time_batch's status for a request that is in the io_uring engine's hands.
 _QUEUED = -2000
@@ -480,7 +481,8 @@ def read_resident(table, array_id, file_offset, n, dst, now):
 
 
 @njit(nogil=True, cache=True)
-def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, ticket, seen, op):
+def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, buf_index, entry,
+               ticket, seen, op):
     """Fill an SQE that reads (writes) the page between its store file and ``buf``: the file
     and offset from :func:`~host_daemon.stores.page_location` (striped or not), O_DIRECT where
     the page allows it, as :func:`serve_page` does; only the array's own bytes are written, and
@@ -494,7 +496,8 @@ def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, t
     a cached page then costs one system call, as with ``pread``, instead of an SQE, its
     submission and its CQE; only reads that wait go to the ring. Returns STATUS_OK when the
     page was read that way (no SQE; ``pend``'s row still says what the request was), else
-    ``_QUEUED``."""
+    ``_QUEUED``. ``buf_index``: the ring's registered buffer that holds ``buf``'s page (a
+    READ_FIXED / WRITE_FIXED, see :func:`~host_daemon.uring.ring_prep_rw`), or -1."""
     nbytes = table[array_id, T_NBYTES]
     n = min(page_size, nbytes - page * page_size)
     file, fd, fd_direct, file_offset = page_location(table, array_id, page, page_size)
@@ -521,6 +524,7 @@ def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, t
     p[P_FILE] = file
     p[P_BYTES] = n
     p[P_IN_RING] = 0
+    p[P_BUF] = buf_index
     if op == L.OP_READ and table[array_id, T_MAP] != 0:
         if read_resident(table, array_id, file_offset, n, buf, seen):
             return L.STATUS_OK
@@ -532,8 +536,7 @@ def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, entry, t
         if _preadv2(fd, iov, 1, file_offset, _RWF_NOWAIT) == n:
             return L.STATUS_OK
     p[P_IN_RING] = 1
-    ring_prep(uring, IORING_OP_WRITE if op == L.OP_WRITE else IORING_OP_READ, fd, buf, n,
-              file_offset, 0, row)
+    ring_prep_rw(uring, op == L.OP_WRITE, fd, buf, n, file_offset, buf_index, row)
     return _QUEUED
 
 
@@ -551,20 +554,23 @@ def cqe_status(uring, pend, row, res):
     """What a CQE (result ``res``) means for the request in ``pend``'s row ``row``: its STATUS_*
     once it has ended, or ``_QUEUED`` when a new SQE carries it on (the rest of a partial
     transfer; an O_DIRECT read the file system refused with EINVAL, once more on the buffered
-    descriptor). The caller has room for that SQE: the CQE just reaped freed it."""
+    descriptor, with a plain READ: the EINVAL may have been the fixed buffer's). The caller has
+    room for that SQE: the CQE just reaped freed it."""
     p = pend[row]
     op = p[P_OP]
-    opcode = IORING_OP_WRITE if op == L.OP_WRITE else IORING_OP_READ
     if res == -22 and p[P_ALT_FD] >= 0:   # EINVAL: O_DIRECT refused
         p[P_FD] = p[P_ALT_FD]
         p[P_ALT_FD] = -1
-        ring_prep(uring, opcode, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
+        p[P_BUF] = -1
+        ring_prep_rw(uring, op == L.OP_WRITE, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET],
+                     -1, row)
         return _QUEUED
-    if 0 < res < p[P_LEFT]:
+    if 0 < res < p[P_LEFT]:   # the rest lies in the same registered buffer, if any
         p[P_ADDR] += res
         p[P_FILE_OFFSET] += res
         p[P_LEFT] -= res
-        ring_prep(uring, opcode, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET], 0, row)
+        ring_prep_rw(uring, op == L.OP_WRITE, p[P_FD], p[P_ADDR], p[P_LEFT], p[P_FILE_OFFSET],
+                     p[P_BUF], row)
         return _QUEUED
     p[P_IN_RING] = 0
     if res < 0:
@@ -822,8 +828,10 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                 if ring_usable(uring) and _on_ring(table, array_id, page, page_size, op):
                     pend_row = k * depth + slot
                     # (its time is the per-file counts' too, so read the clock)
+                    # (buffer k: the queue's staging pages, registered or not: _make_rings)
                     status = _ring_page(uring, pend, pend_row, table, array_id, page, page_size,
-                                        buf, entry, ticket, seen if timed else _now_ns(clock), op)
+                                        buf, k, entry, ticket, seen if timed else _now_ns(clock),
+                                        op)
                     if status == _QUEUED:
                         source = pend_row
                     else:   # read on the spot from the page cache
@@ -963,12 +971,23 @@ class HostDaemon:
         it (:func:`resolve_engine`; :attr:`engine` says which runs, :attr:`engine_note` why).
     engine_depth : int
         Ring entries per thread (rounded up to a power of two).
+    fixed_buffers : bool, optional
+        Register each thread's staging pages with its ring (one buffer per queue) and read and
+        write them with READ_FIXED / WRITE_FIXED: the kernel then pins them once, not per I/O.
+        Where the kernel refuses (memory it cannot pin, RLIMIT_MEMLOCK) the ring uses plain
+        reads and writes; :attr:`buffers_note` says which. None: the setting
+        ``engine_fixed_buffers``.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
+    #: Whether the staging pages are the engine's buffers (the NVMe controller's are not: its
+    #: commands name addresses anywhere in the DMA window).
+    REGISTERS_STAGING = True
+
     def __init__(self, sq, cq, staging, table, n_queues, depth, page_size, n_threads,
-                 model=None, trace_writer=None, engine="io_uring", engine_depth=256):
+                 model=None, trace_writer=None, engine="io_uring", engine_depth=256,
+                 fixed_buffers=None):
         if n_threads < 1:
             raise ValueError(f"gids: daemon_threads must be >= 1, got {n_threads}")
         if engine not in ENGINES:
@@ -979,6 +998,10 @@ class HostDaemon:
         self.engine_requested = engine
         self.engine, self.engine_note = resolve_engine(engine)
         self.engine_depth = int(engine_depth)
+        self.fixed_buffers = bool(settings.get("engine_fixed_buffers") if fixed_buffers is None
+                                  else fixed_buffers) and self.REGISTERS_STAGING
+        #: Why the rings have no registered buffers ("" when they have, or none were asked).
+        self._buffers_refused = ""
         self.sq, self.cq, self.staging, self.table = sq, cq, staging, table
         self.n_queues, self.depth, self.page_size = n_queues, depth, page_size
         self.n_threads = min(n_threads, n_queues)
@@ -1063,6 +1086,17 @@ class HostDaemon:
         return {"submits": sum(per[U.S_SUBMITS]), "sqes": sum(per[U.S_SUBMITTED]),
                 "waits": sum(per[U.S_WAITS]), "peak_in_flight": per[U.S_PEAK_IN_FLIGHT],
                 "waits_per_thread": per[U.S_WAITS]}
+
+    @property
+    def buffers_note(self):
+        """Whether the io_uring engine's rings read and write through registered buffers:
+        "registered buffers: yes", "registered buffers: no (why)", or "" for the threads
+        engine (or before start)."""
+        if self.engine != "io_uring" or not self._threads:
+            return ""
+        if self._buffers_refused:
+            return f"registered buffers: no ({self._buffers_refused})"
+        return f"registered buffers: {'yes' if self.fixed_buffers else 'no (off)'}"
 
     @property
     def engine_error(self):
@@ -1184,6 +1218,29 @@ class HostDaemon:
             self.engine_note = (f"io_uring rings for {self.n_threads} threads could not be set "
                                 f"up ({exc.strerror or exc}); using the threads engine")
             warnings.warn(f"gids: {self.engine_note}", RuntimeWarning, stacklevel=3)
+            return
+        self._buffers_refused = ""
+        if self.fixed_buffers:
+            self._register_staging()
+
+    def _register_staging(self):
+        """Register thread k's staging pages with its ring: buffer i is the pages of its i-th
+        queue (``_serve_loop`` names a page's buffer by its queue). If a ring refuses, no ring
+        uses registered buffers (one engine state to report), said once per reason."""
+        span = self.depth * self.page_size
+        base = self.staging.ctypes.data
+        for k, ring in enumerate(self._urings):
+            queues = range(k, self.n_queues, self.n_threads)
+            why = ring.register_buffers([(base + q * span, span) for q in queues])
+            if why is not None:
+                self._buffers_refused = f"IORING_REGISTER_BUFFERS: {why}"
+                for r in self._urings:   # the kernel keeps them until the ring closes
+                    r.args.state[U.S_FIXED] = 0
+                if why not in _fallback_said:
+                    _fallback_said.add(why)
+                    warnings.warn(f"gids: io_uring {self._buffers_refused}; plain reads and "
+                                  "writes instead", RuntimeWarning, stacklevel=4)
+                return
 
     def _queue_state(self, n):
         """The state thread k keeps per queue it serves: the next ticket of each."""

@@ -451,7 +451,7 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
                 if (ring_usable(uring) and status == L.NVME_SC_SUCCESS
                         and _on_ring(table, array_id, page, page_size, op)):
                     status = _ring_page(uring, pend, row, table, array_id, page, page_size,
-                                        prp1, q, cid, seen if timed else _now_ns(clock), op)
+                                        prp1, -1, q, cid, seen if timed else _now_ns(clock), op)
                     pend[row, P_ORDER] = order
                     if status != _QUEUED:   # read on the spot from the page cache
                         count_ring_io(file_io, table, pend, row, _now_ns(clock))
@@ -527,6 +527,8 @@ class NvmeController(HostDaemon):
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
+
+    REGISTERS_STAGING = False
 
     def __init__(self, sq, cq, doorbells, staging, table, n_queues, depth, page_size, n_threads,
                  model=None, trace_writer=None, jitter_us=0.0, engine="io_uring",

@@ -44,6 +44,12 @@ from host_daemon.sync import load_acquire, load_word, private_array, store_relea
 # (asm-generic and x86-64 alike), 425 to 427.
 SYS_IO_URING_SETUP = 425
 SYS_IO_URING_ENTER = 426
+SYS_IO_URING_REGISTER = 427
+#: io_uring_register opcodes used here, and the kernel's bound on one registered buffer.
+IORING_REGISTER_BUFFERS = 0
+IORING_UNREGISTER_BUFFERS = 1
+MAX_FIXED_BUFFER_BYTES = 1 << 30
+MAX_FIXED_BUFFERS = 1 << 14
 
 # mmap offsets of the three regions, and the feature bit that makes SQ and CQ rings one region.
 IORING_OFF_SQ_RING = 0
@@ -62,6 +68,8 @@ ETIME = 62
 # Opcodes used here.
 IORING_OP_NOP = 0
 IORING_OP_FSYNC = 3
+IORING_OP_READ_FIXED = 4
+IORING_OP_WRITE_FIXED = 5
 IORING_OP_READ = 22
 IORING_OP_WRITE = 23
 IORING_FSYNC_DATASYNC = 1 << 0
@@ -82,7 +90,8 @@ assert PARAMS_DTYPE.itemsize == 120
 #: ``struct io_uring_sqe`` as eight int64 words (64 bytes): word 0 holds opcode (byte 0), flags
 #: (byte 1), ioprio (bytes 2-3) and fd (bytes 4-7); word 1 the file offset; word 2 the buffer
 #: address; word 3 the length (low 4 bytes) and the op's flags (high 4: rw_flags, fsync_flags);
-#: word 4 user_data; the rest zero.
+#: word 4 user_data; word 5 buf_index (low 2 bytes: the registered buffer of a READ_FIXED or
+#: WRITE_FIXED); the rest zero.
 SQE_WORDS = 8
 #: ``struct io_uring_cqe`` as two int64 words (16 bytes): user_data, then res (low 4 bytes,
 #: signed) and flags (high 4).
@@ -113,7 +122,8 @@ S_SUBMITTED = 4   # SQEs they took (a counter)
 S_PEAK_IN_FLIGHT = 5  # the most requests in flight at once
 S_WAITS = 6       # io_uring_enter calls that waited for a CQE (a counter)
 S_ERROR = 7       # the first hard io_uring_enter error (-errno), 0 while the ring works
-S_COLUMNS = 8
+S_FIXED = 8       # 1 once buffers are registered (Ring.register_buffers): fixed ops may be used
+S_COLUMNS = 9
 
 #: ``struct io_uring_getevents_arg`` (sigmask, sigmask_sz + pad, ts pointer) then the
 #: ``__kernel_timespec`` it points to (seconds, nanoseconds), as int64 words in RingArgs.wait.
@@ -167,6 +177,23 @@ def io_uring_setup(entries, params):
     r = _libc.syscall(ctypes.c_long(SYS_IO_URING_SETUP), ctypes.c_long(entries),
                       ctypes.c_void_p(params.ctypes.data))
     return r if r >= 0 else -ctypes.get_errno()
+
+
+def io_uring_register(fd, opcode, arg, nr_args):
+    """The ``io_uring_register`` system call: its result, or ``-errno``. ``arg``: an address.
+    (A function of its own so that tests can make it fail.)"""
+    r = _libc.syscall(ctypes.c_long(SYS_IO_URING_REGISTER), ctypes.c_long(fd),
+                      ctypes.c_long(opcode), ctypes.c_void_p(arg), ctypes.c_long(nr_args))
+    return r if r >= 0 else -ctypes.get_errno()
+
+
+def _register_reason(err):
+    """Why buffers could not be registered, in words, for ``-errno`` ``err``."""
+    what = {errno.EFAULT: "EFAULT: the kernel cannot pin this memory (CUDA's pinned memory?)",
+            errno.ENOMEM: "ENOMEM: RLIMIT_MEMLOCK too small?",
+            errno.EPERM: "EPERM", errno.EOPNOTSUPP: "EOPNOTSUPP: memory the kernel will not "
+                                                     "pin for long (a file mapping?)"}
+    return what.get(-err, f"{os.strerror(-err)} (errno {-err})")
 
 
 def _reason(err):
@@ -271,6 +298,24 @@ class Ring:
         self.args = RingArgs(on=1, sq=sq, cq=cq, sqes=sqes, cqes=cqes, idx=idx, state=state,
                              wait=_wait_words())
 
+    def register_buffers(self, regions):
+        """Register ``regions`` (``(address, nbytes)`` pairs; buffer ``i`` is ``regions[i]``)
+        with ``IORING_REGISTER_BUFFERS``, so that READ_FIXED / WRITE_FIXED SQEs naming them
+        skip pinning the pages per I/O. Returns None once registered (S_FIXED is then 1), else
+        why not, in words: the ring works on with plain reads and writes."""
+        if not regions:
+            return "no buffers to register"
+        if len(regions) > MAX_FIXED_BUFFERS:
+            return f"{len(regions)} buffers, the kernel registers at most {MAX_FIXED_BUFFERS}"
+        iov = np.array(regions, dtype=np.int64).reshape(-1, 2)   # struct iovec {base, len}
+        if iov[:, 1].max() > MAX_FIXED_BUFFER_BYTES:
+            return f"a buffer of {int(iov[:, 1].max())} bytes (the kernel's bound: 1 GiB)"
+        r = io_uring_register(self.fd, IORING_REGISTER_BUFFERS, iov.ctypes.data, len(iov))
+        if r < 0:
+            return _register_reason(r)
+        self.args.state[S_FIXED] = 1
+        return None
+
     @property
     def in_flight(self):
         return int(self.args.state[S_IN_FLIGHT]) if self._maps else 0
@@ -362,6 +407,21 @@ def ring_prep(r, opcode, fd, addr, nbytes, offset, op_flags, user_data):
     s[at + 7] = 0
     r.state[S_TAIL] = tail + 1
     r.state[S_UNSUBMITTED] += 1
+
+
+@njit(nogil=True, cache=True)
+def ring_prep_rw(r, write, fd, addr, nbytes, offset, buf_index, user_data):
+    """Fill the next SQE with a read (``write``: a write) of ``nbytes`` between ``fd`` at
+    ``offset`` and ``addr``: READ_FIXED / WRITE_FIXED naming registered buffer ``buf_index``
+    (which holds all of ``addr`` to ``addr + nbytes``) when ``buf_index >= 0`` and the ring
+    has registered buffers, else plain READ / WRITE."""
+    if buf_index >= 0 and r.state[S_FIXED] != 0:
+        ring_prep(r, IORING_OP_WRITE_FIXED if write else IORING_OP_READ_FIXED, fd, addr,
+                  nbytes, offset, 0, user_data)
+        r.sqes[((r.state[S_TAIL] - 1) & r.idx[I_SQ_MASK]) * SQE_WORDS + 5] = buf_index & 0xFFFF
+    else:
+        ring_prep(r, IORING_OP_WRITE if write else IORING_OP_READ, fd, addr, nbytes, offset,
+                  0, user_data)
 
 
 @njit(nogil=True, cache=True)

@@ -256,6 +256,7 @@ def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=
             cpu = [thread_cpu_ns(i) for i in ids]
             passes, visits = daemon.passes - passes0, daemon.visits - visits0
             counters = daemon.engine_counters
+            buffers = daemon.buffers_note
     finally:
         store.close()
     cpu_ns = (None if None in cpu or None in cpu0
@@ -269,7 +270,7 @@ def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=
             "daemon_system_share": None if None in cpu else float(np.mean([c[1] for c in cpu])),
             "waits_per_page": counters["waits"] / pages,
             "submits_per_page": counters["submits"] / pages,
-            "in_flight_peak": max(counters["peak_in_flight"] or [0])}
+            "in_flight_peak": max(counters["peak_in_flight"] or [0]), "buffers": buffers}
 
 
 def _gids_row(kind, store_or_path, ref, o, engine, threads, label, **runtime):
