@@ -13,7 +13,7 @@ from gids import layout as L
 from host_daemon import daemon as D
 from host_daemon import uring as U
 from host_daemon.ssd_model import SsdModel
-from host_daemon.stores import DIRECT_ALIGN, T_COLUMNS, FileStore
+from host_daemon.stores import DIRECT_ALIGN, T_COLUMNS, T_FD_DIRECT, FileStore
 from host_daemon.sync import private_array
 from host_daemon.trace import TraceWriter, read_engine, read_trace
 
@@ -77,19 +77,20 @@ class _Rig:
     """A daemon serving one file store from plain numpy queues (the test plays the GPU)."""
 
     def __init__(self, store, nbytes, engine, engine_depth=64, n_threads=2, model=None,
-                 trace_writer=None):
+                 trace_writer=None, fixed_buffers=False, misalign=0):
         self.table = np.zeros((L.MAX_ARRAYS, T_COLUMNS), dtype=np.int64)
         self.table[0] = store.table_row(0, nbytes)
         n = QUEUES * DEPTH
         self.sq = private_array(n * L.SQ_WORDS)
         self.cq = private_array(n * L.CQ_WORDS)
-        # Page-aligned staging, as the Runtime's mapped memory is (O_DIRECT needs it).
-        raw = np.zeros(n * PAGE + DIRECT_ALIGN, dtype=np.uint8)
-        start = -raw.ctypes.data % DIRECT_ALIGN
+        # Page-aligned staging, as the Runtime's mapped memory is (O_DIRECT needs it; a
+        # ``misalign``-ed one makes O_DIRECT reads fail with EINVAL).
+        raw = np.zeros(n * PAGE + 2 * DIRECT_ALIGN, dtype=np.uint8)
+        start = -raw.ctypes.data % DIRECT_ALIGN + misalign
         self.staging = raw[start:start + n * PAGE]
         self.d = D.HostDaemon(self.sq, self.cq, self.staging, self.table, QUEUES, DEPTH, PAGE,
                               n_threads, model=model, trace_writer=trace_writer, engine=engine,
-                              engine_depth=engine_depth)
+                              engine_depth=engine_depth, fixed_buffers=fixed_buffers)
         self.tickets = np.zeros(QUEUES, dtype=np.int64)
 
     def submit(self, q, page, op=L.OP_READ):
@@ -505,3 +506,142 @@ def test_a_hard_io_uring_enter_error_fails_the_rings_requests_at_once(tmp_path):
         assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, 5)
     os.close(null)
     store.close()
+
+
+# ---- registered buffers ----------------------------------------------------------------------
+
+def _opcodes(daemon):
+    """The opcodes of the SQEs the daemon's rings hold (never-filled ones read as NOP: left
+    out; the daemon submits no NOP)."""
+    return {int(op) for r in daemon._urings
+            for op in r.args.sqes[::U.SQE_WORDS] & 0xFF} - {U.IORING_OP_NOP}
+
+
+def test_a_fixed_read_and_write_use_the_registered_buffer_only(tmp_path):
+    """READ_FIXED / WRITE_FIXED through ring_prep_rw move the file's bytes; an address outside
+    the registered buffer is refused (EFAULT): the fixed op, not a plain one, ran."""
+    path, raw = _file(tmp_path, 4 * PAGE, seed=21)
+    buf = np.zeros(2 * PAGE, dtype=np.uint8)
+    other = np.zeros(PAGE, dtype=np.uint8)
+    clock = np.zeros(2, dtype=np.int64)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        with U.Ring(8) as ring:
+            assert ring.register_buffers([(buf.ctypes.data, buf.nbytes)]) is None
+            r = ring.args
+            deadline = time.monotonic_ns() + int(20e9)
+            U.ring_prep_rw(r, False, fd, buf.ctypes.data + PAGE, PAGE, 2 * PAGE, 0, 7)
+            assert r.sqes[0] & 0xFF == U.IORING_OP_READ_FIXED and r.sqes[5] == 0
+            assert U._wait_one(r, 7, deadline, clock) == PAGE
+            assert buf[PAGE:].tobytes() == raw[2 * PAGE:3 * PAGE]
+            data = np.random.default_rng(22).integers(0, 256, PAGE, dtype=np.uint8)
+            buf[:PAGE] = data
+            U.ring_prep_rw(r, True, fd, buf.ctypes.data, PAGE, PAGE, 0, 8)
+            assert U._wait_one(r, 8, deadline, clock) == PAGE
+            assert os.pread(fd, PAGE, PAGE) == data.tobytes()
+            U.ring_prep_rw(r, False, fd, other.ctypes.data, PAGE, 0, 0, 9)
+            assert U._wait_one(r, 9, deadline, clock) == -errno.EFAULT
+            U.ring_prep_rw(r, False, fd, other.ctypes.data, PAGE, 0, -1, 10)   # plain READ
+            assert U._wait_one(r, 10, deadline, clock) == PAGE
+            assert other.tobytes() == raw[:PAGE]
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_daemon_reads_and_writes_through_registered_buffers(tmp_path, direct):
+    """With registered staging, every queue's reads (the last page short) and writes equal the
+    file's bytes, and the rings' SQEs are READ_FIXED / WRITE_FIXED."""
+    path, raw = _file(tmp_path, 40 * PAGE + 1000, seed=23)
+    _evict(path, 0, len(raw))
+    store = FileStore(path, direct=direct, mapped=False, writable=True)
+    rig = _Rig(store, len(raw), "io_uring", fixed_buffers=True)
+    rng = np.random.default_rng(24)
+    with rig.d:
+        assert rig.d.buffers_note == "registered buffers: yes"
+        pages = rng.permutation(41)
+        reqs = [(rig.submit(i % QUEUES, int(p)), int(p)) for i, p in enumerate(pages)]
+        for (q, t, entry), page in reqs:
+            assert rig.wait(q, t) == L.STATUS_OK
+            assert rig.page(entry) == _expected(raw, page)
+        expect = bytearray(raw)
+        writes = []
+        for i, page in enumerate(rng.choice(40, 12, replace=False)):
+            q = i % QUEUES
+            entry = q * DEPTH + int(rig.tickets[q]) % DEPTH   # the page first, then the request
+            data = rng.integers(0, 256, PAGE, dtype=np.uint8)
+            rig.staging[entry * PAGE:(entry + 1) * PAGE] = data
+            expect[page * PAGE:(page + 1) * PAGE] = data.tobytes()
+            writes.append(rig.submit(q, int(page), L.OP_WRITE)[:2])
+        for q, t in writes:
+            assert rig.wait(q, t) == L.STATUS_OK
+        # (a buffered read of a cached page is copied on the spot: no SQE)
+        ops = _opcodes(rig.d)
+        assert U.IORING_OP_WRITE_FIXED in ops and (U.IORING_OP_READ_FIXED in ops or not direct)
+        assert not ops & {U.IORING_OP_READ, U.IORING_OP_WRITE}
+    assert path.read_bytes() == bytes(expect)
+    store.close()
+
+
+def test_refused_registration_falls_back_to_plain_ops_and_says_so(tmp_path, monkeypatch):
+    """IORING_REGISTER_BUFFERS refused (EFAULT: memory the kernel cannot pin): one warning, the
+    engine's note says why, plain READ SQEs read the file's bytes."""
+    monkeypatch.setattr(U, "io_uring_register", lambda *args: -errno.EFAULT)
+    monkeypatch.setattr(D, "_fallback_said", set())
+    path, raw = _file(tmp_path, 16 * PAGE, seed=25)
+    store = FileStore(path)
+    rig = _Rig(store, len(raw), "io_uring", fixed_buffers=True)
+    with pytest.warns(RuntimeWarning, match="EFAULT"):
+        rig.d.start()
+    try:
+        assert rig.d.engine == "io_uring"
+        assert rig.d.buffers_note.startswith("registered buffers: no (") and "EFAULT" in \
+            rig.d.buffers_note
+        for page in range(16):
+            q, t, entry = rig.submit(page % QUEUES, page)
+            assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, page)
+        assert _opcodes(rig.d) == {U.IORING_OP_READ}
+    finally:
+        rig.d.stop()
+        store.close()
+
+
+@pytest.mark.parametrize("fixed", [True, False])
+def test_o_direct_refused_retries_buffered_with_a_plain_read(tmp_path, fixed):
+    """Staging misaligned for O_DIRECT: each direct read fails with EINVAL and is read again on
+    the buffered descriptor with a plain READ (registered buffers or not); a file truncated
+    under us still reads short through a fixed buffer's partial read."""
+    path, raw = _file(tmp_path, 16 * PAGE, seed=26)
+    store = FileStore(path, direct=True, mapped=False)
+    if store.table_row(0, len(raw))[T_FD_DIRECT] < 0:
+        pytest.skip("no O_DIRECT on this file system")
+    rig = _Rig(store, len(raw), "io_uring", fixed_buffers=fixed, misalign=64)
+    with rig.d:
+        for page in range(16):
+            q, t, entry = rig.submit(page % QUEUES, page)
+            assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, page)
+        ops = _opcodes(rig.d)
+        assert U.IORING_OP_READ in ops
+        assert (U.IORING_OP_READ_FIXED in ops) == fixed
+    store.close()
+
+
+def test_a_partial_transfer_goes_on_in_the_same_registered_buffer():
+    """cqe_status: the rest of a partial read is a READ_FIXED of the same buffer; an EINVAL
+    retry on the buffered descriptor is a plain READ."""
+    with U.Ring(8) as ring:
+        r = ring.args
+        r.state[U.S_FIXED] = 1   # (no SQE is submitted: the opcodes only are looked at)
+        pend = np.zeros((4, D.P_COLUMNS), dtype=np.int64)
+        p = pend[2]
+        p[D.P_OP], p[D.P_FD], p[D.P_ALT_FD] = L.OP_READ, 5, 6
+        p[D.P_ADDR], p[D.P_FILE_OFFSET], p[D.P_LEFT], p[D.P_BUF] = 1 << 20, PAGE, PAGE, 3
+        assert D.cqe_status(r, pend, 2, 1000) == D._QUEUED
+        sqe = r.sqes[:U.SQE_WORDS]
+        assert sqe[0] & 0xFF == U.IORING_OP_READ_FIXED and sqe[5] == 3 and sqe[0] >> 32 == 5
+        assert sqe[2] == (1 << 20) + 1000 and sqe[1] == PAGE + 1000
+        assert sqe[3] & 0xFFFFFFFF == PAGE - 1000
+        assert D.cqe_status(r, pend, 2, -errno.EINVAL) == D._QUEUED
+        sqe = r.sqes[U.SQE_WORDS:2 * U.SQE_WORDS]
+        assert sqe[0] & 0xFF == U.IORING_OP_READ and sqe[5] == 0 and sqe[0] >> 32 == 6
+        assert p[D.P_BUF] == -1
