@@ -237,6 +237,10 @@ def cmd_info(args):
     from host_daemon.daemon import resolve_engine
     engine, note = resolve_engine(defaults.get("engine"))
     print(f"storage engine: {engine}" + (f" ({note})" if note else ""))
+    if engine == "io_uring":
+        print(f"io_uring registered buffers: "
+              f"{'on' if defaults.get('engine_fixed_buffers') else 'off'} (engine_fixed_buffers; "
+              "a Runtime's stats say whether the kernel took them)")
     # The settings read from the environment at import, for measuring (a figure's conditions).
     from kernels import platform as P
     from host_daemon.daemon import HOT_QUEUE_EVERY

@@ -1288,7 +1288,8 @@ class Runtime:
                      prefetched=int(counts[L.STAT_PREFETCHED]),
                      held_pages=int(counts[L.STAT_HELD_PAGES]),
                      files=self._file_stats(), engine=self._io.server.engine,
-                     engine_note=self._io.server.engine_note)
+                     engine_note=self._io.server.engine_note,
+                     engine_buffers=self._io.server.buffers_note)
 
     def _file_stats(self):
         """A FileStats per file of the stores opened, in the order they were opened."""

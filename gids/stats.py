@@ -131,6 +131,9 @@ class Stats:
     #: one asked for ("" when it is).
     engine: str = ""
     engine_note: str = ""
+    #: Whether the io_uring engine's rings use registered buffers, and if not why
+    #: (``HostDaemon.buffers_note``; "" for the threads engine).
+    engine_buffers: str = ""
 
     @property
     def lookups(self):
@@ -184,4 +187,5 @@ class Stats:
                    f"fills {self.tier_fills:,}, evictions {self.tier_evictions:,}, "
                    if self.tier_hits or self.tier_direct or self.tier_fills else "")
                 + f"engine {self.engine or '-'}"
-                + (f" ({self.engine_note})" if self.engine_note else ""))
+                + (f" ({self.engine_note})" if self.engine_note else "")
+                + (f", {self.engine_buffers}" if self.engine_buffers else ""))

@@ -1092,7 +1092,7 @@ class HostDaemon:
         """Whether the io_uring engine's rings read and write through registered buffers:
         "registered buffers: yes", "registered buffers: no (why)", or "" for the threads
         engine (or before start)."""
-        if self.engine != "io_uring" or not self._threads:
+        if self.engine != "io_uring" or not self._threads or not self.REGISTERS_STAGING:
             return ""
         if self._buffers_refused:
             return f"registered buffers: no ({self._buffers_refused})"

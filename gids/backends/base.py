@@ -11,7 +11,7 @@ Runtime keeps the cache, the arrays, sync, flush and recovery, and calls only wh
 import numpy as np
 from numba import cuda
 
-from gids import layout as L
+from gids import defaults, layout as L
 from gids._platform import host_view
 from gids.errors import DaemonError
 from host_daemon.trace import TraceWriter
@@ -56,6 +56,8 @@ class IoBackend:
         #: The server's file I/O (host_daemon.daemon.ENGINES) and its I/Os in flight per thread.
         self.engine = engine
         self.engine_depth = engine_depth
+        #: Whether the host daemon registers its staging with its rings (read once, here).
+        self.fixed_buffers = defaults.get("engine_fixed_buffers")
         self.queues = queues
         self.queue_depth = queue_depth
         self.page_size = page_size

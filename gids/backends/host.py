@@ -22,4 +22,5 @@ class HostQueues(IoBackend):
         return HostDaemon(host_view(self.sq), host_view(self.cq), host_view(self.staging),
                           self.table, self.queues, self.queue_depth, self.page_size,
                           self.threads, model=self.model, trace_writer=self.trace_writer,
-                          engine=self.engine, engine_depth=self.engine_depth)
+                          engine=self.engine, engine_depth=self.engine_depth,
+                          fixed_buffers=self.fixed_buffers)
