@@ -24,6 +24,10 @@ kernel then does not interrupt the thread to post completions, but flags the SQ 
 (``IORING_SQ_TASKRUN``) and posts them at the thread's next ``io_uring_enter``, which
 :func:`ring_ready` makes when it sees the flag and no CQE.
 
+A ring may register buffers (:meth:`Ring.register_buffers`, ``IORING_REGISTER_BUFFERS``): its
+READ_FIXED / WRITE_FIXED SQEs (:func:`ring_prep_rw`) then name a buffer the kernel pinned
+once, instead of pinning the pages per I/O.
+
 The SQ array (the kernel's indirection from SQ ring position to SQE index) is set to the
 identity once, so an SQE's index is its ring position.
 """
