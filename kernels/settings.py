@@ -37,10 +37,10 @@ Name (environment variable, when; default on a GPU / in the simulator): what it 
   ``threads`` (one synchronous pread/pwrite per thread at a time).
 - ``engine_depth`` (GIDS_ENGINE_DEPTH, run; 256): entries of each daemon thread's ring
   (rounded up to a power of two): I/Os in flight per thread vs memory pinned for them.
-- ``engine_fixed_buffers`` (GIDS_ENGINE_FIXED_BUFFERS, run; 0): 1 registers each daemon
-  thread's staging pages with its ring (READ_FIXED / WRITE_FIXED: pinned once, not per I/O;
-  plain reads and writes where the kernel refuses, as ``rt.stats()`` says): the kernel's cost
-  per I/O vs staging memory locked for the ring.
+- ``engine_fixed_buffers`` (GIDS_ENGINE_FIXED_BUFFERS, run; 1): each daemon thread registers
+  its staging pages with its ring (READ_FIXED / WRITE_FIXED: pinned once, not per I/O; plain
+  reads and writes where the kernel refuses, as ``rt.stats()`` says; 0: never): the kernel's
+  cost per I/O vs staging memory locked for the rings (RLIMIT_MEMLOCK).
 - ``max_registers`` (GIDS_MAX_REGISTERS, import; 128): register cap of ``gids.jit`` kernels
   (0: none): spills on the miss path vs blocks per SM (128: 2 of 256 threads, 80: 3, 64: 4).
 - ``sim_warp_size`` (GIDS_SIM_WARP_SIZE, import; 1): simulator only. 32 emulates whole warps,
@@ -167,7 +167,7 @@ _TABLE = {
     "timeout": (_WORLD, _positive_float, "run"),
     "engine": ("io_uring", _one_of("io_uring", "threads"), "run"),
     "engine_depth": (256, _int(1), "run"),
-    "engine_fixed_buffers": (False, _flag, "run"),
+    "engine_fixed_buffers": (True, _flag, "run"),
     "max_registers": (128, _registers, "import"),
     "sim_warp_size": (1, _warp_size, "import"),
     "bulk_copy_lanes": (8, _int(0), "import"),

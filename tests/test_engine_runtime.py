@@ -195,3 +195,37 @@ def test_gids_info_names_the_engine(capsys):
     assert main(["info"]) in (0, None)
     out = capsys.readouterr().out
     assert "default engine: " in out and "storage engine: " in out
+
+
+@pytest.mark.skipif(U.probe() is not None, reason="no io_uring here")
+@pytest.mark.parametrize("refuse", [False, True])
+def test_registered_buffers_through_the_runtime(tmp_path, monkeypatch, refuse, capsys):
+    """engine_fixed_buffers: a gather through the Runtime's staging reads the file's bytes
+    whether the kernel takes the staging as registered buffers (numpy memory in the simulator;
+    CUDA's pinned memory on a GPU may be refused) or not (forced: EFAULT), and rt.stats() says
+    which; 0 leaves them off."""
+    if refuse:
+        monkeypatch.setattr(U, "io_uring_register", lambda *args: -errno.EFAULT)
+        monkeypatch.setattr(D, "_fallback_said", set())
+    path, ref = _file(tmp_path, pages=64, seed=5)
+    idx = np.random.default_rng(6).permutation(ref.size)[:500]
+    with gids.defaults.set(engine_fixed_buffers=True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rt = gids.Runtime(cache_pages=32, page_size=PAGE, engine="io_uring", timeout=20)
+    with rt:
+        a = rt.open_array(path, np.int64)
+        np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
+        s = rt.stats()
+        said = [w for w in caught if "IORING_REGISTER_BUFFERS" in str(w.message)]
+        if refuse:
+            assert s.engine_buffers.startswith("registered buffers: no (") and "EFAULT" in \
+                s.engine_buffers and len(said) == 1
+        elif gids.SIMULATOR:
+            assert s.engine_buffers == "registered buffers: yes" and not said
+        with capsys.disabled():   # on a GPU: whether CUDA's pinned staging could be registered
+            print(f"\n[fixed buffers] {s.engine_buffers}")
+        assert s.engine_buffers in str(s)
+    with gids.defaults.set(engine_fixed_buffers=False):
+        with gids.Runtime(cache_pages=32, page_size=PAGE, engine="io_uring") as rt:
+            assert rt.stats().engine_buffers == "registered buffers: no (off)"
