@@ -209,10 +209,10 @@ def test_registered_buffers_through_the_runtime(tmp_path, monkeypatch, refuse, c
         monkeypatch.setattr(D, "_fallback_said", set())
     path, ref = _file(tmp_path, pages=64, seed=5)
     idx = np.random.default_rng(6).permutation(ref.size)[:500]
-    with gids.defaults.set(engine_fixed_buffers=True):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            rt = gids.Runtime(cache_pages=32, page_size=PAGE, engine="io_uring", timeout=20)
+    with gids.defaults.set(engine_fixed_buffers=True), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rt = gids.Runtime(cache_pages=32, page_size=PAGE, engine="io_uring", timeout=20)
     with rt:
         a = rt.open_array(path, np.int64)
         np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])
@@ -226,6 +226,6 @@ def test_registered_buffers_through_the_runtime(tmp_path, monkeypatch, refuse, c
         with capsys.disabled():   # on a GPU: whether CUDA's pinned staging could be registered
             print(f"\n[fixed buffers] {s.engine_buffers}")
         assert s.engine_buffers in str(s)
-    with gids.defaults.set(engine_fixed_buffers=False):
-        with gids.Runtime(cache_pages=32, page_size=PAGE, engine="io_uring") as rt:
-            assert rt.stats().engine_buffers == "registered buffers: no (off)"
+    with gids.defaults.set(engine_fixed_buffers=False), \
+            gids.Runtime(cache_pages=32, page_size=PAGE, engine="io_uring") as rt:
+        assert rt.stats().engine_buffers == "registered buffers: no (off)"

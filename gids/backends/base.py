@@ -11,7 +11,8 @@ Runtime keeps the cache, the arrays, sync, flush and recovery, and calls only wh
 import numpy as np
 from numba import cuda
 
-from gids import defaults, layout as L
+from gids import defaults
+from gids import layout as L
 from gids._platform import host_view
 from gids.errors import DaemonError
 from host_daemon.trace import TraceWriter
