@@ -173,6 +173,12 @@ def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
         # The daemon driven from the host (no GPU), beside the probe: its reads checked too.
         host = next(r for r in result["rows"] if r["kind"] == "host")
         assert host["engine"] == "io_uring" and host["pages"] == 6 and host["of_probe"] > 0
+        # With registered buffers (the default) and, beside them, without.
+        assert [r["buffers"] for r in result["rows"] if r["kind"] == "host"] == [
+            "registered buffers: yes", "registered buffers: no (off)"]
+        plain = next(r for r in result["rows"] if r["kind"] == "direct plain buffers")
+        assert plain["buffers"] == "registered buffers: no (off)" and plain["correct"]
+        assert ring["buffers"] == "registered buffers: yes" and "(registered buffers)" in table
         assert host["passes_per_page"] > 0 and host["visits_per_page"] > 0
     for r in result["rows"]:
         if r["kind"] in ("direct", "cached", "emulated"):

@@ -214,11 +214,15 @@ def test_update_reads_the_files_bench_with_its_probe_and_engine_columns():
               "gpu_io_us": 1200.0, "in_flight_peak": 256, "daemon_cpu_us_per_page": 1.5}
     old = {"kind": "direct", "engine": "threads", "threads": 1, "pages_per_s": 20e3}
     host = {"kind": "host", "engine": "io_uring", "threads": 1, "pages_per_s": 0.9 * probe,
-            "daemon_cpu_us_per_page": random.uniform(2, 5)}
+            "daemon_cpu_us_per_page": random.uniform(2, 5), "buffers": "registered buffers: yes"}
+    # The same without registered buffers (engine_fixed_buffers on: the plain rows beside).
+    plain_host = dict(host, pages_per_s=0.8 * probe, buffers="registered buffers: no (off)")
+    plain = dict(direct, kind="direct plain buffers", pages_per_s=0.7 * probe,
+                 daemon_cpu_us_per_page=2.5)
     d = {"sweep": "files", "command": "gids bench files --out /tmp/x", "simulator": False,
          "ceiling_pages_per_s": ceiling, "probe_pages_per_s": probe,
          "rows": [{"kind": "probe", "engine": "io_uring", "threads": 1, "pages_per_s": probe,
-                   "daemon_cpu_us_per_page": 3.0}, host, direct, old]}
+                   "daemon_cpu_us_per_page": 3.0}, host, plain_host, direct, plain, old]}
     recs = {r["figure"]: r for r in results.from_json(d)}
     assert abs(recs["probe: the engine alone, one thread's ring at depth, no GPU"]["ratio"]
                - probe / ceiling) < 1e-12
@@ -232,6 +236,13 @@ def test_update_reads_the_files_bench_with_its_probe_and_engine_columns():
             "1 daemon thread(s)")
     assert abs(recs[what]["ratio"] - 0.9 * probe / ceiling) < 1e-12
     assert recs[f"{what}: daemon CPU per page"]["value"] == host["daemon_cpu_us_per_page"]
+    assert recs[f"{what} (registered buffers: no (off))"]["value"] == 0.8 * probe / 1e3
+    what = ("gids all-miss from an O_DIRECT file, io_uring, 1 daemon thread(s), plain buffers "
+            "(engine_fixed_buffers=0)")
+    assert recs[what]["value"] == 0.7 * probe / 1e3
+    assert recs[f"{what}: daemon CPU per page"]["value"] == 2.5
+    assert recs["gids all-miss from an O_DIRECT file, io_uring, 1 daemon thread(s)"]["value"] \
+        == 0.8 * probe / 1e3
     assert all(r["command"] == "gids bench files" for r in recs.values())
 
 

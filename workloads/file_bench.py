@@ -223,12 +223,13 @@ def _last_reads_correct(path, sq, cq, staging, sample=1000):
 
 
 def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=256,
-                    engine="io_uring", direct=True, seed=0):
+                    engine="io_uring", direct=True, seed=0, fixed_buffers=None):
     """The daemon alone, no GPU: ``pages`` random 4 KiB reads of file ``path`` through a
     :class:`HostDaemon` on ``queues`` x ``depth`` queues, a host thread playing the GPU as
     ``workloads.emulation_bench.drive`` does (a warp's 32 tickets at a time per queue, up to the
     queue's depth in flight: what a large gather keeps posted). Returns pages/s, the daemon
-    threads' CPU us per page (``/proc``'s schedstat), and the engine's counts per page."""
+    threads' CPU us per page (``/proc``'s schedstat), the engine's counts per page, and whether
+    its rings used registered buffers (``fixed_buffers``: None, the setting)."""
     from workloads.emulation_bench import drive
     store = FileStore(path, direct=direct)
     nbytes = os.path.getsize(path) - os.path.getsize(path) % PAGE
@@ -244,7 +245,7 @@ def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=
     state, times = np.zeros((queues, 2), dtype=np.int64), np.zeros(4, dtype=np.int64)
     drive(mine, sq, cq, depth, n_pages, 0, state, times, seed)   # compile before timing
     daemon = HostDaemon(sq, cq, staging, table, queues, depth, PAGE, threads, engine=engine,
-                        engine_depth=engine_depth)
+                        engine_depth=engine_depth, fixed_buffers=fixed_buffers)
     try:
         with daemon:
             ids = [t.native_id for t in daemon._threads]
@@ -287,6 +288,7 @@ def _gids_row(kind, store_or_path, ref, o, engine, threads, label, **runtime):
             a = rt.open_array(store_or_path, np.int64, shape=ref.shape)
             row["engine_used"] = rt.daemon.engine
             row["capacity"] = rt.daemon.capacity
+            row["buffers"] = rt.stats().engine_buffers
             times, correct = [], True
             for rep in range(o["reps"] + 1):        # the first: compile and warm, not timed
                 idx = rng.permutation(n_pages)[:pages] * (PAGE // 8) + rng.integers(
@@ -421,16 +423,27 @@ def run_files(o, command="gids bench files", progress=True):
             return row
         queues = defaults.get("queues") or defaults.default_queues(
             PAGE, defaults.get("queue_depth"))
-        say("files: the daemon driven from the host (no GPU), io_uring x1")
-        rows.append(of_disk(host_daemon_run(path, o["pages"], 1, queues,
-                                            defaults.get("queue_depth"),
-                                            engine_depth=defaults.get("engine_depth"),
-                                            seed=o["seed"])))
+        # Registered buffers as set, and (if that is on) without them: the same daemon alone,
+        # then through the GPU at one thread.
+        fixed = [None] + ([False] if defaults.get("engine_fixed_buffers") else [])
+        for f in fixed:
+            say("files: the daemon driven from the host (no GPU), io_uring x1"
+                + (", plain buffers" if f is False else ""))
+            rows.append(of_disk(host_daemon_run(path, o["pages"], 1, queues,
+                                                defaults.get("queue_depth"),
+                                                engine_depth=defaults.get("engine_depth"),
+                                                seed=o["seed"], fixed_buffers=f)))
         for engine in ENGINES:
             for t in o["daemon_threads"]:
                 say(f"files: direct {engine} x{t}")
                 rows.append(of_disk(_gids_row("direct", FileStore(path, direct=True), ref, o,
                                               engine, t, "file O_DIRECT")))
+                if engine == "io_uring" and t == 1 and len(fixed) > 1:
+                    say("files: direct io_uring x1, plain buffers")
+                    with defaults.set(engine_fixed_buffers=False):
+                        rows.append(of_disk(_gids_row("direct plain buffers",
+                                                      FileStore(path, direct=True), ref, o,
+                                                      engine, t, "file O_DIRECT")))
         # Page-cached: read the whole file once so it is in the page cache.
         with open(path, "rb") as f:
             while f.read(64 << 20):
@@ -491,6 +504,8 @@ def format_files(result):
             engine = f"{r['engine']} -> {r['engine_used']}"
         if r["kind"] in ("ceiling", "probe"):
             engine += f" depth {r['depth']}"
+        if r.get("buffers", "").endswith("yes"):
+            engine += " (registered buffers)"
         lines.append(
             f"| {kind} | {engine} | {_f(r.get('threads'), '{}')} | {r.get('store', '-')} | "
             f"{_f(r.get('pages_per_s'))} | {_f(r.get('of_ceiling'), '{:.2f}')} | "

@@ -354,6 +354,8 @@ def _files(d):
         if r["kind"] == "host" and r.get("pages_per_s"):
             what = (f"the daemon driven from the host (no GPU), O_DIRECT file, {r['engine']}, "
                     f"{r['threads']} daemon thread(s)")
+            if r.get("buffers", "").startswith("registered buffers: no"):
+                what += f" ({r['buffers']})"
             recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s", "",
                                "the disk's ceiling", r["pages_per_s"] / ceiling, cmd))
             if r.get("daemon_cpu_us_per_page") is not None:
@@ -379,6 +381,15 @@ def _files(d):
                 if r.get(key) is not None:
                     recs.append(record(ENGINES, f"{what}: {figure}", r[key], unit, "", "", None,
                                        cmd))
+    for r in rows:   # the same without registered buffers, beside the row that had them
+        if r["kind"] == "direct plain buffers" and r.get("pages_per_s"):
+            what = (f"gids all-miss from an O_DIRECT file, {r['engine']}, {r['threads']} daemon "
+                    "thread(s), plain buffers (engine_fixed_buffers=0)")
+            recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s", "",
+                               "the disk's ceiling", r["pages_per_s"] / ceiling, cmd))
+            if r.get("daemon_cpu_us_per_page") is not None:
+                recs.append(record(ENGINES, f"{what}: daemon CPU per page",
+                                   r["daemon_cpu_us_per_page"], "us", "", "", None, cmd))
     cached = {r["engine"]: r for r in rows if r["kind"] == "cached"}
     if "memcpy" in cached:
         for engine in ("io_uring", "threads"):
