@@ -16,7 +16,8 @@ CPU; the first request after a nap waits up to one nap.
 
 File stores are read and written through a storage engine (``engine``): ``io_uring`` (the
 default where the kernel allows it: each thread owns a ring from :mod:`host_daemon.uring`, turns
-requests into SQEs, submits them in batches and posts completions as CQEs arrive, in any order)
+requests into SQEs, submits them in batches and posts completions as CQEs arrive, in any order;
+its staging pages are registered with the ring where the kernel takes them: ``fixed_buffers``)
 or ``threads`` (one synchronous ``pread``/``pwrite`` per request). Stores in RAM are copied on
 the spot by either. See docs/architecture.md, "Storage engines".
 

@@ -245,7 +245,8 @@ STAGES = {
                   "--out", "{dir}/hits"]], 240),
     # The storage engines on the machine's real disk: `gids bench files` (the probe and the
     # disk's ceiling, with their CPU per page; one io_uring daemon thread driven from a host
-    # thread, no GPU, ~2 s; each engine at 1 and 8 daemon threads, O_DIRECT all-miss, with engine
+    # thread, no GPU, ~2 s, with registered buffers and without; each engine at 1 and 8 daemon
+    # threads (io_uring x1 also without registered buffers), O_DIRECT all-miss, with engine
     # and GPU I/O times, in flight and daemon CPU per page; page-cached file, mapped, against
     # the MemoryStore copy; emulated 980pro x1 through each engine), its data file under
     # /var/tmp (on the disk; 4 GiB must not be sent back). About 120 s.
