@@ -207,9 +207,20 @@ def test_gids_info_names_the_engine(capsys):
 @pytest.mark.parametrize("refuse", [False, True])
 def test_registered_buffers_through_the_runtime(tmp_path, monkeypatch, refuse, capsys):
     """engine_fixed_buffers: a gather through the Runtime's staging reads the file's bytes
-    whether the kernel takes the staging as registered buffers (numpy memory in the simulator;
-    CUDA's pinned memory on a GPU may be refused) or not (forced: EFAULT), and rt.stats() says
-    which; 0 leaves them off."""
+    whether the kernel takes the staging as registered buffers (numpy memory in the simulator)
+    or not (forced: EFAULT), and rt.stats() says which; 0 leaves them off."""
+    _registered_buffers_case(tmp_path, monkeypatch, refuse, capsys)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(U.probe() is not None, reason="no io_uring here")
+def test_gpu_registered_buffers_of_cuda_pinned_staging(tmp_path, monkeypatch, capsys):
+    """On a GPU the staging is CUDA's pinned, mapped memory, which the kernel may refuse to
+    register: either way the gather reads the file's bytes, and the output says which."""
+    _registered_buffers_case(tmp_path, monkeypatch, False, capsys)
+
+
+def _registered_buffers_case(tmp_path, monkeypatch, refuse, capsys):
     if refuse:
         monkeypatch.setattr(U, "io_uring_register", lambda *args: -errno.EFAULT)
         monkeypatch.setattr(D, "_fallback_said", set())
