@@ -828,8 +828,8 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                 source = L.SOURCE_STAGING
                 if ring_usable(uring) and _on_ring(table, array_id, page, page_size, op):
                     pend_row = k * depth + slot
-                    # (its time is the per-file counts' too, so read the clock)
-                    # (buffer k: the queue's staging pages, registered or not: _make_rings)
+                    # (its time is the per-file counts' too, so read the clock; registered
+                    # buffer k holds the queue's staging pages: HostDaemon._register_staging)
                     status = _ring_page(uring, pend, pend_row, table, array_id, page, page_size,
                                         buf, k, entry, ticket, seen if timed else _now_ns(clock),
                                         op)
