@@ -1,0 +1,110 @@
+"""The host's Python cost of one ``Runtime.gather_rows`` call, with its kernel launches stubbed.
+
+``NUMBA_ENABLE_CUDASIM=1 python -m workloads.rows_host [--calls N] [--profile]`` runs in the
+CUDA simulator, on a machine with no GPU: every launch of the row kernels is a no-op, so what
+is timed is ``gids/rows.py``'s own work per call (checks, interop, grid, bookkeeping), the part
+of the GPU's host cost that does not depend on numba-cuda's launch. Cases: device row indices
+(int64) into one device ``out``; the same with a new ``out`` object each call over the same
+memory (a loader's slice of one buffer); host row indices (numpy int64, uploaded through the
+staging pool) into one ``out``. Prints microseconds per call (median of blocks of 1000 calls)
+and, with ``--profile``, cProfile's top entries for the first case.
+"""
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+
+import numpy as np
+
+import gids
+
+
+class _NoLaunch:
+    """Stands for a compiled kernel: ``kernel[grid, block, stream](*args)`` does nothing."""
+
+    def __getitem__(self, config):
+        return self
+
+    def __call__(self, *args):
+        return None
+
+
+def _stub_kernels(monkeypatch_into):
+    """Replace the row kernels in ``kernels.rows`` (the module ``gids.rows`` imports them from
+    at each call) by no-op launches; returns a function that puts them back."""
+    saved = {name: getattr(monkeypatch_into, name)
+             for name in ("gather_rows_kernel", "resident_rows_kernels")}
+    monkeypatch_into.gather_rows_kernel = lambda: _NoLaunch()
+    monkeypatch_into.resident_rows_kernels = lambda: (_NoLaunch(), _NoLaunch())
+
+    def restore():
+        for name, value in saved.items():
+            setattr(monkeypatch_into, name, value)
+    return restore
+
+
+def _us_per_call(call, n_calls, block=1000):
+    """Median over blocks of ``block`` calls of the microseconds per call."""
+    call()
+    per_block = []
+    for _ in range(max(1, n_calls // block)):
+        t0 = time.perf_counter_ns()
+        for _ in range(block):
+            call()
+        per_block.append((time.perf_counter_ns() - t0) / block / 1e3)
+    return float(np.median(per_block))
+
+
+def cases(n_rows=256, width=1024, batch=64, seed=3):
+    """``(name, call)`` pairs over one open Runtime (closed by the caller through the
+    returned Runtime)."""
+    from numba import cuda
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal((n_rows, width)).astype(np.float32)
+    rt = gids.Runtime(cache_bytes=2 * data.nbytes, page_size=4096)
+    a = rt.open_array(data)
+    host_rows = rng.integers(0, n_rows, size=batch).astype(np.int64)
+    dev_rows = cuda.to_device(host_rows)
+    out = cuda.device_array((batch, width), dtype=np.float32)
+    buffer = cuda.device_array((batch + 1, width), dtype=np.float32)
+    return rt, [
+        ("device int64 rows, the same out", lambda: rt.gather_rows(a, dev_rows, out=out)),
+        ("device int64 rows, a new out slice each call",
+         lambda: rt.gather_rows(a, dev_rows, out=buffer[:batch])),
+        ("host int64 rows, the same out", lambda: rt.gather_rows(a, host_rows, out=out)),
+    ]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m workloads.rows_host")
+    parser.add_argument("--calls", type=int, default=10_000, help="calls per case (10000)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the first case")
+    args = parser.parse_args(argv)
+    if not gids.SIMULATOR:
+        print("workloads.rows_host: run it in the simulator (NUMBA_ENABLE_CUDASIM=1)",
+              file=sys.stderr)
+        return 2
+    import kernels.rows
+    restore = _stub_kernels(kernels.rows)
+    rt, timed = cases()
+    try:
+        for name, call in timed:
+            print(f"{name}: {_us_per_call(call, args.calls):.2f} us per call", flush=True)
+        if args.profile:
+            name, call = timed[0]
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(args.calls):
+                call()
+            prof.disable()
+            print(f"\ncProfile, {name}, {args.calls} calls:")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(40)
+    finally:
+        rt.close()
+        restore()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
