@@ -277,6 +277,19 @@ def as_numba(obj):
     return cuda.as_cuda_array(obj, sync=False)
 
 
+def as_numba_on(obj):
+    """``(as_numba(obj), device_of(obj))``, with a torch tensor's device read from its view's
+    key (one look at the tensor for both)."""
+    if isinstance(obj, DeviceArray):
+        return obj.device_array, None
+    if SIMULATOR or _numba_device_array(obj):
+        return obj, device_of(obj)
+    if _torch_tensor(obj) and _numpy_dtype(obj.dtype) is not None:
+        key = torch_view_key(obj)
+        return _TORCH_VIEWS.get(key, view_from_key), key[4]
+    return cuda.as_cuda_array(obj, sync=False), device_of(obj)
+
+
 def as_host(obj):
     """A numpy view of a host array object (numpy, a CPU tensor through DLPack, a list)."""
     if isinstance(obj, np.ndarray):
