@@ -27,6 +27,7 @@ from gids.interop import (
     numba_stream,
     stream_handle,
 )
+from kernels.launch import launch
 from kernels.platform import SIMULATOR
 
 #: Threads per block of the launch; blocks: enough warps for the rows, at most this many.
@@ -144,11 +145,11 @@ def gather_rows(rt, array, rows, out=None, stream=None):
         # The resident rows first, without a miss path; then the rows it set aside.
         aside, n_aside = _aside_list(rt, n, (device, handle), s)
         resident, set_aside = row_kernels.resident_rows_kernels()
-        resident[blocks, THREADS, s](*args, aside, n_aside)
-        set_aside[blocks, THREADS, s](*args, aside, n_aside)
+        launch(resident, blocks, THREADS, s, *args, aside, n_aside)
+        launch(set_aside, blocks, THREADS, s, *args, aside, n_aside)
         keep += (aside, n_aside)
     else:
-        row_kernels.gather_rows_kernel()[blocks, THREADS, s](*args)
+        launch(row_kernels.gather_rows_kernel(), blocks, THREADS, s, *args)
     if buf is not None:
         rt._staging.give_back(buf, s)
     ready = note_launch(rt, s, keep)
