@@ -1,9 +1,10 @@
 """The host's Python cost of one ``Runtime.gather_rows`` call, with its kernel launches stubbed.
 
-``NUMBA_ENABLE_CUDASIM=1 python -m workloads.rows_host [--calls N] [--batch R] [--profile]`` runs in the
-CUDA simulator, on a machine with no GPU: every launch of the row kernels is a no-op, so what
-is timed is ``gids/rows.py``'s own work per call (checks, interop, grid, bookkeeping), the part
-of the GPU's host cost that does not depend on numba-cuda's launch. Cases: device row indices
+``NUMBA_ENABLE_CUDASIM=1 python -m workloads.rows_host [--calls N] [--batch R] [--profile]``
+runs in the CUDA simulator, on a machine with no GPU: every launch of the row kernels is a
+no-op (``gids.rows.launch``, :func:`kernels.launch.launch` on a GPU, is stubbed), so what is
+timed is ``gids/rows.py``'s own work per call (checks, interop, grid, bookkeeping): the part of
+the GPU's host cost that does not depend on numba-cuda's launch. Cases: device row indices
 (int64) into one device ``out``; the same with a new ``out`` object each call over the same
 memory (a loader's slice of one buffer); host row indices (numpy int64, uploaded through the
 staging pool) into one ``out``. Prints microseconds per call (median and least of blocks of
@@ -20,27 +21,18 @@ import numpy as np
 import gids
 
 
-class _NoLaunch:
-    """Stands for a compiled kernel: ``kernel[grid, block, stream](*args)`` does nothing."""
-
-    def __getitem__(self, config):
-        return self
-
-    def __call__(self, *args):
-        return None
+def _no_launch(kernel, griddim, blockdim, stream, *args):
+    """Stands for ``kernels.launch.launch``: launches nothing."""
 
 
-def _stub_kernels(monkeypatch_into):
-    """Replace the row kernels in ``kernels.rows`` (the module ``gids.rows`` imports them from
-    at each call) by no-op launches; returns a function that puts them back."""
-    saved = {name: getattr(monkeypatch_into, name)
-             for name in ("gather_rows_kernel", "resident_rows_kernels")}
-    monkeypatch_into.gather_rows_kernel = lambda: _NoLaunch()
-    monkeypatch_into.resident_rows_kernels = lambda: (_NoLaunch(), _NoLaunch())
+def _stub_launches(rows_module):
+    """Make ``rows_module``'s (``gids.rows``) kernel launches no-ops; returns a function that
+    puts them back."""
+    saved = rows_module.launch
+    rows_module.launch = _no_launch
 
     def restore():
-        for name, value in saved.items():
-            setattr(monkeypatch_into, name, value)
+        rows_module.launch = saved
     return restore
 
 
@@ -89,8 +81,8 @@ def main(argv=None):
         print("workloads.rows_host: run it in the simulator (NUMBA_ENABLE_CUDASIM=1)",
               file=sys.stderr)
         return 2
-    import kernels.rows
-    restore = _stub_kernels(kernels.rows)
+    from gids import rows
+    restore = _stub_launches(rows)
     rt, timed = cases(args.batch)
     try:
         for name, call in timed:
