@@ -15,7 +15,9 @@ namedtuples without ``__slots__`` for this):
   returns the type the tuple rule computed the first time;
 - its kernel arguments (the flattened fields: for each array its meminfo, parent, size,
   itemsize, pointer, shape and strides): ``_Kernel._prepare_args`` is wrapped so that, for a
-  handle, it appends the list that numba-cuda's own code produced the first time.
+  handle, it appends the list that numba-cuda's own code produced the first time. A Numba
+  device array's own arguments are kept on it the same way (its memory, shape and strides never
+  change): a gather's cached views of torch tensors (``gids.interop``) are marshalled once.
 
 Nothing else changes: the same kernel is chosen and receives the same bytes (a GPU test,
 ``tests/test_launch.py``, compares the kept list with a fresh one). A handle whose marshalling
@@ -61,11 +63,13 @@ def check_handles(args):
 
 def _wrap_prepare_args(original):
     def _prepare_args(self, ty, val, stream, retr, kernelargs):
-        if type(val) not in HANDLE_CLASSES:
+        cls = type(val)
+        if cls in HANDLE_CLASSES:
+            guard = val.__dict__.get(GUARD_KEY)
+            if guard is not None:
+                guard()
+        elif cls not in _KEPT_ARRAYS:
             return original(self, ty, val, stream, retr, kernelargs)
-        guard = val.__dict__.get(GUARD_KEY)
-        if guard is not None:
-            guard()
         if self.extensions:
             return original(self, ty, val, stream, retr, kernelargs)
         kept = val.__dict__.get(_ARGS_KEY)
@@ -103,6 +107,7 @@ def install():
     if SIMULATOR:
         return False
     try:
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
         from numba.cuda.dispatcher import _Kernel
         from numba.cuda.typing.typeof import Purpose, _typeof_tuple, typeof_impl
     except ImportError:
@@ -116,6 +121,8 @@ def install():
         for cls in HANDLE_CLASSES:
             typeof_impl.register(cls)(rule)
     if not _ARGUMENT:   # :func:`launch` goes past the dispatcher from now on
+        global _KEPT_ARRAYS
+        _KEPT_ARRAYS = (DeviceNDArray,)
         _ARGUMENT.append(Purpose.argument)
     return True
 
@@ -136,6 +143,9 @@ def _argument_type(val):
     return getattr(val, "_numba_type_", None)
 
 
+#: Classes of device arrays whose kernel arguments are kept like a handle's (set by
+#: :func:`install`: numba-cuda's DeviceNDArray; its pointer, shape and strides never change).
+_KEPT_ARRAYS = ()
 #: Numba types of numpy scalar classes; numba-cuda's ``Purpose.argument`` once installed.
 _SCALAR_TYPES = {}
 _ARGUMENT = []

@@ -174,7 +174,8 @@ def test_launch_keeps_the_dispatchers_path_where_it_does_more(direct, monkeypatc
 @skip_on_simulator
 @pytest.mark.gpu
 def test_launch_past_the_dispatcher_reads_right():
-    # The direct path (from the second launch on) gives what the dispatcher's gives.
+    # The direct path (from the second launch on) gives what the dispatcher's gives, with the
+    # device arrays' arguments kept on them.
     data = np.random.default_rng(6).integers(0, 1 << 40, 1 << 15, dtype=np.int64)
     with gids.Runtime(cache_pages=64, page_size=4096) as rt:
         a = rt.open_array(data)
@@ -186,3 +187,48 @@ def test_launch_past_the_dispatcher_reads_right():
             np.testing.assert_array_equal(out.copy_to_host(), data[idx])
         types = tuple(launch._argument_type(v) for v in (a.handle, cuda.to_device(idx), out))
         assert types in _gather.overloads   # the direct path was taken
+        # a device array's kept arguments are what numba-cuda computes for it
+        from numba.cuda.dispatcher import _Kernel
+        kernel, fresh, retr = _gather.overloads[types], [], []
+        _Kernel._prepare_args.gids_wrapped(kernel, kernel.argument_types[2], out, 0, retr, fresh)
+        assert retr == [] and launch.kept_arguments(out) is not None
+        assert [_plain(v) for v in launch.kept_arguments(out)] == [_plain(v) for v in fresh]
+
+
+class _DeviceArray:
+    """Stands for numba-cuda's DeviceNDArray (a ``__dict__``, fields that never change)."""
+
+
+def test_device_arrays_kernel_arguments_kept_like_a_handles(monkeypatch):
+    monkeypatch.setattr(launch, "_KEPT_ARRAYS", (_DeviceArray,))
+    marshalled = []
+
+    def original(self, ty, val, stream, retr, kernelargs):
+        marshalled.append((ty, val))
+        kernelargs.extend([ty, id(val)])
+        if getattr(val, "copy_back", False):
+            retr.append("write back")
+
+    prepare = launch._wrap_prepare_args(original)
+    kernel = types_ns(extensions=[])
+    a = _DeviceArray()
+    for _ in range(3):
+        args = []
+        prepare(kernel, "array type", a, 0, [], args)
+        assert args == ["array type", id(a)]
+    assert marshalled == [("array type", a)]          # marshalled once, then kept
+    args = []
+    prepare(kernel, "other type", a, 0, [], args)     # another type: marshalled again
+    assert args == ["other type", id(a)] and len(marshalled) == 2
+    # what asks for a copy back is never kept; nor other classes' values; nor with extensions
+    b = _DeviceArray()
+    b.copy_back = True
+    for val, k in ((b, kernel), (np.int64(3), kernel), (_DeviceArray(), types_ns(extensions=[1]))):
+        for _ in range(2):
+            prepare(k, "t", val, 0, [], [])
+    assert len(marshalled) == 2 + 6
+
+
+def types_ns(**fields):
+    import types
+    return types.SimpleNamespace(**fields)
