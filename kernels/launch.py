@@ -202,6 +202,7 @@ def installed():
 
 
 def kept_arguments(handle):
-    """The kernel arguments kept for ``handle`` (a list), or None before its first launch."""
+    """The kernel arguments kept for ``handle`` (or a Numba device array: a list), or None
+    before its first launch."""
     kept = handle.__dict__.get(_ARGS_KEY)
     return None if kept is None else kept[1]
