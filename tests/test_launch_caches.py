@@ -281,3 +281,13 @@ def test_a_wait_gives_each_event_back_once(monkeypatch):
     w.wait()
     assert w._on_streams == [] and sorted(map(id, w._free)) == sorted(map(id, events))
     assert w.record("s") in events and len(w._free) == 4
+
+
+@pytest.mark.skipif(not gids.SIMULATOR, reason="the harness runs in the simulator")
+def test_rows_host_harness_runs_and_puts_the_launch_back(capsys):
+    from gids import rows
+    from workloads import rows_host
+    launch = rows.launch
+    assert rows_host.main(["--calls", "1000", "--batch", "8"]) == 0
+    assert rows.launch is launch
+    assert capsys.readouterr().out.count("us per call") == 3
