@@ -65,9 +65,14 @@ def _row_indices(rows, on_host, n_rows, device):
         raise ConfigError(f"gids: gather_rows takes a 1-D array of integer row indices, got a "
                           f"{host.ndim}-D array of {host.dtype}")
     host = host.reshape(-1)
-    # The least and greatest row, a pass each and no temporary; the mask only to name the
-    # first bad row (compared as Python ints: a uint64 above 2**63 - 1 stays itself).
-    if host.size and (int(host.min()) < 0 or int(host.max()) >= n_rows):
+    # No temporary: int64 rows (torch's, numpy's) in one pass, as uint64 (a negative row is
+    # then above any row count); others by their least and greatest. The mask only to name
+    # the first bad row (compared as Python ints: a uint64 above 2**63 - 1 stays itself).
+    if host.dtype == np.int64:
+        bad_any = host.size and int(host.view(np.uint64).max()) >= n_rows
+    else:
+        bad_any = host.size and (int(host.min()) < 0 or int(host.max()) >= n_rows)
+    if bad_any:
         bad = (host >= n_rows) if host.dtype.kind == "u" else (host < 0) | (host >= n_rows)
         first = int(np.flatnonzero(bad)[0])
         raise IndexOutOfRangeError(f"gids: row {int(host[first])} (position {first}) is out of "
