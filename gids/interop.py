@@ -188,10 +188,11 @@ def is_cuda_array(obj):
     simulator, is one of its device arrays)."""
     if SIMULATOR and hasattr(obj, "copy_to_host"):
         return True
-    if isinstance(obj, DeviceArray) or _numba_device_array(obj):
-        return True
+    # torch first: a tensor's missing attribute (``__cuda_ndarray__``) costs an exception
     if _torch_tensor(obj):      # torch builds its interface (a dict) for hasattr too
         return obj.is_cuda
+    if isinstance(obj, DeviceArray) or _numba_device_array(obj):
+        return True
     try:
         return hasattr(obj, "__cuda_array_interface__")
     except Exception:   # noqa: BLE001  (torch raises for CPU tensors on some versions)
@@ -269,12 +270,25 @@ def as_numba(obj):
     alive while a launch reads it."""
     if isinstance(obj, DeviceArray):
         return obj.device_array
+    if not SIMULATOR and _torch_tensor(obj) and _numpy_dtype(obj.dtype) is not None:
+        return _TORCH_VIEWS.get(torch_view_key(obj), view_from_key)
     if SIMULATOR or _numba_device_array(obj):
         return obj
-    if _torch_tensor(obj) and _numpy_dtype(obj.dtype) is not None:
-        return _TORCH_VIEWS.get(torch_view_key(obj), view_from_key)
     # sync=False: the launch is ordered on the caller's stream, not on the producer's.
     return cuda.as_cuda_array(obj, sync=False)
+
+
+def as_numba_on(obj):
+    """``(as_numba(obj), device_of(obj))``, with a torch tensor's device read from its view's
+    key (one look at the tensor for both)."""
+    if isinstance(obj, DeviceArray):
+        return obj.device_array, None
+    if not SIMULATOR and _torch_tensor(obj) and _numpy_dtype(obj.dtype) is not None:
+        key = torch_view_key(obj)
+        return _TORCH_VIEWS.get(key, view_from_key), key[4]
+    if SIMULATOR or _numba_device_array(obj):
+        return obj, device_of(obj)
+    return cuda.as_cuda_array(obj, sync=False), device_of(obj)
 
 
 def as_host(obj):

@@ -15,18 +15,19 @@ The launch does not wait. Its kernel's errors are raised by the next :meth:`Runt
 """
 import numpy as np
 
+import kernels.rows as row_kernels
 from gids import defaults
 from gids.errors import ConfigError, IndexOutOfRangeError
 from gids.interop import (
     DeviceArray,
     as_host,
-    as_numba,
+    as_numba_on,
     current_device_id,
-    device_of,
     is_cuda_array,
     numba_stream,
     stream_handle,
 )
+from kernels.launch import launch
 from kernels.platform import SIMULATOR
 
 #: Threads per block of the launch; blocks: enough warps for the rows, at most this many.
@@ -46,15 +47,15 @@ def resident_first(n_rows):
     return bool(choice)
 
 
-def _row_indices(rows, n_rows, device):
+def _row_indices(rows, on_host, n_rows, device):
     """``rows`` checked: a 1-D integer device array as it is, or host indices (range-checked
-    here) as a 1-D numpy array, for :func:`_upload`. ``device``: the Runtime's."""
-    if is_cuda_array(rows):
-        d = as_numba(rows)
+    here) as a 1-D numpy array, for :func:`_upload`. ``on_host``: ``not is_cuda_array(rows)``;
+    ``device``: the Runtime's."""
+    if not on_host:
+        d, on = as_numba_on(rows)
         if d.ndim != 1 or d.dtype.kind not in "iu":
             raise ConfigError(f"gids: gather_rows takes a 1-D array of integer row indices, "
                               f"got a {d.ndim}-D array of {d.dtype}")
-        on = device_of(rows)
         if on is not None and on != device:
             raise ConfigError(f"gids: the row indices are on device {on}, the Runtime on "
                               f"device {device}")
@@ -64,11 +65,15 @@ def _row_indices(rows, n_rows, device):
         raise ConfigError(f"gids: gather_rows takes a 1-D array of integer row indices, got a "
                           f"{host.ndim}-D array of {host.dtype}")
     host = host.reshape(-1)
-    if host.dtype.kind == "u" and host.dtype.itemsize == 8:
-        bad = host >= n_rows
+    # No temporary: int64 rows (torch's, numpy's) in one pass, as uint64 (a negative row is
+    # then above any row count); others by their least and greatest. The mask only to name
+    # the first bad row (compared as Python ints: a uint64 above 2**63 - 1 stays itself).
+    if host.dtype == np.int64:
+        bad_any = host.size and int(host.view(np.uint64).max()) >= n_rows
     else:
-        bad = (host < 0) | (host >= n_rows)
-    if bad.any():
+        bad_any = host.size and (int(host.min()) < 0 or int(host.max()) >= n_rows)
+    if bad_any:
+        bad = (host >= n_rows) if host.dtype.kind == "u" else (host < 0) | (host >= n_rows)
         first = int(np.flatnonzero(bad)[0])
         raise IndexOutOfRangeError(f"gids: row {int(host[first])} (position {first}) is out of "
                                    f"range for an array of {n_rows} rows")
@@ -78,11 +83,10 @@ def _row_indices(rows, n_rows, device):
 def output_array(out, shape, dtype, device=None):
     """``(numba array to write, what to return)`` for ``out`` (``rt.gather``'s and
     ``rt.gather_rows``'s): the caller's CUDA array (CUDA Array Interface: torch, CuPy, Numba,
-    a :class:`DeviceArray`) checked for ``shape``, ``dtype`` and ``device`` (None: the current
-    one), or a new :class:`DeviceArray` if None."""
-    from numba import cuda
-    shape = tuple(shape)
+    a :class:`DeviceArray`) checked for ``shape`` (a tuple), ``dtype`` and ``device`` (None:
+    the current one), or a new :class:`DeviceArray` if None."""
     if out is None:
+        from numba import cuda
         d = cuda.device_array(shape, dtype=dtype)
         return d, DeviceArray(d)
     if not is_cuda_array(out):
@@ -94,13 +98,13 @@ def output_array(out, shape, dtype, device=None):
             raise ConfigError(f"gids: out must be a CUDA array (with __cuda_array_interface__: "
                               f"torch, CuPy, Numba), got {type(out).__name__}")
     else:
-        d = as_numba(out)
-        on = device_of(out)
-        if device is None:
-            device = current_device_id()
-        if on is not None and on != device:
-            raise ConfigError(f"gids: out is on device {on}, the Runtime on device {device}")
-    if tuple(d.shape) != shape or np.dtype(d.dtype) != dtype:
+        d, on = as_numba_on(out)
+        if on is not None:
+            if device is None:
+                device = current_device_id()
+            if on != device:
+                raise ConfigError(f"gids: out is on device {on}, the Runtime on device {device}")
+    if d.shape != shape or d.dtype != dtype:
         raise ConfigError(f"gids: out must be {shape} of {np.dtype(dtype)}, got "
                           f"{tuple(d.shape)} of {np.dtype(d.dtype)}")
     return d, out
@@ -108,11 +112,11 @@ def output_array(out, shape, dtype, device=None):
 
 def gather_rows(rt, array, rows, out=None, stream=None):
     """See :meth:`gids.Runtime.gather_rows`."""
-    from kernels.rows import ROWS_PER_WARP, gather_rows_kernel, resident_rows_kernels
     rt._check_array(array, "gather_rows")
-    if array.ndim != 2:
-        raise ConfigError(f"gids: gather_rows needs a 2-D array, got shape {array.shape}")
-    n_rows, width = array.shape
+    shape = array.shape
+    if len(shape) != 2:
+        raise ConfigError(f"gids: gather_rows needs a 2-D array, got shape {shape}")
+    n_rows, width = shape
     device = current_device_id()
     handle, stream_device = stream_handle(stream)
     if stream_device is not None and stream_device != device:
@@ -120,36 +124,37 @@ def gather_rows(rt, array, rows, out=None, stream=None):
                           f"device {device}")
     s = numba_stream(handle, device)
     on_host = not is_cuda_array(rows)
-    d_rows = _row_indices(rows, n_rows, device)
-    target, result = output_array(out, (d_rows.size, width), array.dtype, device)
-    if d_rows.size == 0:
+    d_rows = _row_indices(rows, on_host, n_rows, device)
+    n = d_rows.size
+    target, result = output_array(out, (n, width), array.dtype, device)
+    if n == 0:
         return result
     buf = None
     if on_host:
         # Host rows go down on the launch's stream from a pooled pinned buffer (gids/staging.py):
         # no allocation, no copy the host waits for; the buffer is reused once the launch ends.
-        buf = rt._staging.take(d_rows.size)
+        buf = rt._staging.take(n)
         d_rows = buf.upload(d_rows, s)
-    warps = THREADS // 32
     # A warp holds up to ROWS_PER_WARP pages pinned at once: the grid's pins stay within half
     # the cache, so that the pages its warps wait for can still be evicted into.
-    pin_cap = max(1, rt.cache_slots // (2 * warps * ROWS_PER_WARP))
-    blocks = max(1, min(-(-d_rows.size // (warps * ROWS_PER_WARP)), MAX_BLOCKS, pin_cap))
+    rows_per_block = (THREADS // 32) * row_kernels.ROWS_PER_WARP
+    pin_cap = max(1, rt.cache_slots // (2 * rows_per_block))
+    blocks = max(1, min(-(-n // rows_per_block), MAX_BLOCKS, pin_cap))
     args = (array.handle, d_rows, np.int64(width), target)
     # What the launch reads or writes that the caller may drop: device row indices, the
     # output made here (a caller that drops the returned array frees it while the kernel
     # writes it: a stream-ordered or pooled allocator hands the memory on at once), and the
     # caller's arrays (their views do not hold them).
     keep = (d_rows, target, rows, out)
-    if resident_first(d_rows.size):
+    if resident_first(n):
         # The resident rows first, without a miss path; then the rows it set aside.
-        aside, n_aside = _aside_list(rt, d_rows.size, (device, handle), s)
-        resident, set_aside = resident_rows_kernels()
-        resident[blocks, THREADS, s](*args, aside, n_aside)
-        set_aside[blocks, THREADS, s](*args, aside, n_aside)
+        aside, n_aside = _aside_list(rt, n, (device, handle), s)
+        resident, set_aside = row_kernels.resident_rows_kernels()
+        launch(resident, blocks, THREADS, s, *args, aside, n_aside)
+        launch(set_aside, blocks, THREADS, s, *args, aside, n_aside)
         keep += (aside, n_aside)
     else:
-        gather_rows_kernel()[blocks, THREADS, s](*args)
+        launch(row_kernels.gather_rows_kernel(), blocks, THREADS, s, *args)
     if buf is not None:
         rt._staging.give_back(buf, s)
     ready = note_launch(rt, s, keep)

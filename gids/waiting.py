@@ -44,11 +44,23 @@ def poll_until(done, clock=time.perf_counter, sleep=time.sleep, timeout=None):
     return True
 
 
+_DRIVER = []
+
+
+def _driver():
+    """numba-cuda 0.30's driver binding (``cuda.bindings.driver``), imported at the first
+    query: an import statement per query costs more than the query."""
+    if not _DRIVER:
+        from cuda.bindings import driver
+        _DRIVER.append(driver)
+    return _DRIVER[0]
+
+
 def event_done(event):
     """``event.query()`` without its cost while the work is not done: numba-cuda turns the
     driver's ``CUDA_ERROR_NOT_READY`` into a CudaAPIError, logged at ERROR level first, for
     every poll."""
-    from cuda.bindings import driver as cu   # numba-cuda 0.30's driver binding
+    cu = _driver()
     code = cu.cuEventQuery(event.handle)[0]
     if code == cu.CUresult.CUDA_SUCCESS:
         return True

@@ -15,7 +15,9 @@ namedtuples without ``__slots__`` for this):
   returns the type the tuple rule computed the first time;
 - its kernel arguments (the flattened fields: for each array its meminfo, parent, size,
   itemsize, pointer, shape and strides): ``_Kernel._prepare_args`` is wrapped so that, for a
-  handle, it appends the list that numba-cuda's own code produced the first time.
+  handle, it appends the list that numba-cuda's own code produced the first time. A Numba
+  device array's own arguments are kept on it the same way (its memory, shape and strides never
+  change): a gather's cached views of torch tensors (``gids.interop``) are marshalled once.
 
 Nothing else changes: the same kernel is chosen and receives the same bytes (a GPU test,
 ``tests/test_launch.py``, compares the kept list with a fresh one). A handle whose marshalling
@@ -25,11 +27,20 @@ wrapped method and the registration are numba-cuda internals, pinned by ``numba-
 in ``pyproject.toml``; where they are missing, :func:`install` leaves everything as it was and
 launches cost what they cost. The simulator passes arguments as Python objects: nothing to do.
 
+Past the dispatcher (:func:`launch`): numba-cuda's ``kernel[grid, block, stream](*args)`` also
+types every argument and searches the kernel's overloads at each launch. Where each argument's
+type is already known (a handle's, kept as above; a Numba array's, a cached property; a numpy
+scalar's, by its class) and a kernel was compiled for exactly those types, :func:`launch` calls
+that kernel's own ``launch``: the arguments are marshalled as numba-cuda marshals them, the
+dispatch is skipped. ``gids.rows`` launches this way, one launch per feature gather.
+
 Both worlds also run a handle's launch guard (``__dict__[GUARD_KEY]``, a callable the host
 side puts there) before every launch that passes the handle: the Runtime's says whether it is
 still open, and raises for a closed one's handle, so that such a launch fails at once instead of
 waiting out its timeouts. One dictionary look-up per handle argument, on the host.
 """
+import numpy as np
+
 from kernels.handle import HANDLE_CLASSES
 from kernels.platform import SIMULATOR
 
@@ -52,11 +63,13 @@ def check_handles(args):
 
 def _wrap_prepare_args(original):
     def _prepare_args(self, ty, val, stream, retr, kernelargs):
-        if type(val) not in HANDLE_CLASSES:
+        cls = type(val)
+        if cls in HANDLE_CLASSES:
+            guard = val.__dict__.get(GUARD_KEY)
+            if guard is not None:
+                guard()
+        elif cls not in _KEPT_ARRAYS:
             return original(self, ty, val, stream, retr, kernelargs)
-        guard = val.__dict__.get(GUARD_KEY)
-        if guard is not None:
-            guard()
         if self.extensions:
             return original(self, ty, val, stream, retr, kernelargs)
         kept = val.__dict__.get(_ARGS_KEY)
@@ -94,18 +107,74 @@ def install():
     if SIMULATOR:
         return False
     try:
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
         from numba.cuda.dispatcher import _Kernel
-        from numba.cuda.typing.typeof import _typeof_tuple, typeof_impl
+        from numba.cuda.typing.typeof import Purpose, _typeof_tuple, typeof_impl
     except ImportError:
         return False
-    if not callable(getattr(_Kernel, "_prepare_args", None)):
+    if not callable(getattr(_Kernel, "_prepare_args", None)) or \
+            not callable(getattr(_Kernel, "launch", None)):
         return False
     if not hasattr(_Kernel._prepare_args, "gids_wrapped"):
         _Kernel._prepare_args = _wrap_prepare_args(_Kernel._prepare_args)
         rule = _typeof_handle(_typeof_tuple)
         for cls in HANDLE_CLASSES:
             typeof_impl.register(cls)(rule)
+    if not _ARGUMENT:   # :func:`launch` goes past the dispatcher from now on
+        global _KEPT_ARRAYS
+        _KEPT_ARRAYS = (DeviceNDArray,)
+        _ARGUMENT.append(Purpose.argument)
     return True
+
+
+def _argument_type(val):
+    """The Numba type of a launch argument where it is known without typing the value: a
+    handle's kept type, a Numba device array's own (a cached property), a numpy integer's or
+    float's (by its class); None otherwise."""
+    if type(val) in HANDLE_CLASSES:
+        kept = val.__dict__.get(_TYPE_KEY)
+        return kept[1] if kept is not None and kept[0] is _ARGUMENT[0] else None
+    if isinstance(val, (np.integer, np.floating)):
+        ty = _SCALAR_TYPES.get(type(val))
+        if ty is None:
+            from numba.cuda.typing.typeof import typeof
+            ty = _SCALAR_TYPES[type(val)] = typeof(val, _ARGUMENT[0])
+        return ty
+    return getattr(val, "_numba_type_", None)
+
+
+#: Classes of device arrays whose kernel arguments are kept like a handle's (set by
+#: :func:`install`: numba-cuda's DeviceNDArray; its pointer, shape and strides never change).
+_KEPT_ARRAYS = ()
+#: Numba types of numpy scalar classes; numba-cuda's ``Purpose.argument`` once installed.
+_SCALAR_TYPES = {}
+_ARGUMENT = []
+
+
+def launch(dispatcher, griddim, blockdim, stream, *args):
+    """``dispatcher[griddim, blockdim, stream](*args)``, for the host cost of the kernel's own
+    launch: where every argument's type is known without typing it (:func:`_argument_type`)
+    and the dispatcher has compiled a kernel for exactly those types, that kernel is launched
+    at once, past numba-cuda's dispatch (its per-argument typing and overload search, its
+    launch-argument bookkeeping). Anything else (the first launch, which compiles; the
+    simulator; a kernel sensitive to its launch configuration or with launch callbacks; a
+    numba-cuda without these internals, or without :func:`install`) takes the dispatcher's
+    own path. Either way the same kernel receives the same arguments."""
+    config = dispatcher[griddim, blockdim, stream]
+    if not _ARGUMENT or config.pre_launch_callbacks or \
+            getattr(dispatcher, "_launch_config_sensitive", True) or dispatcher.specialized:
+        return config(*args)
+    arg_types = []
+    for a in args:
+        ty = _argument_type(a)
+        if ty is None:
+            return config(*args)
+        arg_types.append(ty)
+    kernel = dispatcher.overloads.get(tuple(arg_types))
+    if kernel is None or getattr(kernel, "launch_config_sensitive", False):
+        return config(*args)
+    return kernel.launch(args, config.griddim, config.blockdim, config.stream,
+                         config.sharedmem)
 
 
 def install_simulator_guard():
@@ -133,6 +202,7 @@ def installed():
 
 
 def kept_arguments(handle):
-    """The kernel arguments kept for ``handle`` (a list), or None before its first launch."""
+    """The kernel arguments kept for ``handle`` (or a Numba device array: a list), or None
+    before its first launch."""
     kept = handle.__dict__.get(_ARGS_KEY)
     return None if kept is None else kept[1]

@@ -58,6 +58,41 @@ def test_torch_key_is_everything_a_view_reads_and_holds_no_tensor():
     assert interop._numpy_dtype(torch.bfloat16) is None   # no numpy dtype: the interface path
 
 
+@pytest.mark.skipif(torch is None, reason="torch is not installed (extra: torch)")
+def test_out_at_a_cached_pointer_checked_again_for_shape_dtype_and_device(monkeypatch):
+    # A torch out's view (and its device) are kept by what they are: another tensor at the
+    # same pointer with another shape, dtype or device gets its own view, checked afresh.
+    from gids import rows
+    made = []
+
+    def view_from_key(key):
+        made.append(key)
+        return types.SimpleNamespace(shape=key[1], dtype=interop._numpy_dtype(key[3]))
+
+    device = {"id": 0}
+    monkeypatch.setattr(interop, "SIMULATOR", False)     # the GPU's path, with CPU tensors
+    monkeypatch.setattr(interop, "_TORCH_VIEWS", ViewCache())
+    monkeypatch.setattr(interop, "view_from_key", view_from_key)
+    monkeypatch.setattr(interop, "torch_view_key", lambda t: (
+        t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, device["id"]))
+    monkeypatch.setattr(rows, "is_cuda_array", lambda obj: True)
+    buf = torch.empty(64)
+    first = buf[:32].view(4, 8)
+    assert rows.output_array(first, (4, 8), np.dtype(np.float32), 0)[1] is first
+    assert rows.output_array(buf[:32].view(4, 8), (4, 8), np.dtype(np.float32), 0)[0] \
+        is rows.output_array(first, (4, 8), np.dtype(np.float32), 0)[0]
+    assert len(made) == 1     # one view for one (pointer, shape, strides, dtype, device)
+    with pytest.raises(gids.ConfigError, match=r"\(4, 8\) of float32, got \(2, 16\)"):
+        rows.output_array(buf[:32].view(2, 16), (4, 8), np.dtype(np.float32), 0)
+    with pytest.raises(gids.ConfigError, match=r"got \(4, 8\) of int32"):
+        rows.output_array(buf.view(torch.int32)[:32].view(4, 8), (4, 8),
+                          np.dtype(np.float32), 0)
+    device["id"] = 1
+    with pytest.raises(gids.ConfigError, match="out is on device 1, the Runtime on device 0"):
+        rows.output_array(first, (4, 8), np.dtype(np.float32), 0)
+    assert len(made) == 4
+
+
 def test_gather_keeps_the_callers_arrays_until_its_launch_is_done(monkeypatch):
     # The views hold no memory: the launch's list holds the caller's index and output arrays.
     from gids import rows
@@ -246,3 +281,13 @@ def test_a_wait_gives_each_event_back_once(monkeypatch):
     w.wait()
     assert w._on_streams == [] and sorted(map(id, w._free)) == sorted(map(id, events))
     assert w.record("s") in events and len(w._free) == 4
+
+
+@pytest.mark.skipif(not gids.SIMULATOR, reason="the harness runs in the simulator")
+def test_rows_host_harness_runs_and_puts_the_launch_back(capsys):
+    from gids import rows
+    from workloads import rows_host
+    launch = rows.launch
+    assert rows_host.main(["--calls", "1000", "--batch", "8"]) == 0
+    assert rows.launch is launch
+    assert capsys.readouterr().out.count("us per call") == 3

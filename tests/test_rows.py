@@ -1,6 +1,7 @@
 """``Runtime.gather_rows``: rows equal numpy's (rows within a page, across pages, wider than a
 page), any integer index type, outputs of numpy/torch/Numba, DLPack out, and the named errors
 before any kernel."""
+import re
 import time
 import types
 
@@ -388,6 +389,26 @@ def test_named_errors_before_any_kernel():
         with pytest.raises(ConfigError, match="stream must be"):
             rt.gather_rows(a, [0], stream="fast")
         assert a.resident_pages() == 0   # nothing ran
+
+
+@pytest.mark.parametrize("rows, named", [
+    (np.array([0, 12, -3, 40]), "row 12 (position 1)"),            # the first of several
+    (np.array([2, -3, 12]), "row -3 (position 1)"),
+    (np.array([1, 2**64 - 1], dtype=np.uint64), f"row {2**64 - 1} (position 1)"),   # not wrapped
+    (np.array([3, 10], dtype=np.uint8), "row 10 (position 1)"),
+    (np.array([[1], [10]], dtype=np.int32)[:, 0], "row 10 (position 1)"),   # strided
+])
+def test_host_rows_out_of_range_named_before_any_kernel(rows, named):
+    data = np.zeros((10, 8), dtype=np.float32)
+    with _runtime() as rt:
+        a = rt.open_array(data)
+        with pytest.raises(IndexOutOfRangeError, match=re.escape(named)):
+            rt.gather_rows(a, rows)
+        assert a.resident_pages() == 0
+        # the last row and row 0 are in range; an empty integer list gathers nothing
+        np.testing.assert_array_equal(rt.gather_rows(a, np.array([9, 0], rows.dtype)).copy_to_host(),
+                                      data[[9, 0]])
+        assert rt.gather_rows(a, np.zeros(0, rows.dtype)).shape == (0, 8)
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="simulator: streams are accepted and ignored")
