@@ -120,7 +120,9 @@ def install():
         rule = _typeof_handle(_typeof_tuple)
         for cls in HANDLE_CLASSES:
             typeof_impl.register(cls)(rule)
-    if not _ARGUMENT:   # :func:`launch` goes past the dispatcher from now on
+    from kernels import settings
+    if settings.get("launch_past_dispatcher") and not _ARGUMENT:
+        # :func:`launch` goes past the dispatcher from now on
         global _KEPT_ARRAYS
         _KEPT_ARRAYS = (DeviceNDArray,)
         _ARGUMENT.append(Purpose.argument)

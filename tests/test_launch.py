@@ -173,6 +173,8 @@ def test_launch_keeps_the_dispatchers_path_where_it_does_more(direct, monkeypatc
 
 @skip_on_simulator
 @pytest.mark.gpu
+@pytest.mark.skipif(not __import__("kernels.settings", fromlist=["get"]).get(
+    "launch_past_dispatcher"), reason="opt-in: run with GIDS_LAUNCH_PAST_DISPATCHER=1")
 def test_launch_past_the_dispatcher_reads_right():
     # The direct path (from the second launch on) gives what the dispatcher's gives, with the
     # device arrays' arguments kept on them.
