@@ -59,6 +59,28 @@ def tier_slot_for_pin(h, gpage):
     return ld_relaxed_gpu(h.tier_slot, gpage)
 
 
+def _copy_lanes_pages(copy):
+    """``each(mask, lanes, src_words, src_page, dst_words, dst_page, page_words)``: for each
+    lane in ``lanes`` (a ballot), the whole warp copies that lane's page ``src_page`` of
+    ``src_words`` to its page ``dst_page`` of ``dst_words`` with ``copy`` (the cache's loads
+    for a copy in, ``warp_copy_out``'s for a copy out to host memory); returns ``lanes``."""
+    @cuda.jit(device=True)
+    def each(mask, lanes, src_words, src_page, dst_words, dst_page, page_words):
+        to_copy = lanes
+        while to_copy != 0:
+            src_lane = lowest_lane(to_copy)
+            src = shfl_sync(mask, src_page, src_lane)
+            dst = shfl_sync(mask, dst_page, src_lane)
+            copy(mask, src_words, src * page_words, dst_words, dst * page_words, page_words)
+            to_copy &= to_copy - 1
+        return lanes
+    return each
+
+
+_copy_lanes_in = _copy_lanes_pages(warp_copy_page)     # tier -> GPU cache
+_copy_lanes_out = _copy_lanes_pages(warp_copy_out)     # GPU cache -> tier (host memory)
+
+
 @cuda.jit(device=True)
 def copy_from_tier(h, mask, tier_at, slot):
     """Lanes with ``tier_at >= 0`` (loaders owning BUSY on a page in tier slot ``tier_at``)
@@ -73,15 +95,8 @@ def copy_from_tier(h, mask, tier_at, slot):
         h.tier_ref[tier_at] = 1
     if tier_at >= 0 and lanes <= BULK_COPY_LANES:
         bulk = copy_in_bulk(h, lanes, h.tier_words, tier_at * h.page_words, slot)
-    to_copy = ballot_sync(mask, tier_at >= 0 and not bulk)
-    copied = to_copy
-    while to_copy != 0:
-        src_lane = lowest_lane(to_copy)
-        src = shfl_sync(mask, tier_at, src_lane)
-        dst = shfl_sync(mask, slot, src_lane)
-        warp_copy_page(mask, h.tier_words, src * h.page_words, h.cache_words,
-                       dst * h.page_words, h.page_words)
-        to_copy &= to_copy - 1
+    copied = _copy_lanes_in(mask, ballot_sync(mask, tier_at >= 0 and not bulk), h.tier_words,
+                            tier_at, h.cache_words, slot, h.page_words)
     # Every lane's share is visible before any loader publishes (as after _fetch's copies).
     if copied != 0:
         cuda.threadfence()
@@ -154,15 +169,8 @@ def offer_victim(h, mask, victim, slot):
         k = atomic_add(h.tier_free_top, 0, 1)
         if k < h.tier_free_top[1]:
             at = h.tier_free[k]
-    to_copy = ballot_sync(mask, at >= 0)
-    copied = to_copy
-    while to_copy != 0:
-        src_lane = lowest_lane(to_copy)
-        src = shfl_sync(mask, slot, src_lane)
-        dst = shfl_sync(mask, at, src_lane)
-        warp_copy_out(mask, h.cache_words, src * h.page_words, h.tier_words,
-                      dst * h.page_words, h.page_words)
-        to_copy &= to_copy - 1
+    copied = _copy_lanes_out(mask, ballot_sync(mask, at >= 0), h.cache_words, slot,
+                             h.tier_words, at, h.page_words)
     if copied != 0:
         # Every lane's share is in the tier before any lane publishes its page there.
         cuda.threadfence_system()
