@@ -665,22 +665,13 @@ def bench_launch(n_launches, log, n_elems=1 << 16, threads=32, gpu_repeat=20):
         _touch_array[1, threads](d_data, out)
         rt.sync()
         for name, launch, expected in cases:
-            out.copy_to_host()                   # the last case's launches are done
-            each = []
-            start = time.perf_counter()
-            for _ in range(n_launches):
-                t0 = time.perf_counter()
-                launch()
-                each.append(time.perf_counter() - t0)
-            cuda.synchronize()
-            total = time.perf_counter() - start
+            median, p90, with_sync = _host_us(launch, n_launches)
             correct = int(out.copy_to_host()[0]) == expected
             gpu = [timing.time_launch(launch) for _ in range(gpu_repeat)]
             events = None if gids.SIMULATOR else [_event_time(launch) for _ in range(gpu_repeat)]
             row = {"case": name, "launches": n_launches,
-                   "host_us_median": float(np.median(each)) * 1e6,
-                   "host_us_p90": float(np.percentile(each, 90)) * 1e6,
-                   "with_sync_us_per_launch": total / n_launches * 1e6,
+                   "host_us_median": median, "host_us_p90": p90,
+                   "with_sync_us_per_launch": with_sync,
                    "gpu_us_median": float(np.median([g.gpu_s for g in gpu])) * 1e6,
                    "event_us_median": None if events is None else float(np.median(events)) * 1e6,
                    "latch_held": sum(g.held for g in gpu), "gpu_repeat": gpu_repeat,
@@ -691,14 +682,9 @@ def bench_launch(n_launches, log, n_elems=1 << 16, threads=32, gpu_repeat=20):
                 f"launch with the sync; GPU {row['gpu_us_median']:.1f} us (behind the latch), "
                 f"{row['event_us_median'] or 0:.1f} us by events around one launch; "
                 f"{'ok' if correct else 'WRONG'}")
-        each = []
-        for _ in range(n_launches):
-            t0 = time.perf_counter()
-            rt.sync()
-            each.append(time.perf_counter() - t0)
+        median, p90, _ = _host_us(rt.sync, n_launches)
         row = {"case": "idle Runtime.sync()", "launches": n_launches,
-               "host_us_median": float(np.median(each)) * 1e6,
-               "host_us_p90": float(np.percentile(each, 90)) * 1e6,
+               "host_us_median": median, "host_us_p90": p90,
                "with_sync_us_per_launch": None, "gpu_us_median": None,
                "event_us_median": None, "latch_held": None,
                "gpu_repeat": None, "correct": True}
