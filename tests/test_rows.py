@@ -115,6 +115,20 @@ SIM_CONFIGS = {"page_rows_whole_cache": (128, 40, 48), "page_rows_small_cache": 
                "rows_across_pages": (37, 120, 8)}
 
 
+def _gather_twice(rt, data, rows, all_cached):
+    """Open ``data``, gather ``rows`` (the result dropped at once: a warm-up), then the rows
+    reversed, checked against numpy; with ``all_cached`` the second gather misses nothing."""
+    a = rt.open_array(data)
+    rt.gather_rows(a, rows)
+    rt.sync()
+    before = rt.stats()
+    got = rt.gather_rows(a, rows[::-1].copy())
+    rt.sync()
+    np.testing.assert_array_equal(got.copy_to_host(), data[rows[::-1]])
+    if all_cached:
+        assert rt.stats().misses == before.misses
+
+
 @pytest.mark.parametrize("resident_first", [False, True])
 @pytest.mark.parametrize("config", sorted(SIM_CONFIGS))
 def test_stand_ins_of_the_gpu_configurations(config, resident_first, strict_indexing):
@@ -126,15 +140,7 @@ def test_stand_ins_of_the_gpu_configurations(config, resident_first, strict_inde
     rows = rng.integers(0, n_rows, size=50)
     with gids.defaults.set(rows_resident_first=resident_first), \
             gids.Runtime(page_size=PAGE, cache_pages=cache, daemon_threads=1, queues=2) as rt:
-        a = rt.open_array(data)
-        rt.gather_rows(a, rows)
-        rt.sync()
-        before = rt.stats()
-        got = rt.gather_rows(a, rows[::-1].copy())
-        rt.sync()
-        np.testing.assert_array_equal(got.copy_to_host(), data[rows[::-1]])
-        if cache * PAGE >= data.nbytes:
-            assert rt.stats().misses == before.misses
+        _gather_twice(rt, data, rows, cache * PAGE >= data.nbytes)
         state = rt._page_state.copy_to_host()
         assert not (state & gids.layout.PAGE_REF_MASK).any()
 
@@ -487,15 +493,7 @@ def test_gpu_resident_first_warm_and_partly_resident(resident_first):
         rows = rng.integers(0, 8000, size=20000)
         with gids.defaults.set(rows_resident_first=resident_first), \
                 gids.Runtime(cache_bytes=cache) as rt:
-            a = rt.open_array(data)
-            rt.gather_rows(a, rows)
-            rt.sync()
-            before = rt.stats()
-            got = rt.gather_rows(a, rows[::-1].copy())
-            rt.sync()
-            np.testing.assert_array_equal(got.copy_to_host(), data[rows[::-1]])
-            if cache > data.nbytes:
-                assert rt.stats().misses == before.misses
+            _gather_twice(rt, data, rows, cache > data.nbytes)
 
 
 #: The configurations of test_gpu_resident_first_warm_and_partly_resident, one test each so
