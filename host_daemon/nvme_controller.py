@@ -86,7 +86,8 @@ from host_daemon.daemon import (
     reap_next,
     ring_usable,
 )
-from host_daemon.uring import S_IN_FLIGHT, S_UNSUBMITTED, ring_ready, ring_submit
+from host_daemon.uring import (S_IN_FLIGHT, S_UNSUBMITTED, ring_ready, ring_room,
+                               ring_submit)
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
 from host_daemon.stores import T_ADDRESS, T_NBYTES, T_OFFSET
@@ -425,7 +426,9 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
             # (a pass over many busy queues takes long enough to post them late).
             if timed and emu.size[0] > 0 and emu.due[0] <= seen:
                 _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters, seen)
-            limit = engine_room(BATCH, uring, emu, capacity)
+            limit = engine_room(BATCH, uring.on, ring_room(uring), emu.on, emu.size[0]
+                                + uring.state[S_IN_FLIGHT] + uring.state[S_UNSUBMITTED],
+                                capacity)
             n = 0
             while n < limit and qs[Q_SQ_HEAD] != tail:
                 head = qs[Q_SQ_HEAD]
