@@ -88,3 +88,20 @@ def test_host_harness_replay_predicts_its_run():
     # No faster than the model's idle latency of its fastest (lower) page type, page 0's.
     idle_us = SsdModel("pm1743").submit(0, 0, 4096) / 1e3
     assert r["device_latency_us_mean"] >= idle_us and r["post_delay_us_mean"] >= 0
+
+
+def test_daemon_latency_round_trip_serves_the_stores_bytes():
+    """workloads.daemon_latency: one request at a time through the daemon, each engine, the
+    last page's bytes in its staging entry equal to the store's."""
+    from workloads.daemon_latency import round_trip
+    for engine in ("io_uring", "threads"):
+        row = round_trip(queues=8, threads=2, engine=engine, requests=200, store_mib=4)
+        assert row["correct"]
+        assert 0 < row["p50_us"] <= row["p99_us"]
+
+
+def test_daemon_latency_cli_bad_input_is_one_line_and_status_2(capsys):
+    from workloads.daemon_latency import main
+    with pytest.raises(SystemExit) as e:
+        main(["--queues", "x"])
+    assert e.value.code == 2
