@@ -37,9 +37,9 @@ thread, so here PRP1 is the bus address of a per-command bounce buffer in mapped
 (the command slot's staging page) and the GPU thread copies it into the cache slot.
 
 Limits (checked; a command outside them completes with an error status): opcodes 02h (Read)
-and 01h (Write) only; one cache page per command, LBA-aligned to it (the controller's memory page size, CC.MPS,
-is taken as the page size, so PRP1 alone always describes the buffer and PRP2 is 0); PRP1 must
-lie in the DMA window (the staging buffer), as an IOMMU would demand.
+and 01h (Write) only; one cache page per command, LBA-aligned to it (the controller's memory
+page size, CC.MPS, is taken as the page size, so PRP1 alone always describes the buffer and
+PRP2 is 0); PRP1 must lie in the DMA window (the staging buffer), as an IOMMU would demand.
 
 Cost (``python -m workloads.controller_bench``, which plays the GPU's part with CPU threads):
 what a thread spends per command beyond the 4 KiB copy is kept small and, above all, private,
@@ -370,8 +370,8 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
     while load_acquire(stop, 0) == 0:
         progressed = False
         now = _now_ns(clock) if timed or emu.size[0] > 0 else 0
-        if emu.size[0] > 0 and _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters,
-                              now) > 0:
+        if emu.size[0] > 0 and _post_due(cq, db, ring, depth, n_threads, state, emu, trace,
+                                         counters, now) > 0:
             progressed = True
         for k in range(my_queues.shape[0]):
             if uring.on and uring.state[S_IN_FLIGHT] > 0 and reap_ring(
