@@ -365,8 +365,8 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
     idle = 0
     timed = emu.on or trace.on or jitter_ns > 0
     hold = emu.on or jitter_ns > 0
-    # What posts a command the engine ended (_complete_command's context).
-    complete = (cq, db, ring, depth, page_size, n_threads, state, emu, trace, counters)
+    # _complete_command's context: what posting a command the engine ended needs.
+    command_ctx = (cq, db, ring, depth, page_size, n_threads, state, emu, trace, counters)
     while load_acquire(stop, 0) == 0:
         progressed = False
         now = _now_ns(clock) if timed or emu.size[0] > 0 else 0
@@ -375,7 +375,7 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
             progressed = True
         for k in range(my_queues.shape[0]):
             if uring.on and uring.state[S_IN_FLIGHT] > 0 and reap_ring(
-                    uring, pend, table, file_io, clock, _complete_command, complete) > 0:
+                    uring, pend, table, file_io, clock, _complete_command, command_ctx) > 0:
                 progressed = True
             q = my_queues[k]
             tail = load_acquire(db, 2 * q + L.DB_SQ_TAIL)
@@ -449,11 +449,11 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
                                clock, jitter_ns, rng, pend)
             if uring.on and uring.state[S_UNSUBMITTED] >= SUBMIT_BATCH and ring_submit(
                     uring) < 0:
-                fail_ring(uring, pend, clock, _complete_command, complete)
+                fail_ring(uring, pend, clock, _complete_command, command_ctx)
             served[0] += n
             progressed = True
         if uring.on and end_pass(uring, progressed, emu, clock) < 0:
-            fail_ring(uring, pend, clock, _complete_command, complete)
+            fail_ring(uring, pend, clock, _complete_command, command_ctx)
         if progressed or emu.size[0] > 0 or (uring.on and uring.state[S_IN_FLIGHT] > 0):
             idle = 0
         else:
