@@ -111,6 +111,16 @@ _usleep = types.ExternalFunction("usleep", types.int32(types.uint32))
 _clock_gettime = types.ExternalFunction("clock_gettime", types.int32(types.int32, types.uintp))
 _CLOCK_MONOTONIC = 1   # the clock of Python's time.monotonic_ns()
 
+#: ``njit`` without Numba's reference counting (``_nrt=False``, as Numba does for its own hot
+#: string helpers), for code that runs per request, per command or per CQE. With it, a function
+#: increfs and decrefs every array it is passed or packs (atomic adds) unless Numba proves the
+#: pair redundant, which it does not across branches: in the NVMe controller, 10 to 20 atomic
+#: adds per command (callgrind), a third of a thread's samples (perf; each add also waits for
+#: the 4 KiB copy's stores to drain). Such functions allocate nothing; nor may what they call,
+#: which Numba compiles with the same flag when it compiles it for them first (serve_page and
+#: write_page: see :func:`_fault_of`).
+njit_without_refcounts = njit(nogil=True, cache=True, _nrt=False)
+
 #: What one daemon thread needs for real-time emulation: ``on`` (0 or 1), the shared model's
 #: state and parameters, and the thread's heap of pending completions (due time -> entry) with
 #: what each pending entry will post and what its trace record will say.
@@ -165,7 +175,7 @@ def _fault_of(table, array_id, page):
     """A FaultyStore page's (code, argument): two int64 in its fault table, read in place.
 
     Nothing serve_page and write_page call may allocate: the NVMe controller's per-command
-    loop, compiled without reference counting, calls them (``nvme_controller._per_command``)."""
+    loop, compiled without reference counting, calls them (:data:`njit_without_refcounts`)."""
     at = table[array_id, T_FAULTS] + 16 * page
     return load_word(at), load_word(at + 8)
 
@@ -612,12 +622,14 @@ def reap_next(uring, pend, table, file_io, now):
     return row, status
 
 
-@njit(nogil=True, cache=True)
-def _reap(uring, pend, cq, emu, ring, clock, depth, page_size, table, file_io):
-    """Turn the CQEs that have arrived into GPU completions (any order); returns how many
-    requests ended. A partial transfer continues where it stopped (a new SQE), an O_DIRECT read
-    the file system refuses (EINVAL) is retried on the buffered descriptor; an error is the
-    request's status (I/O error; a transfer that stops short: short read or write)."""
+@njit(nogil=True, cache=True, inline="always")
+def reap_ring(uring, pend, table, file_io, clock, complete, ctx):
+    """Reap the CQEs that have arrived (:func:`reap_next` each) and end each request they end
+    with ``complete(pend, row, status, now, ctx)``; returns how many ended. The reap loop of
+    the host daemon and the NVMe controller alike: ``complete`` (an ``njit`` function, compiled
+    into this loop for each caller) and its ``ctx`` tuple are what each posts. Inlined into
+    its caller: passed on across a call, a function would be compiled in as the address of its
+    Python object, which keeps the caller out of Numba's disk cache."""
     n = ring_ready(uring)
     if n == 0:
         return 0
@@ -625,25 +637,45 @@ def _reap(uring, pend, cq, emu, ring, clock, depth, page_size, table, file_io):
     ended = 0
     for _ in range(n):
         row, status = reap_next(uring, pend, table, file_io, now)
-        if status == _QUEUED:
-            continue
-        ended += 1
-        p = pend[row]
-        op = p[P_OP]
-        entry = p[P_ENTRY]
-        due = p[P_DUE]
-        if emu.on and due > now:
-            park(emu, entry, due, status, L.SOURCE_STAGING, p[P_TICKET], p[P_SEEN], now, due,
-                 p[P_OFFSET], page_size, op)
-        else:
-            _post(cq, entry, p[P_TICKET], status, L.SOURCE_STAGING)
-            if ring.on:
-                # Without a model the file is the device: its part ends with the CQE.
-                device = max(due, now) if emu.on else now
-                ready = now if emu.on else p[P_SEEN]
-                _record(ring, entry // depth, p[P_OFFSET], page_size, p[P_SEEN], ready, device,
-                        now, op)
+        if status != _QUEUED:
+            complete(pend, row, status, now, ctx)
+            ended += 1
     return ended
+
+
+@njit_without_refcounts
+def _complete_request(pend, row, status, now, ctx):
+    """Post the GPU completion of the request in ``pend``'s row ``row``, ended with
+    ``status`` at ``now`` (or park it until its modelled time), and record it. ``ctx``: the
+    host daemon's (cq, emu, ring, depth, page_size)."""
+    cq, emu, ring, depth, page_size = ctx
+    p = pend[row]
+    op = p[P_OP]
+    entry = p[P_ENTRY]
+    due = p[P_DUE]
+    if emu.on and due > now:
+        park(emu, entry, due, status, L.SOURCE_STAGING, p[P_TICKET], p[P_SEEN], now, due,
+             p[P_OFFSET], page_size, op)
+    else:
+        _post(cq, entry, p[P_TICKET], status, L.SOURCE_STAGING)
+        if ring.on:
+            # Without a model the file is the device: its part ends with the CQE.
+            device = max(due, now) if emu.on else now
+            ready = now if emu.on else p[P_SEEN]
+            _record(ring, entry // depth, p[P_OFFSET], page_size, p[P_SEEN], ready, device,
+                    now, op)
+
+
+@njit_without_refcounts
+def _reap(uring, pend, cq, emu, ring, clock, depth, page_size, table, file_io):
+    """The host daemon's :func:`reap_ring`: the CQEs that have arrived become GPU completions
+    (any order). A partial transfer continues where it stopped (a new SQE), an O_DIRECT read
+    the file system refuses (EINVAL) is retried on the buffered descriptor; an error is the
+    request's status (I/O error; a transfer that stops short: short read or write).
+    (Compiled without reference counting: called before each queue while I/Os are out, it
+    would otherwise count references to every array of ``emu`` and ``ring`` it packs.)"""
+    return reap_ring(uring, pend, table, file_io, clock, _complete_request,
+                     (cq, emu, ring, depth, page_size))
 
 
 @njit(nogil=True, cache=True)
@@ -676,17 +708,24 @@ def abandon_ring(uring):
     uring.state[S_IN_FLIGHT] = 0
 
 
-@njit(nogil=True, cache=True)
-def _fail_ring(uring, pend, cq):
-    """The host daemon's answer to a hard ``io_uring_enter`` error: each request the ring held
-    completes now with STATUS_IO_ERROR (StorageIOError at the kernel's caller, not its bounded
-    timeout); then :func:`abandon_ring`."""
+@njit(nogil=True, cache=True, inline="always")
+def fail_ring(uring, pend, clock, complete, ctx):
+    """The answer to a hard ``io_uring_enter`` error, the host daemon's and the NVMe
+    controller's: each request the ring held ends now with STATUS_IO_ERROR through
+    ``complete`` (as :func:`reap_ring` ends them: the kernel's caller gets StorageIOError, not
+    its bounded timeout); then :func:`abandon_ring`. Inlined, as :func:`reap_ring` is."""
+    now = _now_ns(clock)
     for row in range(pend.shape[0]):
         if pend[row, P_IN_RING]:
             pend[row, P_IN_RING] = 0
-            _post(cq, pend[row, P_ENTRY], pend[row, P_TICKET], L.STATUS_IO_ERROR,
-                  L.SOURCE_STAGING)
+            complete(pend, row, L.STATUS_IO_ERROR, now, ctx)
     abandon_ring(uring)
+
+
+@njit_without_refcounts
+def _fail_ring(uring, pend, cq, emu, ring, clock, depth, page_size):
+    """The host daemon's :func:`fail_ring`."""
+    fail_ring(uring, pend, clock, _complete_request, (cq, emu, ring, depth, page_size))
 
 
 @njit(nogil=True, cache=True)
@@ -871,7 +910,7 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
             # request has its due time.
             if uring.on and uring.state[S_UNSUBMITTED] >= SUBMIT_BATCH and ring_submit(
                     uring) < 0:
-                _fail_ring(uring, pend, cq)
+                _fail_ring(uring, pend, cq, emu, ring, clock, depth, page_size)
             if n > 0:
                 progressed = True
                 if busy < 0:
@@ -880,7 +919,7 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                     several = True
         served[2] += visited
         if uring.on and end_pass(uring, progressed, emu, clock) < 0:
-            _fail_ring(uring, pend, cq)
+            _fail_ring(uring, pend, cq, emu, ring, clock, depth, page_size)
         new_hot = busy if hot_every > 0 and not several else -1
         if new_hot != hot:
             hot = new_hot

@@ -37,9 +37,9 @@ thread, so here PRP1 is the bus address of a per-command bounce buffer in mapped
 (the command slot's staging page) and the GPU thread copies it into the cache slot.
 
 Limits (checked; a command outside them completes with an error status): opcodes 02h (Read)
-and 01h (Write) only; one cache page per command, LBA-aligned to it (the controller's memory page size, CC.MPS,
-is taken as the page size, so PRP1 alone always describes the buffer and PRP2 is 0); PRP1 must
-lie in the DMA window (the staging buffer), as an IOMMU would demand.
+and 01h (Write) only; one cache page per command, LBA-aligned to it (the controller's memory
+page size, CC.MPS, is taken as the page size, so PRP1 alone always describes the buffer and
+PRP2 is 0); PRP1 must lie in the DMA window (the staging buffer), as an IOMMU would demand.
 
 Cost (``python -m workloads.controller_bench``, which plays the GPU's part with CPU threads):
 what a thread spends per command beyond the 4 KiB copy is kept small and, above all, private,
@@ -49,7 +49,6 @@ cache line (``private_array``), two clock reads per batch, no reference counting
 (``_per_command``), and no read of the CQ head doorbell per CQE.
 """
 import numpy as np
-from numba import njit
 
 from kernels import layout as L
 from host_daemon.daemon import (
@@ -59,7 +58,6 @@ from host_daemon.daemon import (
     NAP_US,
     P_DUE,
     P_ENTRY,
-    P_IN_RING,
     P_OFFSET,
     P_OP,
     P_ORDER,
@@ -77,17 +75,17 @@ from host_daemon.daemon import (
     _record,
     _ring_page,
     _usleep,
-    abandon_ring,
     count_ring_io,
     end_pass,
-    page_io,
     engine_room,
+    fail_ring,
+    njit_without_refcounts,
+    page_io,
     park,
-    reap_next,
+    reap_ring,
     ring_usable,
 )
-from host_daemon.uring import (S_IN_FLIGHT, S_UNSUBMITTED, ring_ready, ring_room,
-                               ring_submit)
+from host_daemon.uring import S_IN_FLIGHT, S_UNSUBMITTED, ring_room, ring_submit
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
 from host_daemon.stores import T_ADDRESS, T_NBYTES, T_OFFSET
@@ -101,14 +99,9 @@ Q_LAST_DONE = 3   # fetch order of the last command completed (to count out-of-o
 Q_CQ_HEAD = 4     # the CQ head doorbell as last read (re-read only when the CQ looks full)
 Q_COLUMNS = 5
 
-# The per-command functions are compiled without Numba's reference counting (``_nrt=False``, as
-# Numba does for its own hot string helpers). With it, a function increfs and decrefs every
-# array it is passed (atomic adds) unless Numba proves the pair redundant, which it does not
-# across branches: 10 to 20 atomic adds per command (callgrind), a third of a thread's samples
-# (perf; each add also waits for the 4 KiB copy's stores to drain). They allocate nothing; nor
-# may what they call, which Numba compiles with the same flag when it compiles it for them first
-# (the host daemon's serve_page and write_page: see daemon._fault_of).
-_per_command = njit(nogil=True, cache=True, _nrt=False)
+# The per-command functions are compiled without Numba's reference counting (see
+# ``daemon.njit_without_refcounts``: with it, a third of a thread's samples were atomic adds).
+_per_command = njit_without_refcounts
 
 # Columns of a thread's batch of held commands (executed, completion not yet posted).
 H_CID = 0
@@ -314,44 +307,12 @@ def _complete_held(held, n, q, qs, cq, db, ring, depth, seen, emu, trace, counte
 
 
 @_per_command
-def _reap_commands(uring, pend, cq, db, ring, depth, page_size, n_threads, state, emu, trace,
-                   counters, clock, table, file_io):
-    """Complete the commands whose I/O the engine's CQEs say has ended (any order): post each
-    CQE now, or park it (its modelled time not yet come, or its CQ full). Returns how many."""
-    n = ring_ready(uring)
-    if n == 0:
-        return 0
-    now = _now_ns(clock)
-    ended = 0
-    for _ in range(n):
-        row, status = reap_next(uring, pend, table, file_io, now)
-        if status == _QUEUED:
-            continue
-        ended += 1
-        _complete_command(pend, row, status, now, cq, db, ring, depth, page_size, n_threads,
-                          state, emu, trace, counters)
-    return ended
-
-
-@_per_command
-def _fail_commands(uring, pend, cq, db, ring, depth, page_size, n_threads, state, emu, trace,
-                   counters, clock):
-    """The controller's answer to a hard ``io_uring_enter`` error: each command the ring held
-    completes now with an error status; then ``abandon_ring``."""
-    now = _now_ns(clock)
-    for row in range(pend.shape[0]):
-        if pend[row, P_IN_RING]:
-            pend[row, P_IN_RING] = 0
-            _complete_command(pend, row, L.STATUS_IO_ERROR, now, cq, db, ring, depth, page_size,
-                              n_threads, state, emu, trace, counters)
-    abandon_ring(uring)
-
-
-@_per_command
-def _complete_command(pend, row, status, now, cq, db, ring, depth, page_size, n_threads, state,
-                      emu, trace, counters):
-    """Post the CQE of the command in ``pend``'s row ``row``, ended with ``status``, or park it
-    (its modelled time not yet come, or its CQ full)."""
+def _complete_command(pend, row, status, now, ctx):
+    """Post the CQE of the command in ``pend``'s row ``row``, ended with ``status`` at ``now``,
+    or park it (its modelled time not yet come, or its CQ full): the controller's ``complete``
+    of :func:`~host_daemon.daemon.reap_ring` and :func:`~host_daemon.daemon.fail_ring`.
+    ``ctx``: (cq, db, ring, depth, page_size, n_threads, state, emu, trace, counters)."""
+    cq, db, ring, depth, page_size, n_threads, state, emu, trace, counters = ctx
     op = pend[row, P_OP]
     nvme = _nvme_status(status, L.NVME_OP_WRITE if op == L.OP_WRITE else L.NVME_OP_READ)
     q = pend[row, P_ENTRY]
@@ -395,25 +356,26 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
     otherwise each command's CQE is posted as soon as it has run (``held``: the thread's
     BATCH x H_COLUMNS scratch for them). With the io_uring engine (``uring.on``) a Read or
     Write of a file store becomes an SQE (batched submits, as the host daemon's), and its CQE
-    is posted when the engine's CQE arrives (:func:`_reap_commands`); a thread whose ring is
-    full fetches no more commands until CQEs free it. Under emulation a command counts against
-    ``capacity`` (the engine's concurrency: 1 for a thread of the ``threads`` engine, the ring's
-    entries for io_uring) until its modelled completion is posted, as in the host daemon
-    (:func:`host_daemon.daemon.serve_queues`): the emulated drives get what the engine could
-    give them, not what an ideal host would."""
+    is posted when the engine's CQE arrives (:func:`~host_daemon.daemon.reap_ring`); a thread
+    whose ring is full fetches no more commands until CQEs free it. Under emulation a command
+    counts against ``capacity`` (the engine's concurrency: 1 for a thread of the ``threads``
+    engine, the ring's entries for io_uring) until its modelled completion is posted, as in the
+    host daemon (:func:`host_daemon.daemon.serve_queues`): the emulated drives get what the
+    engine could give them, not what an ideal host would."""
     idle = 0
     timed = emu.on or trace.on or jitter_ns > 0
     hold = emu.on or jitter_ns > 0
+    # _complete_command's context: what posting a command the engine ended needs.
+    command_ctx = (cq, db, ring, depth, page_size, n_threads, state, emu, trace, counters)
     while load_acquire(stop, 0) == 0:
         progressed = False
         now = _now_ns(clock) if timed or emu.size[0] > 0 else 0
-        if emu.size[0] > 0 and _post_due(cq, db, ring, depth, n_threads, state, emu, trace, counters,
-                              now) > 0:
+        if emu.size[0] > 0 and _post_due(cq, db, ring, depth, n_threads, state, emu, trace,
+                                         counters, now) > 0:
             progressed = True
         for k in range(my_queues.shape[0]):
-            if uring.on and uring.state[S_IN_FLIGHT] > 0 and _reap_commands(
-                    uring, pend, cq, db, ring, depth, page_size, n_threads, state, emu, trace,
-                    counters, clock, table, file_io) > 0:
+            if uring.on and uring.state[S_IN_FLIGHT] > 0 and reap_ring(
+                    uring, pend, table, file_io, clock, _complete_command, command_ctx) > 0:
                 progressed = True
             q = my_queues[k]
             tail = load_acquire(db, 2 * q + L.DB_SQ_TAIL)
@@ -489,13 +451,11 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
                                clock, jitter_ns, rng, pend)
             if uring.on and uring.state[S_UNSUBMITTED] >= SUBMIT_BATCH and ring_submit(
                     uring) < 0:
-                _fail_commands(uring, pend, cq, db, ring, depth, page_size, n_threads, state,
-                               emu, trace, counters, clock)
+                fail_ring(uring, pend, clock, _complete_command, command_ctx)
             served[0] += n
             progressed = True
         if uring.on and end_pass(uring, progressed, emu, clock) < 0:
-            _fail_commands(uring, pend, cq, db, ring, depth, page_size, n_threads, state, emu,
-                           trace, counters, clock)
+            fail_ring(uring, pend, clock, _complete_command, command_ctx)
         if progressed or emu.size[0] > 0 or (uring.on and uring.state[S_IN_FLIGHT] > 0):
             idle = 0
         else:

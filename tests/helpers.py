@@ -19,6 +19,21 @@ def random_file(path, nbytes, seed):
     return data
 
 
+def default_engine():
+    """The storage engine a default Runtime reads files with here (``io_uring`` where the kernel
+    allows it, unless ``GIDS_ENGINE`` says threads), the reads each daemon thread of it keeps in
+    flight (the ring's entries: ``engine_depth`` rounded up to a power of two; 1 for threads),
+    and the demos' engine cell for them."""
+    from host_daemon.uring import probe
+    engine = gids.defaults.get("engine")
+    if engine == "io_uring" and probe() is not None:
+        engine = "threads"
+    if engine == "threads":
+        return engine, 1, engine
+    depth = 1 << (gids.defaults.get("engine_depth") - 1).bit_length()
+    return engine, depth, f"io_uring/{depth}"
+
+
 def poisoned(n, dtype):
     """A host array filled with a value no test data will contain in the checked places."""
     dtype = np.dtype(dtype)

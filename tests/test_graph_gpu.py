@@ -16,10 +16,9 @@ import gids  # noqa: F401  (first: picks the world before numba.cuda loads)
 import numpy as np
 import pytest
 from numba import cuda
-from host_daemon.uring import probe as uring_probe
 from kernels.platform import WARP_SIZE
 
-from tests.helpers import run_compile_script
+from tests.helpers import default_engine, run_compile_script
 from workloads.graph import (EdgeArray, GraphFormatError, connected_components_reference,
                              generate_kronecker_csr, open_csr, sample_bfs_roots, scipy_bfs,
                              traversed_edges, write_csr)
@@ -393,9 +392,9 @@ def test_cli_bfs_and_cc(tmp_path, capsys):
     assert "simulator figures" in captured.out and "hmean TEPS" in captured.out
     lines = captured.out.splitlines()
     rows = lines[[i for i, line in enumerate(lines) if line.startswith("---")][0] + 1:]
-    engine = "io_uring" if uring_probe() is None else "threads"
-    assert [row.split()[:4] for row in rows] == [["gids", "-", engine, "100%"],
-                                                 ["gids", "-", engine, "50%"],
+    engine, depth, cell = default_engine()
+    assert [row.split()[:4] for row in rows] == [["gids", "-", cell, "100%"],
+                                                 ["gids", "-", cell, "50%"],
                                                  ["memory", "-", "memory", "-"]]
     assert "emulation" not in captured.out.split("valid")[-1]     # no emulated rows, no note
     assert "root 2/2" in captured.err                              # progress on stderr
@@ -416,7 +415,8 @@ def test_cli_bfs_and_cc(tmp_path, capsys):
     assert "components" in captured.out and "simulator figures" in captured.out
     runs = json.loads((tmp_path / "cc.json").read_text())["runs"]
     assert [r["valid"] for r in runs] == [True, True]
-    assert [r["engine"] for r in runs] == ["memory", engine]
+    assert [(r["engine"], r["engine_depth"]) for r in runs] == [("memory", None),
+                                                                (engine, depth)]
     assert runs[0]["n_components"] == runs[1]["n_components"]
 
     assert cli_main(["bfs", "--graph", str(tmp_path / "missing.csr")]) == 2
@@ -522,10 +522,11 @@ def test_cli_emulated_ssd_rows(tmp_path, capsys):
         ("gids", None), ("gids", one), ("gids", two), ("nvme", None), ("nvme", one),
         ("nvme", two), ("memory", None)]
     # The engine column: the Runtime rows' storage engine (--storage file), memory for RAM.
-    engine = "io_uring" if uring_probe() is None else "threads"
-    assert [r["engine"] for r in report["runs"]] == [engine] * 6 + ["memory"]
-    assert all(row[2 if row[1] == "-" else 4] == r["engine"]
-               for row, r in zip(rows, report["runs"]))
+    # (with the ring's depth for io_uring: the reads a daemon thread keeps in flight).
+    engine, depth, cell = default_engine()
+    assert [(r["engine"], r["engine_depth"]) for r in report["runs"]] == (
+        [(engine, depth)] * 6 + [("memory", None)])
+    assert [row[2 if row[1] == "-" else 4] for row in rows] == [cell] * 6 + ["memory"]
     assert "engine" in lines[start - 2]
     assert all(s["valid"] for run in report["runs"] for s in run["searches"])
 

@@ -484,15 +484,20 @@ def test_a_page_cached_file_store_copies_resident_pages_and_reads_the_rest(tmp_p
     store.close()
 
 
-def test_a_hard_io_uring_enter_error_fails_the_rings_requests_at_once(tmp_path):
+@pytest.mark.parametrize("emulated", [False, True])
+def test_a_hard_io_uring_enter_error_fails_the_rings_requests_at_once(tmp_path, emulated):
     """/dev/null dup2'd over every ring's descriptor: io_uring_enter fails (EOPNOTSUPP), each
     request the ring held completes with an I/O error at once (no timeout), the daemon says
-    why in ``engine_error``, and later requests are served without the ring."""
+    why in ``engine_error``, and later requests are served without the ring. A failed request
+    ends as one the ring completed does (``fail_ring`` and ``reap_ring`` share its completion):
+    under ``ssd=`` at its modelled time at the earliest, and in the trace."""
     path, raw = _file(tmp_path, 16 * PAGE, seed=13)
     store = FileStore(path, direct=True, mapped=False)
     if not store.direct_enabled:
         pytest.skip("no O_DIRECT here: reads would not need the ring")
-    rig = _Rig(store, len(raw), "io_uring")
+    writer = TraceWriter(tmp_path / "t.trace") if emulated else None
+    rig = _Rig(store, len(raw), "io_uring", model=SsdModel("980pro") if emulated else None,
+               trace_writer=writer)
     null = os.open(os.devnull, os.O_RDONLY)
     with rig.d:
         assert rig.d.engine_error == ""
@@ -506,6 +511,13 @@ def test_a_hard_io_uring_enter_error_fails_the_rings_requests_at_once(tmp_path):
         assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, 5)
     os.close(null)
     store.close()
+    if emulated:
+        writer.close()
+        trace = read_trace(tmp_path / "t.trace")
+        assert len(trace) == QUEUES + 1
+        # Posted no earlier than the model's completion (device_ns), failed or not.
+        assert (trace["complete_ns"] >= trace["device_ns"]).all()
+        assert (trace["device_ns"] > trace["issue_ns"]).all()
 
 
 # ---- registered buffers ----------------------------------------------------------------------
@@ -645,3 +657,44 @@ def test_a_partial_transfer_goes_on_in_the_same_registered_buffer():
         sqe = r.sqes[U.SQE_WORDS:2 * U.SQE_WORDS]
         assert sqe[0] & 0xFF == U.IORING_OP_READ and sqe[5] == 0 and sqe[0] >> 32 == 6
         assert p[D.P_BUF] == -1
+
+
+def test_the_loops_passing_a_completion_function_stay_cacheable(tmp_path, monkeypatch):
+    """The host daemon and the NVMe controller reap CQEs and fail a broken ring's requests with
+    one loop each (``reap_ring``, ``fail_ring``), given the caller's completion function.
+    Passed across a call that is not inlined, Numba embeds that dispatcher's address in the
+    code (a dynamic global), which no process can load from the disk cache: the loops would be
+    compiled again in every process. Fresh copies of the functions that pass one compile
+    without any, for the arguments the loops get with io_uring, emulation and a trace."""
+    import inspect
+
+    from numba import njit, typeof
+
+    from host_daemon import nvme_controller as N
+    from tests.test_nvme import PAGE as NV_PAGE, _Driver
+    path, raw = _file(tmp_path, 16 * NV_PAGE, seed=16)
+    store = FileStore(path, direct=False)
+    writer = TraceWriter(tmp_path / "t.trace")
+    rig = _Rig(store, len(raw), "io_uring", model=SsdModel("980pro"), trace_writer=writer)
+    drv = _Driver(np.frombuffer(raw, dtype=np.uint8), n_queues=2, depth=8, store=store)
+    ctrl = type(drv.ctrl)(drv.sq, drv.cq, drv.db, drv.bounce, drv.table, 2, 8, NV_PAGE, 1,
+                          engine="io_uring", trace_writer=writer, model=SsdModel("980pro"))
+    # Each loop's arguments by name, as start() passes them (its threads' loops return at once).
+    given = {}
+    for module, name, server in ((D, "serve_queues", rig.d), (N, "serve_queue_pairs", ctrl)):
+        names = list(inspect.signature(getattr(module, name).py_func).parameters)
+        monkeypatch.setattr(module, name,
+                            lambda *a, names=names, name=name: given.setdefault(
+                                name, dict(zip(names, a))))
+        server.start()
+        server.stop()
+    writer.close()
+    store.close()
+    for f, loop in ((D._reap, "serve_queues"), (D._fail_ring, "serve_queues"),
+                    (N._serve_pairs, "serve_queue_pairs")):
+        options = {k: v for k, v in f.targetoptions.items() if k != "nopython"}
+        fresh = njit(**dict(options, cache=False))(f.py_func)
+        args = [given[loop][a] for a in inspect.signature(f.py_func).parameters]
+        sig = tuple(typeof(a) for a in args)
+        fresh.compile(sig)
+        assert not fresh.overloads[sig].library.has_dynamic_globals, f.__name__

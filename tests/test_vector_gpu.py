@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gids
-from tests.helpers import run_compile_script
+from tests.helpers import default_engine, run_compile_script
 from workloads.vector import (SyntheticClusters, build_ivf, exact_search, ivf_search,
                               pair_distances, probe_lists, recall_at_k, train_kmeans)
 from workloads.vector import gpu_search
@@ -398,13 +398,13 @@ def test_search_command_emulated_ssd_rows(tmp_path, capsys):
         ("gids", None), ("gids", 1), ("gids", 2), ("nvme", None), ("nvme", 1), ("nvme", 2),
         ("memory", None)]
     assert all(r["emulation"]["ssd"] == "ideal" for r in rows if r["emulation"])
-    # The engine column: the Runtime rows' storage engine (--storage file), "-" for a path
-    # that reads the file without one.
-    from host_daemon.uring import probe
-    engine = "io_uring" if probe() is None else "threads"
-    assert [r["engine"] for r in rows] == [engine] * 6 + ["-"]
-    assert "engine" in lines[start - 2] and all(c[3 if c[2] == "-" else 5] == engine
-                                                 for c in cells[:6])
+    # The engine column: the Runtime rows' storage engine (--storage file) and, for io_uring,
+    # its ring's depth; "-" for a path that reads the file without one.
+    engine, depth, cell = default_engine()
+    assert [(r["engine"], r["engine_depth"]) for r in rows] == (
+        [(engine, depth)] * 6 + [("-", None)])
+    assert "engine" in lines[start - 2]
+    assert [c[3 if c[2] == "-" else 5] for c in cells] == [cell] * 6 + ["-"]
     # Every list probed: the exact answer on every row, read from storage on the Runtime rows.
     assert all(r["recall"] == 1.0 for r in rows)
     assert all(r["ios"] > 0 for r in rows if r["data_path"] != "memory")

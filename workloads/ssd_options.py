@@ -63,14 +63,25 @@ def emulation_cell(record: dict | None) -> str:
     return "-" if record is None else Emulation(record["ssd"], record["n_ssd"]).label
 
 
-def engine_cell(runtime, storage) -> str:
-    """A row's engine cell in the demos' tables (and its JSON ``engine``): the storage engine
-    that read the file (``io_uring`` or ``threads``: ``runtime.daemon.engine``) for a Runtime
-    over a file store; ``memory`` for data in RAM (a memory or mmap store: the daemon copies,
-    whatever its engine); ``-`` for a path that reads a file without a Runtime."""
-    if storage != "file":
-        return "memory"
-    return runtime.daemon.engine if runtime is not None else "-"
+def engine_record(runtime, storage) -> dict:
+    """A row's ``engine`` and ``engine_depth`` in the demos' JSON: the storage engine that read
+    the file (``io_uring`` or ``threads``: ``runtime.daemon.engine``) for a Runtime over a file
+    store, and the reads each daemon thread of it keeps in flight (its ring's entries for
+    ``io_uring``, 1 for ``threads``); ``memory`` for data in RAM (a memory or mmap store: the
+    daemon copies, whatever its engine) and ``-`` for a path that reads a file without a
+    Runtime, both with no depth (None)."""
+    if storage != "file" or runtime is None:
+        return {"engine": "memory" if storage != "file" else "-", "engine_depth": None}
+    daemon = runtime.daemon
+    return {"engine": daemon.engine, "engine_depth": daemon.capacity // daemon.n_threads}
+
+
+def engine_cell(record: dict) -> str:
+    """A row's engine cell in the demos' tables, from its :func:`engine_record`: the engine,
+    with the ring's depth for ``io_uring`` (``io_uring/256``; ``threads`` has one read in
+    flight per thread)."""
+    depth = record["engine_depth"]
+    return record["engine"] if depth is None or depth == 1 else f"{record['engine']}/{depth}"
 
 
 def positive_ints(text: str, what: str) -> list[int]:

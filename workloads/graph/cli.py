@@ -40,7 +40,7 @@ from gids.cli import (ArgumentParser, TraceRecorder, UsageError, add_trace_argum
                       positive_int, run)
 from gids.console import Progress, say, table
 from ..ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_cell, emulation_record,
-                           emulations, engine_cell)
+                           emulations, engine_cell, engine_record)
 from .bfs import connected_components_reference, sample_bfs_roots
 from .csr_file import MAGIC, GraphFormatError, open_csr
 from .gpu_bfs import DIRECTIONS, ReferenceMismatchError, validate_bfs_result
@@ -387,7 +387,7 @@ def _bfs_run(args, graph, roots, name: str, options: dict, emulation,
                            **_traced(options, trace)) as dg:
         label = dg.source.label
         cache_pct, pages = _cache_cells(dg)
-        engine = engine_cell(getattr(dg.source, "runtime", None), options.get("storage"))
+        engine = engine_record(getattr(dg.source, "runtime", None), options.get("storage"))
         if roots.size:
             _warm_up_search(dg, label, int(roots[0]), args.direction)
         for i, root in enumerate(roots.tolist()):
@@ -423,13 +423,13 @@ def _bfs_run(args, graph, roots, name: str, options: dict, emulation,
         return f"{np.mean(values):,.0f}" if tiered and values else "-"
 
     record = {"data_path": name, "label": label, "options": dict(options),
-              "emulation": emulation_record(emulation), "engine": engine, "teps": teps,
+              "emulation": emulation_record(emulation), **engine, "teps": teps,
               "searches": searches}
     rate = lambda key: _fmt_rate(teps[key] if teps else None)   # noqa: E731
     tier = (f"{options['host_tier_fraction']:.0%} {options['host_tier']}, "
             f"{options['host_tier_mode']}" if tiered else "-")
-    row = [name, emulation_cell(record["emulation"]), engine, cache_pct, pages, tier,
-           str(len(searches)),
+    row = [name, emulation_cell(record["emulation"]), engine_cell(engine), cache_pct, pages,
+           tier, str(len(searches)),
            rate("harmonic_mean_TEPS"), rate("min_TEPS"), rate("median_TEPS"), rate("max_TEPS"),
            f"{np.mean(times):.4f}",
            f"{np.mean(ios):,.0f}" if ios else "-", f"{np.mean(hits):.1%}" if hits else "-",
@@ -500,7 +500,7 @@ def _cc_run(args, graph, expected, name: str, options: dict, emulation,
         dg.connected_components()
         r = dg.connected_components()
         cache_pct, pages = _cache_cells(dg)
-        engine = engine_cell(getattr(dg.source, "runtime", None), options.get("storage"))
+        engine = engine_record(getattr(dg.source, "runtime", None), options.get("storage"))
     valid = None
     if args.validate == "reference":
         valid = bool(np.array_equal(r.labels, expected))
@@ -518,11 +518,11 @@ def _cc_run(args, graph, expected, name: str, options: dict, emulation,
     _say(f"cc {r.data_path}: {r.seconds:.4f} s, {r.n_components:,} components, "
          f"{r.edges_per_second:.3g} edges/s{verdict}")
     record = {"data_path": name, "label": r.data_path, "options": dict(options),
-              "emulation": emulation_record(emulation), "engine": engine,
-              "seconds": r.seconds, "n_components": r.n_components,
+              "emulation": emulation_record(emulation), **engine, "seconds": r.seconds,
+              "n_components": r.n_components,
               "edges_per_second": r.edges_per_second, "valid": valid, "stats": r.stats}
     s = r.stats or {}
-    row = [name, emulation_cell(record["emulation"]), engine, cache_pct, pages,
+    row = [name, emulation_cell(record["emulation"]), engine_cell(engine), cache_pct, pages,
            f"{r.seconds:.4f}",
            _fmt_rate(r.edges_per_second), f"{r.n_components:,}",
            f"{s['ios']:,}" if "ios" in s else "-",

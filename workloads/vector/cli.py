@@ -29,7 +29,8 @@ from gids.cli import (ArgumentParser, TraceRecorder, UsageError, add_trace_argum
                       nonnegative_int, output_file, page_size, positive_int, run)
 from gids.console import Progress, table
 from workloads.ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_cell,
-                                   emulation_record, emulations, engine_cell, positive_ints)
+                                   emulation_record, emulations, engine_cell, engine_record,
+                                   positive_ints)
 
 __all__ = ["add_search_arguments", "cmd_search", "main", "sample_queries"]
 
@@ -323,7 +324,7 @@ def _table(rows, faiss_rows, k_recall, simulator) -> str:
     shown = set()
     for row in rows:
         cells = [str(row["nprobe"]), row["data_path"], emulation_cell(row["emulation"]),
-                 row.get("engine", "-"), f"{row['recall']:.4f}",
+                 engine_cell(row), f"{row['recall']:.4f}",
                  f"{row['qps']:,.1f}",
                  f"{row['pages_per_query']:.2f}", f"{row['list_pages_per_query']:.2f}",
                  _cell(row["hit_rate"], ".1%")]
@@ -443,7 +444,7 @@ def cmd_search(args) -> int:
                                                    and path.backend == "host")
                             row["recall"] = recall_at_k(result.ids[:n_recall], truth, k_recall)
                             row["emulation"] = emulation_record(emulation)
-                            row["engine"] = engine_cell(runtime, options.get("storage"))
+                            row.update(engine_record(runtime, options.get("storage")))
                             rows.append(row)
                             hits = _cell(row["hit_rate"], ".1%")
                             _say(f"{name}, nprobe {nprobe}: {len(queries):,} queries in "
