@@ -277,7 +277,7 @@ def test_emulated_tier_points_are_planned_after_the_tier_sweep():
     assert {(p.workload, p.path, p.cache_fraction) for p in emulated} == {("zipf", "gids", 0.1)}
 
 
-def test_emulated_tier_rows_run_on_the_modelled_drives_and_reach_the_results_page():
+def test_emulated_tier_rows_run_on_the_modelled_drives_and_reach_the_results_page(tmp_path):
     """The emulated rows at the smallest sizes: right values, a Runtime with the SSD model, the
     page-cached file, their ``emulation`` in the JSON; the Zipf target per array, the table's
     SSDs column and note, and the results page's figures."""
@@ -315,6 +315,9 @@ def test_emulated_tier_rows_run_on_the_modelled_drives_and_reach_the_results_pag
     assert "| page-cached file store | 9.38 % | 1 x p5800x |" in table.replace(
         "host_tier_fraction=0, ", "")
     assert "read through the page cache" in table and "not with O_DIRECT" in table
+    written = bench.write_outputs(dict(result), str(tmp_path))   # the plot too, where it can
+    assert json.loads((tmp_path / "bench.json").read_text())["results"][3]["emulation"] == {
+        "ssd": "p5800x", "n_ssd": 1} and str(tmp_path / "bench.md") in written
     recs = results.from_json(dict(result, simulator=False))
     tier = {r["figure"]: r for r in recs if r["area"] == results.TIER}
     assert tier[zipf[0]["setting"]]["value"] == pytest.approx(want)

@@ -1485,8 +1485,10 @@ def add_bench_arguments(subparsers):
     p.add_argument("--json", action="store_true", help="print the JSON, not the table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_trace_argument(p)
-    # --n-ssd is also the drive counts of the files and prefetch sweeps (their profile: --profile).
-    add_ssd_arguments(p)
+    add_ssd_arguments(p, runs="the tier sweep's Zipf target rows (gids, GPU cache a tenth of "
+                              "the data; the file read through the page cache)",
+                      n_ssd_also="; also the files and prefetch sweeps' drive counts (their "
+                                 "model: --profile)")
     from workloads.file_bench import add_files_arguments
     add_files_arguments(p)
     from workloads.prefetch_bench import add_prefetch_arguments
