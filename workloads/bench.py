@@ -553,7 +553,7 @@ class Point:
     host_tier_fraction: float = None   # tier sweep: host tier / data (0: none)
     tier_mode: str = "copy"
     tier_fill: str = "static"          # "victims": the GPU cache's evictions fill the tier
-    store: str = None                  # one of STORES; None: the config's
+    store: str = None                  # "memory", "file", "cached" (page cache); None: config's
     emulation: Emulation = None        # the SSD array timing the daemon's completions
 
 
