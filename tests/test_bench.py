@@ -3,14 +3,15 @@ stable, every figure is labelled a simulator figure, bad arguments get clear err
 import argparse
 import json
 
-import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
+import gids  # first: picks the simulator before numba.cuda loads
 import numpy as np
 import pytest
 
 from gids.errors import ConfigError
 from kernels.platform import SIMULATOR
 from workloads import baselines as B
-from workloads import bench
+from workloads import bench, results
+from workloads.ssd_options import Emulation, runtime_emulation
 
 # The documented schema (bench's module docstring), version 1: keys and their types.
 NUM = (int, float)
@@ -27,7 +28,8 @@ CONFIG = {"paths": list, "sweeps": list, "workloads": list, "data_bytes": int,
           "threads": int, "block": int, "requests": int, "batch_bytes": int, "reps": int,
           "steps": int, "store": str, "seed": int, "iops_threads": list, "queues": list,
           "queue_depths": list, "daemon_threads": list, "request_sizes": list,
-          "hit_rates": list, "latency_requests": int, "gather_threads": OPT_INT}
+          "hit_rates": list, "latency_requests": int, "gather_threads": OPT_INT,
+          "emulations": list}
 CEILINGS = {"h2d_pinned_Bps": float, "d2d_Bps": float, "bytes": int}
 PATH_INFO = {"available": bool, "reason": OPT_STR, "description": str}
 ROW = {"sweep": str, "workload": str, "path": str, "x_name": OPT_STR, "x": OPT_NUM,
@@ -35,7 +37,8 @@ ROW = {"sweep": str, "workload": str, "path": str, "x_name": OPT_STR, "x": OPT_N
        "seconds": OPT_NUM, "reps": int, "requests_per_s": OPT_NUM, "bytes_per_s": OPT_NUM,
        "fraction_of_h2d": OPT_NUM, "fraction_of_d2d": OPT_NUM, "hit_rate": OPT_NUM,
        "bytes_to_gpu": OPT_INT, "passes": OPT_INT, "latency_us": (dict, type(None)),
-       "path_stats": dict, "correct": bool, "label": str, "error": OPT_STR}
+       "path_stats": dict, "correct": bool, "label": str, "error": OPT_STR,
+       "emulation": (dict, type(None))}
 PARAMS = {"request_bytes": int, "page_size": OPT_INT, "threads": int, "block": int,
           "cache_bytes": OPT_INT, "batch_bytes": int, "daemon_threads": OPT_INT,
           "queues": OPT_INT, "queue_depth": OPT_INT, "gather_threads": OPT_INT, "steps": int,
@@ -43,7 +46,7 @@ PARAMS = {"request_bytes": int, "page_size": OPT_INT, "threads": int, "block": i
           "host_tier_bytes": int, "tier_mode": OPT_STR, "tier_fill": OPT_STR}
 LATENCY = {"p50": float, "p90": float, "p99": float, "mean": float, "max": float}
 TARGET = {"sweep": str, "workload": str, "setting": str, "issue_setting": bool, "goal": str, "ratios": list,
-          "met": (bool, type(None))}
+          "met": (bool, type(None)), "emulation": (dict, type(None))}
 RATIO = {"path": str, "least": float, "ratio": OPT_NUM}
 
 
@@ -254,3 +257,87 @@ def test_access_patterns():
     counts = np.sort(np.bincount(ids, minlength=1000))[::-1]
     assert counts[0] > 20 * np.median(counts)        # a heavy head
     assert bench.parse_size("1M") == 1 << 20 and bench.parse_size("512") == 512
+
+
+def test_emulated_tier_points_are_planned_after_the_tier_sweep():
+    """``--ssd``: each emulated array adds the Zipf target's rows (MemoryStore; page-cached
+    file without a tier, with a static 20 % tier, with a victim-filled one), GPU cache 10 %."""
+    arrays = [Emulation("p5800x", 1), Emulation("p5800x", 4)]
+    config = bench.make_config(sweeps=["tier"], paths=["gids"], emulations=arrays)
+    assert config.to_json()["emulations"] == [{"ssd": "p5800x", "n_ssd": 1},
+                                              {"ssd": "p5800x", "n_ssd": 4}]
+    points = bench.plan_points(config)
+    plain = [p for p in points if p.emulation is None]
+    assert plain == bench.plan_points(bench.make_config(sweeps=["tier"], paths=["gids"]))
+    emulated = points[len(plain):]
+    assert [(p.emulation, p.store, p.host_tier_fraction, p.tier_fill) for p in emulated] == [
+        (e, store, tier, fill) for e in arrays for store, tier, fill in (
+            ("memory", 0.0, "static"), ("cached", 0.0, "static"), ("cached", 0.2, "static"),
+            ("cached", 0.2, "victims"))]
+    assert {(p.workload, p.path, p.cache_fraction) for p in emulated} == {("zipf", "gids", 0.1)}
+
+
+def test_emulated_tier_rows_run_on_the_modelled_drives_and_reach_the_results_page(tmp_path):
+    """The emulated rows at the smallest sizes: right values, a Runtime with the SSD model, the
+    page-cached file, their ``emulation`` in the JSON; the Zipf target per array, the table's
+    SSDs column and note, and the results page's figures."""
+    array = Emulation("p5800x", 1)
+    config = bench.make_config(sweeps=["tier"], paths=["gids"], requests=8, reps=1, steps=4,
+                               emulations=[array])
+    runner = bench.Runner(config)
+    rows = []
+    try:
+        runner.ceilings = bench.measure_ceilings(1 << 16, reps=1)
+        for pt in bench.emulated_tier_points(array):
+            rows.append(runner.run_point(pt))
+            options = runner._path_options(pt, config.request_bytes)
+            _, arr = runner.arrays.get("gids", options, pt.store)   # the point's own, still open
+            assert runtime_emulation(arr.runtime) == array
+            if pt.store == "cached":
+                assert isinstance(arr.store, gids.FileStore) and not arr.store.direct_enabled
+    finally:
+        runner.close()
+    assert [r["error"] for r in rows] == [None] * 4 and all(r["correct"] for r in rows)
+    assert all(r["emulation"] == {"ssd": "p5800x", "n_ssd": 1} for r in rows)
+    assert [r["params"]["store"] for r in rows] == ["memory", "cached", "cached", "cached"]
+    assert rows[2]["path_stats"]["tier_hits"] > 0 and rows[1]["path_stats"]["tier_hits"] == 0
+    result = {"schema_version": 1, "simulator": True, "label": "simulator figure",
+              "date": "2026-12-03T00:00:00", "command": "pytest",
+              "machine": bench.machine_info(), "config": config.to_json(),
+              "ceilings": runner.ceilings, "results": rows, "plots": []}
+    result["targets"] = bench.evaluate_targets(json.loads(json.dumps(result)))
+    zipf = [t for t in result["targets"] if t["emulation"] is not None]
+    assert len(zipf) == 1 and zipf[0]["emulation"] == {"ssd": "p5800x", "n_ssd": 1}
+    assert zipf[0]["setting"].endswith("both on 1 x p5800x (emulated)")
+    want = rows[2]["bytes_per_s"] / rows[0]["bytes_per_s"]
+    assert zipf[0]["ratios"][0]["ratio"] == pytest.approx(want)
+    table = bench.format_table(result)
+    assert "| page-cached file store | 9.38 % | 1 x p5800x |" in table.replace(
+        "host_tier_fraction=0, ", "")
+    assert "read through the page cache" in table and "not with O_DIRECT" in table
+    written = bench.write_outputs(dict(result), str(tmp_path))   # the plot too, where it can
+    assert json.loads((tmp_path / "bench.json").read_text())["results"][3]["emulation"] == {
+        "ssd": "p5800x", "n_ssd": 1} and str(tmp_path / "bench.md") in written
+    recs = results.from_json(dict(result, simulator=False))
+    tier = {r["figure"]: r for r in recs if r["area"] == results.TIER}
+    assert tier[zipf[0]["setting"]]["value"] == pytest.approx(want)
+    assert tier[zipf[0]["setting"]]["reference"] == "gids over a MemoryStore on 1 x p5800x"
+    emulated = [f for f in tier if f.endswith("on 1 x p5800x (emulated): requests/s")]
+    assert len(emulated) == 4
+    assert ("Zipf(0.99) 512 B reads, page-cached file, GPU cache 10 %, host tier 20 % "
+            "filled by evictions, on 1 x p5800x (emulated): requests/s") in emulated
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tier", "--n-ssd", "1,4"], "--n-ssd needs --ssd PROFILE"),
+    (["iops", "--ssd", "p5800x"], "--ssd emulates drives under the tier sweep's gids rows"),
+    (["tier", "--paths", "memory", "--ssd", "p5800x"], "the tier sweep with the gids path"),
+    (["files", "--ssd", "p5800x"], "the files sweep takes its drive model from --profile"),
+])
+def test_emulation_mistakes_are_one_line_and_exit_2(argv, message, capsys):
+    assert bench.main(argv + ["--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gids bench: error: ") and message in err and err.count("\n") == 1
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["tier", "--ssd", "nosuchdrive"])
+    assert exc.value.code == 2

@@ -8,6 +8,7 @@ import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
 from gids.cli import build_parser as gids_parser
 from workloads import bench, gpu_tests, microbench, stress, stripe_bench
 from workloads.gpu_session import GIDS, STAGES
+from workloads.ssd_options import emulations
 
 
 def _parse(argv):
@@ -23,6 +24,7 @@ def _parse(argv):
         if args.cmd == "bench" and not own & set(args.sweeps):   # its sweeps and workloads
             options = {k: getattr(args, k) for k in bench._CONFIG_ARGS
                        if getattr(args, k, None) is not None}
+            options["emulations"] = emulations(args)     # --ssd / --n-ssd: the tier sweep's
             bench.make_config(quick=args.quick, sweeps=list(args.sweeps) or ["all"],
                               **options)
         return "gids"

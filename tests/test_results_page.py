@@ -105,6 +105,42 @@ def test_update_reads_the_host_tier_figures():
     assert abs(ratio["value"] - 1.5) < 1e-12 and ratio["target"] == ">= 1.2x"
     split = next(r for r in ratios if "100 % by degree (split)" in r["figure"])
     assert abs(split["value"] - 1.25) < 1e-12
+def test_update_reads_the_tier_sweep_on_emulated_drives():
+    """``gids bench tier --ssd``: the Zipf target on each emulated array (its reference the
+    MemoryStore row on the same drives) and each emulated row's requests/s, in the host-tier
+    area; unemulated rows add no row figures."""
+    em = {"ssd": "p5800x", "n_ssd": 4}
+    rate = {k: random.uniform(1e5, 1e7) for k in ("memory", "none", "static", "victims")}
+
+    def row(store, tier, fill, rps, emulation=em):
+        return {"sweep": "tier", "workload": "zipf", "path": "gids", "x_name": "host_tier_fraction",
+                "x": tier, "correct": True, "requests_per_s": rps, "emulation": emulation,
+                "params": {"store": store, "cache_fraction": 0.1, "tier_fill": fill,
+                           "request_bytes": 4096}}
+    ratio = rate["static"] / rate["memory"]
+    bench_json = {"schema_version": 1, "simulator": False, "command": "gids bench tier --ssd p5800x",
+                  "ceilings": {}, "targets": [
+                      {"sweep": "tier", "workload": "zipf", "setting": "Zipf tier row, both on 4 x p5800x (emulated)",
+                       "ratios": [{"path": "gids", "least": 0.9, "ratio": ratio}], "emulation": em}],
+                  "results": [row("memory", 0.0, None, rate["memory"]),
+                              row("cached", 0.0, None, rate["none"]),
+                              row("cached", 0.2, "static", rate["static"]),
+                              row("cached", 0.2, "victims", rate["victims"]),
+                              row("file", 0.2, "static", 1e6, emulation=None)]}
+    recs = {r["figure"]: r for r in results.from_json(bench_json)}
+    assert all(r["area"] == results.TIER for r in recs.values()) and len(recs) == 5
+    target = recs["Zipf tier row, both on 4 x p5800x (emulated)"]
+    assert target["value"] == ratio and target["reference"] == "gids over a MemoryStore on 4 x p5800x"
+    name = "Zipf(0.99) 4 KiB reads, {}, GPU cache 10 %, {}, on 4 x p5800x (emulated): requests/s"
+    for key, store, tier in (("memory", "MemoryStore", "no tier"), ("none", "page-cached file", "no tier"),
+                             ("static", "page-cached file", "host tier 20 %"),
+                             ("victims", "page-cached file", "host tier 20 % filled by evictions")):
+        r = recs[name.format(store, tier)]
+        assert (r["value"], r["unit"]) == (rate[key], "requests/s")
+    assert "| " + name.format("MemoryStore", "no tier") + " |" in results.render(
+        {"areas": [{"name": results.TIER, "reference": ""}], "figures": list(recs.values())})
+
+
 def _gnn_row(label, path, value, emulation=None, key="rows_per_s"):
     row = {"label": label, "path": path, "emulation": emulation}
     if key == "rows_per_s":

@@ -891,6 +891,10 @@ class GidsPath(DataPath):
     cache_bytes, cache_pages, page_size, daemon_threads, queues, queue_depth, timeout, \
     host_cache_bytes, host_tier_fill
         As for :class:`gids.Runtime` (``None``: its default).
+    ssd, n_ssd : optional
+        Time the daemon's completions by this SSD array in real time (``None``: complete as
+        soon as the page is read); the daemon still reads the store, so a store that is not
+        much faster than the modelled array sets the pace instead.
     zero_copy_serve : bool
         For a numpy source: serve misses by handing the GPU the page's address in pinned RAM
         (``True``) or by a daemon ``memcpy`` into staging (``False``).
@@ -904,11 +908,12 @@ class GidsPath(DataPath):
 
     def __init__(self, cache_bytes=None, cache_pages=None, page_size=None, daemon_threads=None,
                  queues=None, queue_depth=None, timeout=None, zero_copy_serve=True, trace=None,
-                 host_cache_bytes=None, host_tier_fill=None):
+                 host_cache_bytes=None, host_tier_fill=None, ssd=None, n_ssd=None):
         self.options = dict(cache_bytes=cache_bytes, cache_pages=cache_pages,
                             page_size=page_size, daemon_threads=daemon_threads, queues=queues,
                             queue_depth=queue_depth, timeout=timeout,
-                            host_cache_bytes=host_cache_bytes, host_tier_fill=host_tier_fill)
+                            host_cache_bytes=host_cache_bytes, host_tier_fill=host_tier_fill,
+                            ssd=ssd, n_ssd=n_ssd)
         self.zero_copy_serve = bool(zero_copy_serve)
         self.trace = trace
 
@@ -961,8 +966,8 @@ class NvmePath(GidsPath):
                  queues=None, queue_depth=None, timeout=None, ssd=None, n_ssd=None, trace=None):
         super().__init__(cache_bytes=cache_bytes, cache_pages=cache_pages, page_size=page_size,
                          daemon_threads=daemon_threads, queues=queues, queue_depth=queue_depth,
-                         timeout=timeout, trace=trace)
-        self.options.update(backend="nvme", ssd=ssd, n_ssd=n_ssd)
+                         timeout=timeout, trace=trace, ssd=ssd, n_ssd=n_ssd)
+        self.options.update(backend="nvme")
 
 
 class CpuBatchPath(DataPath):

@@ -31,8 +31,14 @@ Sweeps (each over the data paths; ``all`` runs every one):
     mode) against today's gids row over a RAM store (cache 10 %, no tier). The tier is filled
     statically before timing: every page, or the pages the run's requests use most (a profile,
     as a graph's reverse PageRank stands for one); one more Zipf row fills a 20 % tier with
-    nothing but the GPU cache's evictions (``host_tier_fill="victims"``). Its targets
-    (:data:`TIER_TARGETS`) end the report.
+    nothing but the GPU cache's evictions (``host_tier_fill="victims"``). With ``--ssd PROFILE``
+    (``--n-ssd``, default 1,4) the Zipf rows at a GPU cache of 10 % run again under real-time
+    emulation of each array (``Runtime(ssd=..., n_ssd=...)``): no tier, a static 20 % tier, a
+    victim-filled 20 % tier, and the ``MemoryStore`` reference, the same requests. The daemon
+    still reads the file behind the model, so those rows read it through the page cache (a
+    ``cached`` store: ``FileStore(direct=False)``, the file read once beforehand), not with
+    ``O_DIRECT``: the modelled drives, not the disk, set the pace. Its targets
+    (:data:`TIER_TARGETS`, the Zipf one again on each emulated array) end the report.
 ``latency``
     One warp, one request at a time (queue depth 1): percentiles. memory, zero_copy and gids are
     timed inside the kernel (``%globaltimer``); cpu_batch on the host, one launch per request
@@ -66,7 +72,8 @@ apply; new keys may be added, none removed or retyped without a new version):
                      threads int, block int, requests int, batch_bytes int, reps int,
                      steps int, store str, seed int, iops_threads [int], queues [int],
                      queue_depths [int], daemon_threads [int], request_sizes [int],
-                     hit_rates [float], latency_requests int, gather_threads int|null}
+                     hit_rates [float], latency_requests int, gather_threads int|null,
+                     emulations [{ssd str, n_ssd int}]: the tier sweep's emulated arrays}
     ceilings        {h2d_pinned_Bps float: pinned host-to-device copy, bytes/s;
                      d2d_Bps float: device-to-device copy, bytes read + written per s;
                      bytes int: buffer size measured with}
@@ -77,7 +84,9 @@ apply; new keys may be added, none removed or retyped without a new version):
                               cache_bytes int|null, batch_bytes int, daemon_threads int|null,
                               queues int|null, queue_depth int|null, gather_threads int|null,
                               steps int, hot_fraction float|null, data_bytes int,
-                              store str, cache_fraction float|null: the point's own,
+                              store str: "memory", "file" (O_DIRECT) or "cached" (the file
+                                         through the page cache, read once beforehand),
+                              cache_fraction float|null: the point's own,
                               host_tier_bytes int, tier_mode str|null,
                               tier_fill str|null},
                       requests int: requests (or single reads) in one timed run,
@@ -94,7 +103,9 @@ apply; new keys may be added, none removed or retyped without a new version):
                       latency_us {p50, p90, p99, mean, max: float}|null,
                       path_stats {str: number}: the path's own counters,
                       correct bool: every value equals numpy's,
-                      label str, error str|null: why the point failed}]
+                      label str, error str|null: why the point failed,
+                      emulation {ssd str, n_ssd int}|null: the SSD array the daemon's
+                                completions were timed by (real-time emulation)}]
     plots           [str]: PNG files written (one per sweep; none without matplotlib)
     targets         [{sweep str: "workloads" (issue 4's) or "tier" (issue 23's),
                       workload str, setting str: the run's setting of it,
@@ -103,7 +114,9 @@ apply; new keys may be added, none removed or retyped without a new version):
                       goal str, ratios [{path str, least float, ratio float|null}]: gids bytes/s
                                         over that path's, in the workloads sweep,
                       met bool|null: every ratio at least its least (null: a row is missing,
-                                     failed or wrong)}]
+                                     failed or wrong),
+                      emulation {ssd str, n_ssd int}|null: both rows ran on this emulated
+                                array}]
                     (added after version 1's first keys; [] without a workloads sweep)
 """
 import gids  # noqa: F401  (first: picks the GPU or the simulator before numba.cuda loads)
@@ -127,11 +140,14 @@ import numpy as np
 from numba import cuda
 
 from gids.errors import ConfigError, GidsError
+from gids.host import FileStore
 from gids import SIMULATOR
 from gids.cli import TraceRecorder, add_trace_argument, existing_dir, nonnegative_int
 from gids.console import Progress, say, table
 from gids.device import WARP_SIZE
 from workloads import baselines as B
+from workloads.ssd_options import (EMULATION_NOTE, Emulation, add_ssd_arguments, emulation_cell,
+                                   emulation_record, emulations)
 
 SCHEMA_VERSION = 1
 SWEEPS = ("workloads", "iops", "bandwidth", "cache", "latency", "tier")
@@ -213,10 +229,12 @@ class BenchConfig:
     dir: str = None
     seed: int = 0
     gather_threads: int = None
+    emulations: list = dataclasses.field(default_factory=list)   # of ssd_options.Emulation
 
     def to_json(self):
         d = dataclasses.asdict(self)
         d.pop("dir")   # a local folder, not part of what was measured
+        d["emulations"] = [emulation_record(e) for e in self.emulations]
         return d
 
 
@@ -255,7 +273,8 @@ def make_config(quick=False, **options):
     ConfigError
         An unknown path, sweep or workload; zero or negative threads, requests or sizes; a
         thread count that is not a whole number of warps; a request size that is not a multiple
-        of the element size or larger than the data; a hit rate outside [0, 1].
+        of the element size or larger than the data; a hit rate outside [0, 1]; emulated SSD
+        arrays without the tier sweep and the gids path to run them, or of an unknown profile.
     """
     values = dict(DEFAULTS)
     if quick and not SIMULATOR:
@@ -315,6 +334,7 @@ def make_config(quick=False, **options):
         raise ConfigError(f"gids bench: store must be 'memory' or 'file', got {c.store!r}")
     if c.gather_threads is not None:
         c.gather_threads = _int_at_least("gather_threads", c.gather_threads, 1)
+    c.emulations = _check_emulations(c)
     largest = max([c.request_bytes] + c.request_sizes)
     if c.data_bytes < 2 * largest:
         raise ConfigError(f"gids bench: data_bytes {c.data_bytes} must hold at least two of the "
@@ -328,6 +348,25 @@ def make_config(quick=False, **options):
                           f"{c.request_bytes} bytes and 3 of the largest request: give at least "
                           f"{need}")
     return c
+
+
+def _check_emulations(c):
+    """The config's emulated arrays, checked: each an :class:`Emulation` of a known profile,
+    run only where the tier sweep runs gids (its Zipf rows are what they emulate)."""
+    out = []
+    for e in c.emulations:
+        if not isinstance(e, Emulation):
+            raise ConfigError(f"gids bench: an emulated array is an ssd_options.Emulation, got "
+                              f"{e!r}")
+        if e.profile not in gids.ssd_profiles():
+            raise ConfigError(f"gids bench: unknown SSD profile {e.profile!r}; choose from "
+                              f"{', '.join(gids.ssd_profiles())}")
+        _int_at_least("n_ssd", e.n_ssd, 1)
+        out.append(e)
+    if out and ("tier" not in c.sweeps or "gids" not in c.paths):
+        raise ConfigError("gids bench: --ssd emulates drives under the tier sweep's gids rows: "
+                          "run the tier sweep with the gids path")
+    return out
 
 
 def _gids_page(request_bytes):
@@ -514,7 +553,8 @@ class Point:
     host_tier_fraction: float = None   # tier sweep: host tier / data (0: none)
     tier_mode: str = "copy"
     tier_fill: str = "static"          # "victims": the GPU cache's evictions fill the tier
-    store: str = None                  # "memory" or "file"; None: the config's
+    store: str = None                  # "memory", "file", "cached" (page cache); None: config's
+    emulation: Emulation = None        # the SSD array timing the daemon's completions
 
 
 def plan_points(c):
@@ -584,7 +624,22 @@ def tier_points(c):
         pts.append(Point("tier", "zipf", "gids", x, TIER_HOST_FRACTIONS[1],
                          cache_fraction=TIER_GPU_FRACTIONS[0], store="file",
                          host_tier_fraction=TIER_HOST_FRACTIONS[1], tier_fill="victims"))
+        for e in c.emulations:
+            pts += emulated_tier_points(e)
     return pts
+
+
+def emulated_tier_points(emulation):
+    """The Zipf target's rows on one emulated SSD array: the ``MemoryStore`` reference, then
+    the file (page-cached: the model, not the disk, is the limit) at a GPU cache of 10 % with
+    no tier, a static 20 % tier and a victim-filled one."""
+    x, g, t = "host_tier_fraction", TIER_GPU_FRACTIONS[0], TIER_HOST_FRACTIONS[1]
+    zipf = {"cache_fraction": g, "emulation": emulation}
+    return [Point("tier", "zipf", "gids", x, 0.0, store="memory", host_tier_fraction=0.0, **zipf),
+            Point("tier", "zipf", "gids", x, 0.0, store="cached", host_tier_fraction=0.0, **zipf),
+            Point("tier", "zipf", "gids", x, t, store="cached", host_tier_fraction=t, **zipf),
+            Point("tier", "zipf", "gids", x, t, store="cached", host_tier_fraction=t,
+                  tier_fill="victims", **zipf)]
 
 
 class _Arrays:
@@ -623,6 +678,7 @@ class Runner:
         self.log = log or (lambda msg: None)
         self.data = make_data(config.data_bytes, config.seed)
         self._file = None
+        self._cached = None   # the page-cached FileStore of the emulated rows, made on first use
         self._tmpdir = None
         self._sums = {}
         needs_file = (config.store == "file" or "cpu_batch_kvikio" in config.paths
@@ -635,12 +691,26 @@ class Runner:
         self.ceilings = None
 
     def _source_for(self, path_name, store=None):
+        if store == "cached":
+            return self._cached_store(), DTYPE
         if (store or self.c.store) == "file" or path_name == "cpu_batch_kvikio":
             return self._file, DTYPE
         return self.data, None
 
+    def _cached_store(self):
+        """The data file read through the page cache (one store, shared by the points that
+        ask for it), every page of it read once first so that the page cache holds it."""
+        if self._cached is None:
+            with open(self._file, "rb") as f:
+                while f.read(64 << 20):
+                    pass
+            self._cached = FileStore(self._file, direct=False)
+        return self._cached
+
     def close(self):
         self.arrays.close()
+        if self._cached is not None:
+            self._cached.close()
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
 
@@ -666,6 +736,8 @@ class Runner:
                 opts["host_cache_bytes"] = math.ceil(c.data_bytes * pt.host_tier_fraction
                                                      / page) * page
                 opts["host_tier_fill"] = pt.tier_fill
+            if pt.emulation is not None:
+                opts.update(pt.emulation.runtime_options)
             return opts
         if pt.path.startswith("cpu_batch"):
             page = _batch_page(request_bytes)
@@ -793,6 +865,7 @@ class Runner:
             "fraction_of_h2d": None, "fraction_of_d2d": None, "hit_rate": None,
             "bytes_to_gpu": None, "passes": None, "latency_us": None, "path_stats": {},
             "correct": False, "label": LABEL, "error": None,
+            "emulation": emulation_record(pt.emulation),
         }
 
     def _rates(self, row, seconds):
@@ -954,7 +1027,8 @@ def run_bench(config, command="gids bench", progress=True, stream=None, trace=No
         runner.ceilings = result["ceilings"] = measure_ceilings(ceiling_bytes)
         for done, pt in enumerate(points, start=1):
             label = f"{pt.sweep} {pt.workload} {pt.path}" + (
-                f" {pt.x_name}={pt.x:g}" if pt.x is not None else "")
+                f" {pt.x_name}={pt.x:g}" if pt.x is not None else "") + (
+                f" on {pt.emulation.label}" if pt.emulation is not None else "")
             bar(done, steps, label)
             row = runner.run_point(pt)
             result["results"].append(row)
@@ -1033,7 +1107,8 @@ def evaluate_targets(result):
 
 #: Issue 23's host-tier targets: (workload, setting, the row that must be fast, the reference
 #: row, least ratio of their bytes/s). Rows are named by (path, store, gids cache fraction or
-#: None, host tier fraction or None, "static" / "victims" or None without a tier).
+#: None, host tier fraction or None, "static" / "victims" or None without a tier). On each
+#: emulated SSD array the Zipf target is measured again (:data:`EMULATED_TIER_TARGET`).
 TIER_TARGETS = (
     ("pointer_chase", ("pointer chasing, 8-byte elements, file store in a host tier (direct) "
                        "vs zero-copy over RAM"), ("gids", "file", None, 1.0, "static"),
@@ -1044,28 +1119,47 @@ TIER_TARGETS = (
 )
 
 
+#: The Zipf target on an emulated SSD array: the file is read through the page cache there
+#: (store "cached"), the reference is gids over a MemoryStore on the same array.
+EMULATED_TIER_TARGET = (
+    "zipf", (f"Zipf({ZIPF_S}) 4 KiB reads, page-cached file, GPU cache 10 % + host tier "
+             "20 % vs gids over a MemoryStore, cache 10 %, no tier"),
+    ("gids", "cached", 0.10, 0.20, "static"), ("gids", "memory", 0.10, 0.0, None), 0.9)
+
+
 def _tier_key(row):
     p = row["params"]
     cache = p.get("cache_fraction") if row["workload"] == "zipf" else None
     tier = row["x"] if row["x_name"] == "host_tier_fraction" else None
-    return (row["workload"], row["path"], p.get("store"), cache, tier, p.get("tier_fill"))
+    e = row.get("emulation")
+    return (row["workload"], row["path"], p.get("store"), cache, tier, p.get("tier_fill"),
+            None if e is None else (e["ssd"], e["n_ssd"]))
 
 
 def evaluate_tier_targets(result):
-    """Issue 23's targets (:data:`TIER_TARGETS`) from the ``tier`` sweep's rows."""
-    if "tier" not in result["config"]["sweeps"]:
+    """Issue 23's targets (:data:`TIER_TARGETS`) from the ``tier`` sweep's rows, then the Zipf
+    one on each emulated SSD array of the run (:data:`EMULATED_TIER_TARGET`), both of its rows
+    on that array; its setting ends "both on N x PROFILE (emulated)"."""
+    config = result["config"]
+    if "tier" not in config["sweeps"]:
         return []
     rows = {_tier_key(r): r for r in result["results"] if r["sweep"] == "tier"}
+    runs = [(t, None) for t in TIER_TARGETS] + [
+        (EMULATED_TIER_TARGET, e) for e in config.get("emulations", [])]
     out = []
-    for workload, setting, mine_key, other_key, least in TIER_TARGETS:
-        mine, other = rows.get((workload, *mine_key)), rows.get((workload, *other_key))
+    for (workload, setting, mine_key, other_key, least), e in runs:
+        array = None if e is None else (e["ssd"], e["n_ssd"])
+        mine = rows.get((workload, *mine_key, array))
+        other = rows.get((workload, *other_key, array))
         ratio = (mine["bytes_per_s"] / other["bytes_per_s"]
                  if _usable(mine) and _usable(other) else None)
-        out.append({"sweep": "tier", "workload": workload, "setting": setting,
-                    "issue_setting": result["config"]["request_bytes"] == 4096,
+        where = "" if e is None else f", both on {emulation_cell(e)} (emulated)"
+        out.append({"sweep": "tier", "workload": workload, "setting": setting + where,
+                    "issue_setting": config["request_bytes"] == 4096,
                     "goal": f"gids >= {least:g}x {other_key[0]} ({other_key[1]} store)",
                     "ratios": [{"path": other_key[0], "least": least, "ratio": ratio}],
-                    "met": None if ratio is None else ratio >= least})
+                    "met": None if ratio is None else ratio >= least,
+                    "emulation": e})
     return out
 
 
@@ -1091,7 +1185,7 @@ def _workload_targets(result):
         goal = "gids >= " + " and >= ".join(f"{least:g}x {path}" for path, least in t.bounds)
         out.append({"sweep": "workloads", "workload": t.workload, "setting": setting,
                     "issue_setting": issue,
-                    "goal": goal, "ratios": ratios, "met": met})
+                    "goal": goal, "ratios": ratios, "met": met, "emulation": None})
     return out
 
 
@@ -1140,6 +1234,10 @@ def _format_tier_targets(targets):
 
 # ------------------------------------------------------------------ reporting
 
+#: How the table names a row's store.
+STORE_NAMES = {"cached": "page-cached file"}
+
+
 def _fmt_rate(v, unit=""):
     if v is None:
         return "-"
@@ -1173,7 +1271,8 @@ def format_table(result):
         x = "" if r["x"] is None else f"{r['x_name']}={r['x']:g}"
         if r["sweep"] == "tier":
             fill = r["params"].get("tier_fill")
-            x = ", ".join(filter(None, [x, f"{r['params']['store']} store",
+            store = STORE_NAMES.get(r["params"]["store"], r["params"]["store"])
+            x = ", ".join(filter(None, [x, f"{store} store",
                                         "victim fill" if fill == "victims" else ""]))
         lat = r["latency_us"]
         lat_s = "-" if lat is None else f"{lat['p50']:.3g} / {lat['p99']:.3g}"
@@ -1182,12 +1281,18 @@ def format_table(result):
         cache = r["params"]["cache_bytes"]     # of the data, for the paths with a page cache
         cache_s = "-" if cache is None else f"{100 * cache / r['params']['data_bytes']:.3g} %"
         rows.append([r["sweep"], r["workload"], r["path"], x, cache_s,
+                     emulation_cell(r.get("emulation")),
                      _fmt_rate(r["requests_per_s"]), _fmt_rate(r["bytes_per_s"], "B/s"),
                      _fmt_frac(r["fraction_of_h2d"]), _fmt_frac(r["fraction_of_d2d"]), hit, lat_s,
                      ok, "simulator" if sim else "GPU"])
-    lines += ["", table(["sweep", "workload", "path", "x", "gids cache", "requests/s", "bytes/s",
-                         "of H2D", "of D2D", "hit rate", "p50 / p99 us", "ok", "figure"], rows,
-                        markdown=True)]
+    lines += ["", table(["sweep", "workload", "path", "x", "gids cache", "SSDs", "requests/s",
+                         "bytes/s", "of H2D", "of D2D", "hit rate", "p50 / p99 us", "ok",
+                         "figure"], rows, markdown=True)]
+    if any(r.get("emulation") for r in result["results"]):
+        lines += ["", EMULATION_NOTE + ". An emulated row's daemon still reads its store: its "
+                  "file is read through the page cache (a page-cached file store, read once "
+                  "beforehand), not with O_DIRECT, so that the modelled drives and not the "
+                  "disk set the pace."]
     errors = [r for r in result["results"] if r["error"]]
     for r in errors:
         lines.append(f"\nerror in {r['sweep']}/{r['workload']}/{r['path']} x={r['x']}: "
@@ -1239,11 +1344,17 @@ def write_plots(result, out_dir):
             names = sorted({r["x_name"] for r in mine}, key=[r["x_name"] for r in mine].index)
             fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4.5), squeeze=False)
             for ax, name in zip(axes[0], names):
-                for p in sorted({r["path"] for r in mine if r["x_name"] == name}):
-                    pts = [r for r in mine if r["x_name"] == name and r["path"] == p]
+                # One line per path and emulated SSD array (dashed: emulated).
+                lines = {(r["path"], emulation_cell(r.get("emulation")))
+                         for r in mine if r["x_name"] == name}
+                for p, ssds in sorted(lines):
+                    pts = [r for r in mine if r["x_name"] == name and r["path"] == p
+                           and emulation_cell(r.get("emulation")) == ssds]
                     ys = [r["bytes_per_s"] / 1e9 if sweep == "bandwidth" else r["requests_per_s"]
                           for r in pts]
-                    ax.plot([r["x"] for r in pts], ys, marker="o", label=p, color=colour[p])
+                    ax.plot([r["x"] for r in pts], ys, marker="o",
+                            label=p if ssds == "-" else f"{p} on {ssds}", color=colour[p],
+                            ls="-" if ssds == "-" else "--")
                 if sweep == "bandwidth" and c:
                     ax.axhline(c["h2d_pinned_Bps"] / 1e9, ls="--", color="gray",
                                label="pinned H2D copy")
@@ -1374,6 +1485,10 @@ def add_bench_arguments(subparsers):
     p.add_argument("--json", action="store_true", help="print the JSON, not the table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_trace_argument(p)
+    add_ssd_arguments(p, runs="the tier sweep's Zipf target rows (gids, GPU cache a tenth of "
+                              "the data; the file read through the page cache)",
+                      n_ssd_also="; also the files and prefetch sweeps' drive counts (their "
+                                 "model: --profile)")
     from workloads.file_bench import add_files_arguments
     add_files_arguments(p)
     from workloads.prefetch_bench import add_prefetch_arguments
@@ -1392,23 +1507,27 @@ _CONFIG_ARGS = ("paths", "workloads", "data_bytes", "request_bytes", "cache_frac
 def cmd_bench(args):
     """Run ``gids bench`` from parsed arguments; 0 if every result is correct, 1 if one is
     not, 2 for a bad argument."""
-    if "files" in args.sweeps:   # its own rows and report (workloads/file_bench.py)
+    for own in ("files", "prefetch"):   # their own rows and reports (file_bench, prefetch_bench)
+        if own not in args.sweeps:
+            continue
         if len(args.sweeps) > 1:
-            sys.stderr.write("gids bench: error: run the files sweep on its own\n")
+            sys.stderr.write(f"gids bench: error: run the {own} sweep on its own\n")
             return 2
-        from workloads.file_bench import cmd_files
-        return cmd_files(args)
-    if "prefetch" in args.sweeps:   # its own rows and report (workloads/prefetch_bench.py)
-        if len(args.sweeps) > 1:
-            sys.stderr.write("gids bench: error: run the prefetch sweep on its own\n")
+        if getattr(args, "ssd", None) is not None:
+            sys.stderr.write(f"gids bench: error: the {own} sweep takes its drive model from "
+                             "--profile, not --ssd\n")
             return 2
+        if own == "files":
+            from workloads.file_bench import cmd_files
+            return cmd_files(args)
         from workloads.prefetch_bench import cmd_prefetch
         return cmd_prefetch(args)
     options = {k: getattr(args, k) for k in _CONFIG_ARGS if getattr(args, k, None) is not None}
     try:
+        options["emulations"] = emulations(args)
         config = make_config(quick=getattr(args, "quick", False),
                              sweeps=list(args.sweeps) or ["all"], **options)
-    except ConfigError as exc:
+    except ValueError as exc:    # a ConfigError, or emulations()'s --n-ssd without --ssd
         message = str(exc).removeprefix("gids bench: ").removeprefix("gids: ")
         sys.stderr.write(f"gids bench: error: {message}\n")
         return 2

@@ -524,13 +524,13 @@ def format_files(result):
 
 
 def add_files_arguments(p):
-    """``gids bench files`` options (the bench parser takes them; other sweeps ignore them)."""
+    """``gids bench files`` options (the bench parser takes them; other sweeps ignore them).
+    ``--n-ssd`` (the emulated drive counts, default 1,4) is the bench parser's own
+    (:func:`workloads.ssd_options.add_ssd_arguments`)."""
     g = p.add_argument_group("files sweep")
     g.add_argument("--file-bytes", type=int, help="size of the data file (default 4 GiB)")
     g.add_argument("--pages", type=int, help="distinct pages read per timed run (200,000)")
     g.add_argument("--emulated-threads", type=int, help="daemon threads of the emulated rows")
-    g.add_argument("--n-ssd", type=lambda s: [int(x) for x in s.split(",")],
-                   help="emulated drive counts (default 1,4)")
     g.add_argument("--profile", help="emulated drive profile (default 980pro)")
     g.add_argument("--ceiling-depth", type=int, help="io_uring depth of the ceiling row (256)")
 

@@ -36,6 +36,9 @@ Stages, in order of priority (default: all, in this order):
 - ``tier``: issue 23's host-tier rows (``gids bench tier``): pointer chasing through a file
   store held in the host tier (direct) vs zero-copy, Zipf GPU cache x host tier sizes vs gids
   over RAM;
+- ``tier-emulated``: ``gids bench tier --ssd p5800x --n-ssd 1,4``: the tier sweep, then its
+  Zipf target's rows (MemoryStore; a page-cached file with no tier, a 20 % tier, a
+  victim-filled one; GPU cache 10 %) under real-time emulation of 1 and 4 P5800X drives;
 - ``tier-bfs``: BFS at scale 24 through a file store, GPU cache 25 % + a host tier of every
   page, copied into the cache on a miss or (split) the top pages preloaded in the cache and the
   rest read in place from the tier, vs zero-copy over RAM;
@@ -209,6 +212,16 @@ STAGES = {
     # 51 s on the H200.
     "tier": ([[*GIDS, "bench", "tier", "--quick", "--requests", "262144", "--reps", "2",
                "--dir", "/var/tmp", "--no-progress", "--out", "{dir}/tier"]], 180),
+    # The tier stage's rows again, then the Zipf target's rows on 1 and 4 emulated P5800X
+    # drives (`--ssd p5800x --n-ssd 1,4`): gids over a MemoryStore, and over the data file read
+    # through the page cache (the daemon still reads the file behind the model: O_DIRECT from
+    # the machine's virtio disk, ~85 k reads/s, would be the limit, not the drives) with no
+    # tier, a static 20 % tier and a victim-filled one, GPU cache 10 %; the Zipf target's ratio
+    # (tier row / MemoryStore row) on each array. Expected ~90 s (an estimate: the tier stage's
+    # 51 s, then 8 points of 2**18 requests whose misses the model paces at >= 1.5 M/s).
+    "tier-emulated": ([[*GIDS, "bench", "tier", "--quick", "--requests", "262144", "--reps",
+                        "2", "--dir", "/var/tmp", "--ssd", "p5800x", "--n-ssd", "1,4",
+                        "--no-progress", "--out", "{dir}/tier_emulated"]], 240),
     # BFS at scale 24 through a file store (/var/tmp), GPU cache 25 %, a host tier of every
     # neighbours page (2 GiB pinned) so that no miss reaches the disk, in one process beside
     # zero-copy over RAM (one graph), 4 roots after the warm-up search: copy (every miss copies
@@ -353,6 +366,8 @@ ESTIMATES = {"diagnose": 240, "tests": 300, "hits": 60, "bench": 165, "bfs": 175
              # measured: tier 51 s, prefetch 41 s (before its warm-up ran all three loops),
              # regress 81 s
              "tier": 60, "prefetch": 60, "regress": 90,
+             # estimated: the tier stage's 51 s and 8 emulated Zipf points
+             "tier-emulated": 90,
              # estimated, not yet run: ~30 s to make the data set, ~25 s compiling, the mmap
              # loader ~40 s, GPU memory ~25 s, each gids row 20-45 s
              "gnn22": 330,

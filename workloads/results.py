@@ -154,23 +154,61 @@ def render(store):
 
 # ------------------------------------------------------------------ reading the benchmarks' JSON
 
+def _array(emulation):
+    """An emulated SSD array as the figures name it: "4 x p5800x"."""
+    return f"{emulation['n_ssd']} x {emulation['ssd']}"
+
+
 def _bench(d):
-    """``gids bench`` (bench.json): its targets' ratios and the pinned copy ceiling."""
+    """``gids bench`` (bench.json): its targets' ratios, the tier sweep's rows on emulated SSDs
+    and the pinned copy ceiling."""
     recs = []
     for t in d.get("targets", []):
         # Issue 23's targets (the tier sweep's) have their own area; their setting names the
-        # reference row, which may be gids itself over another store.
+        # reference row, which may be gids itself over another store (on emulated drives: the
+        # same drives, named at the setting's end).
         tier = t.get("sweep") == "tier"
+        emu = t.get("emulation")
         for q in t["ratios"]:
             if q.get("ratio") is None:
                 continue
             figure = t["setting"] if tier else f"{t['setting']}: gids / {q['path']}"
+            reference = (q["path"] if emu is None
+                         else f"{q['path']} over a MemoryStore on {_array(emu)}")
             recs.append(record(TIER if tier else WORKLOADS, figure, q["ratio"], "x",
-                               f">= {q['least']:g}x", q["path"], q["ratio"], d.get("command", "")))
+                               f">= {q['least']:g}x", reference, q["ratio"],
+                               d.get("command", "")))
+    recs += _bench_emulated_tier(d)
     c = d.get("ceilings") or {}
     if c.get("h2d_pinned_Bps"):
         recs.append(record(WORKLOADS, "pinned host-to-device copy (the PCIe ceiling)",
                            c["h2d_pinned_Bps"] / 1e9, "GB/s", "", "", None, d.get("command", "")))
+    return recs
+
+
+def _bench_emulated_tier(d):
+    """The tier sweep's rows on emulated SSDs (``gids bench tier --ssd``): requests/s of each,
+    so the page shows what the host tier is worth with drives behind it (a MemoryStore, the
+    page-cached file without a tier, with a static tier, with a victim-filled one)."""
+    recs = []
+    for r in d.get("results", []):
+        emu = r.get("emulation")
+        if (r["sweep"], r["workload"]) != ("tier", "zipf") or emu is None or not r["correct"] \
+                or not r["requests_per_s"]:
+            continue
+        p = r["params"]
+        store = {"memory": "MemoryStore", "cached": "page-cached file"}.get(p["store"],
+                                                                         p["store"])
+        tier = (f"host tier {100 * r['x']:.3g} %"
+                + (" filled by evictions" if p.get("tier_fill") == "victims" else "")
+                if r["x"] else "no tier")
+        size = p["request_bytes"]
+        size = f"{size >> 10} KiB" if size % 1024 == 0 else f"{size} B"
+        recs.append(record(TIER, f"Zipf(0.99) {size} reads, {store}, GPU cache "
+                                 f"{100 * p['cache_fraction']:.3g} %, {tier}, on "
+                                 f"{_array(emu)} (emulated): requests/s",
+                           r["requests_per_s"], "requests/s", "", "", None,
+                           d.get("command", "")))
     return recs
 
 

@@ -101,14 +101,17 @@ def drive_counts(text: str) -> list[int]:
     return list(dict.fromkeys(positive_ints(text, "drive counts")))   # a count given twice runs once
 
 
-def add_ssd_arguments(parser) -> None:
+def add_ssd_arguments(parser, runs: str = "the gids and nvme data paths",
+                      n_ssd_also: str = "") -> None:
     """Add ``--ssd PROFILE`` and ``--n-ssd LIST`` to an ``argparse`` parser (or group).
 
-    Read them back with :func:`emulations`.
+    ``runs`` names, in the help, what runs again under emulation; ``n_ssd_also`` ends
+    ``--n-ssd``'s help (what else of the command reads it). Read them back with
+    :func:`emulations`.
     """
     profiles = gids.ssd_profiles()
     parser.add_argument("--ssd", choices=profiles, metavar="PROFILE",
-                        help=f"run the gids and nvme data paths again, once per --n-ssd drive "
+                        help=f"run {runs} again, once per --n-ssd drive "
                              f"count, under real-time emulation of this SSD model, one of "
                              f"{', '.join(profiles)} (docs/ssd_models.md); their unemulated "
                              "rows stay, so the table shows both; the SSDs column and each "
@@ -116,7 +119,7 @@ def add_ssd_arguments(parser) -> None:
     parser.add_argument("--n-ssd", type=drive_counts, metavar="LIST",
                         help="with --ssd: comma-separated drive counts of the emulated array, "
                              "one run each (default "
-                             f"{','.join(str(n) for n in DEFAULT_DRIVE_COUNTS)})")
+                             f"{','.join(str(n) for n in DEFAULT_DRIVE_COUNTS)})" + n_ssd_also)
 
 
 def emulations(args, runtime_paths: bool = True) -> list[Emulation]:
