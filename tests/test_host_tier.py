@@ -720,7 +720,7 @@ def test_the_clock_frees_each_slot_once(tmp_path):
     with _runtime(8, cache_pages=3, host_tier_fill="victims") as rt:
         rt.open_array(path, np.int64)
         tier = rt.host_tier
-        tier._free = []
+        tier._free = np.zeros(0, dtype=np.int64)
         tier._page_of_slot[:] = np.arange(8)
         tier._table_host = np.full(tier._table.size, -1, dtype=np.int64)
         tier._table_host[:8] = np.arange(8)
@@ -728,6 +728,62 @@ def test_the_clock_frees_each_slot_once(tmp_path):
         tier._clock()
         _check_free_slots(tier)
         assert len(tier._free) == 2 * 8 // 8
+
+
+def _clock_by_hand(page_of_slot, ref, hand, need):
+    """The clock a slot at a time (the model of gids.host_tier.clock)."""
+    page_of_slot, freed = page_of_slot.copy(), []
+    for _ in range(2 * page_of_slot.size):
+        if len(freed) >= need:
+            break
+        s, hand = hand, (hand + 1) % page_of_slot.size
+        if page_of_slot[s] < 0:
+            continue
+        if ref[s]:
+            ref[s] = 0
+        else:
+            freed.append(s)
+            page_of_slot[s] = -1
+    return freed, hand
+
+
+def test_the_clock_matches_the_hand_by_hand_model():
+    from gids.host_tier import clock
+    rng = np.random.default_rng()
+    for _ in range(400):
+        capacity = int(rng.integers(1, 40))
+        page_of_slot = np.where(rng.random(capacity) < rng.random(),
+                                rng.integers(0, 999, capacity), -1)
+        ref = (rng.random(capacity) < rng.random()).astype(np.int32)
+        hand, need = int(rng.integers(0, capacity)), int(rng.integers(-1, capacity + 2))
+        want_ref = ref.copy()
+        want, want_hand = _clock_by_hand(page_of_slot, want_ref, hand, need)
+        freed, got_hand = clock(page_of_slot, ref, hand, need)
+        assert freed.tolist() == want and got_hand == want_hand
+        np.testing.assert_array_equal(ref, want_ref)
+
+
+def test_only_the_spans_kernels_may_change_are_read(tmp_path):
+    """The table words the host reads back: a writable array's held pages (a write-back drops
+    them), a victim array's pages once kernels took free slots; nothing of a read-only array's
+    static pages."""
+    from gids.host_tier import spans
+    assert spans(np.array([], dtype=np.int64)) == []
+    assert spans(np.array([1, 2, 9, 30]), gap=7) == [(1, 10), (30, 31)]
+    path, data = _file(tmp_path)
+    with _runtime(8, cache_pages=3, host_tier_fill="victims") as rt:
+        r = rt.open_array(path, np.int64)
+        w = rt.open_array(data.copy(), mode="r+")
+        v = rt.open_array(data.copy())
+        assert r.handle.tier_victims == 1 and w.handle.tier_victims == 0
+        rt.host_tier.add(r, [1, 5])
+        rt.host_tier.add(w, [2, 6])
+        assert v.handle.tier_victims == 1
+        tier = rt.host_tier
+        assert tier._changed_spans(False) == [(w.page_base + 2, w.page_base + 7)]
+        assert tier._changed_spans(True) == [(r.page_base, r.page_base + r.n_pages),
+                                             (w.page_base + 2, w.page_base + 7),
+                                             (v.page_base, v.page_base + v.n_pages)]
 
 
 def test_victims_enter_the_tier_and_serve_later_misses(tmp_path):
@@ -743,6 +799,8 @@ def test_victims_enter_the_tier_and_serve_later_misses(tmp_path):
             _check_free_slots(rt.host_tier)
         s = rt.stats()
         assert s.tier_fills > 0 and s.tier_hits > 0 and s.tier_evictions > 0, s
+        # Each page counted once as it entered and once as it left.
+        assert s.tier_fills == rt.host_tier.used + s.tier_evictions, s
         # What the tier holds came from the GPU cache: old bytes, served after the file changed.
         held = rt.host_tier.pages(a)
         rt.invalidate(keep_host_tier=True)
