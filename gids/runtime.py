@@ -820,11 +820,17 @@ class Runtime:
     def _device_indices(self, array, indices):
         """Indices as a 1-D int64 device array; host indices are range-checked here."""
         if _is_device_array(indices):
-            d_idx = indices if SIMULATOR else cuda.as_cuda_array(indices)
-            if d_idx.dtype != np.int64 or d_idx.ndim != 1:
-                raise ConfigError("gids: device indices must be a 1-D int64 array")
-            return d_idx
+            return self._device_index_array(indices)
         return self._to_device(self._host_indices(array, indices))
+
+    @staticmethod
+    def _device_index_array(indices):
+        """Device indices as a Numba 1-D int64 device array, their type checked (their range
+        is the kernel's to check)."""
+        d_idx = indices if SIMULATOR else cuda.as_cuda_array(indices)
+        if d_idx.dtype != np.int64 or d_idx.ndim != 1:
+            raise ConfigError("gids: device indices must be a 1-D int64 array")
+        return d_idx
 
     @staticmethod
     def _host_indices(array, indices):
