@@ -278,6 +278,17 @@ def _peak_in_flight(trace):
     return int(np.cumsum(events[:, 1]).max())
 
 
+def _check_peak_in_flight(tpath, n_requests, cap):
+    """The trace at ``tpath`` has ``n_requests`` records, at most ``cap`` of them in flight at
+    once, and more than one where ``cap`` allows it (the engine overlapped them)."""
+    trace = read_trace(tpath)
+    assert len(trace) == n_requests
+    peak = _peak_in_flight(trace)
+    assert peak <= cap
+    if cap > 1:
+        assert peak > 1
+
+
 @pytest.mark.parametrize("engine, depth, cap", [("threads", 64, 1), ("io_uring", 4, 4)])
 def test_emulation_counts_against_the_engines_concurrency(tmp_path, engine, depth, cap):
     """Under ssd=..., one daemon thread never has more requests out (taken, not yet posted)
@@ -294,11 +305,7 @@ def test_emulation_counts_against_the_engines_concurrency(tmp_path, engine, dept
         for (q, t, entry), p in reqs:
             assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, p)
     writer.close()
-    trace = read_trace(tpath)
-    assert len(trace) == 64
-    assert _peak_in_flight(trace) <= cap
-    if cap > 1:
-        assert _peak_in_flight(trace) > 1
+    _check_peak_in_flight(tpath, 64, cap)
     assert read_engine(tpath) == {"engine": engine, "engine_depth": cap}
     store.close()
 
@@ -333,11 +340,7 @@ def test_the_emulated_nvme_controller_counts_against_the_engines_concurrency(tmp
                 assert drv.bounce[k * NV_PAGE:(k + 1) * NV_PAGE].tobytes() == \
                     raw[page * NV_PAGE:(page + 1) * NV_PAGE]
     writer.close()
-    trace = read_trace(tpath)
-    assert len(trace) == 32
-    assert _peak_in_flight(trace) <= cap
-    if cap > 1:
-        assert _peak_in_flight(trace) > 1
+    _check_peak_in_flight(tpath, 32, cap)
     store.close()
 
 
