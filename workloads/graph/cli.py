@@ -354,6 +354,19 @@ def _write_json(path: str, report: dict) -> None:
     _say(f"wrote {path}")
 
 
+def _finish(args, report: dict, emulated: bool, failed: int, failure: str) -> int:
+    """A command's end after its table: the emulation note, the JSON report, and status 1 with
+    ``FAILED: <failed> <failure>`` where runs failed."""
+    if emulated:
+        print(EMULATION_NOTE)
+    if args.json:
+        _write_json(args.json, report)
+    if failed:
+        print(f"FAILED: {failed} {failure}")
+        return 1
+    return 0
+
+
 # ---------------------------------------------------------------------------------- bfs
 def _slowest_level(r) -> str:
     """``", slowest level L: S s, V vertices"`` of a search (its JSON has every level)."""
@@ -479,14 +492,7 @@ def cmd_bfs(args) -> int:
                  "hit rate", "tier copies/search", "tier direct/search", "valid"], rows))
     if any(r[-3] != "-" for r in rows):
         print(TIER_NOTE)
-    if arrays:
-        print(EMULATION_NOTE)
-    if args.json:
-        _write_json(args.json, report)
-    if failed:
-        print(f"FAILED: {failed} search(es) broke a validation rule")
-        return 1
-    return 0
+    return _finish(args, report, bool(arrays), failed, "search(es) broke a validation rule")
 
 
 # ---------------------------------------------------------------------------------- cc
@@ -583,14 +589,7 @@ def cmd_cc(args) -> int:
           f"{info['n_entries']:,} entries ({info['neighbour_bytes']:,} bytes of neighbours)")
     print(table(["data path", "SSDs", "engine", "cache", "pages", "seconds", "edges/s",
                  "components", "I/Os", "hit rate", "valid"], rows))
-    if arrays:
-        print(EMULATION_NOTE)
-    if args.json:
-        _write_json(args.json, report)
-    if failed:
-        print(f"FAILED: {failed} run(s) disagree with the reference")
-        return 1
-    return 0
+    return _finish(args, report, bool(arrays), failed, "run(s) disagree with the reference")
 
 
 def main(argv=None) -> int:
