@@ -4,6 +4,8 @@ import argparse
 import json
 
 import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
+
+# isort: split
 import numpy as np
 import pytest
 

@@ -8,6 +8,8 @@ one read from the store the new ones."""
 import textwrap
 
 import gids  # first: picks the world before numba.cuda loads
+
+# isort: split
 import numpy as np
 import pytest
 from numba import cuda

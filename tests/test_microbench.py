@@ -5,6 +5,8 @@ import json
 import os
 
 import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
+
+# isort: split
 import pytest
 
 from kernels.platform import SIMULATOR

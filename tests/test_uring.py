@@ -316,7 +316,8 @@ def test_the_emulated_nvme_controller_counts_against_the_engines_concurrency(tmp
     """backend="nvme" under ssd=...: one controller thread never has more commands out
     (fetched, CQE not yet posted) than its engine could, as the host daemon: one for the
     threads engine, the ring's depth for io_uring."""
-    from tests.test_nvme import PAGE as NV_PAGE, _Driver
+    from tests.test_nvme import PAGE as NV_PAGE
+    from tests.test_nvme import _Driver
     path, raw = _file(tmp_path, 64 * NV_PAGE, seed=14)
     store = FileStore(path, direct=False)
     tpath = tmp_path / "nvme.trace"
@@ -352,7 +353,8 @@ def test_emulated_nvme_controller_reads_and_writes_files_through_the_engine(tmp_
     """The NVMe controller's Reads and Writes of a file store go through the daemon's engine:
     out of order CQEs from the ring become NVMe CQEs with the right command ids and data (also
     when completions are held: jitter, or an SSD model)."""
-    from tests.test_nvme import PAGE as NV_PAGE, _Driver
+    from tests.test_nvme import PAGE as NV_PAGE
+    from tests.test_nvme import _Driver
     path, raw = _file(tmp_path, 64 * NV_PAGE, seed=11)
     store = FileStore(path, writable=True)
     data = np.frombuffer(raw, dtype=np.uint8)

@@ -37,12 +37,14 @@ import time
 
 import numpy as np
 
-import gids
-from gids import console
+import gids  # first: picks the GPU or the simulator before numba.cuda loads
+
+# isort: split
 from numba import cuda
+
+from gids import console
 from gids.device import WARP_SIZE, make_load, now_ns
 from workloads import timing
-
 
 # ------------------------------------------------------------------ kernels
 
@@ -758,6 +760,7 @@ def bench_rows_launch(n_rows, width, sizes, n_calls, log):
     into the same tensor from a copy of the array in GPU memory, beside it. Each row checks
     its output against ``index_select``'s."""
     import torch
+
     from gids.rows import resident_first
     device = "cpu" if gids.SIMULATOR else "cuda"
     rng = np.random.default_rng(7)

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda loads)
 
+# isort: split
+
 import argparse
 import dataclasses
 import json
@@ -35,20 +37,36 @@ import tempfile
 
 import numpy as np
 
-from gids.cli import (ArgumentParser, TraceRecorder, UsageError, add_trace_argument,
-                      existing_dir, nonnegative_int, output_file, page_size,
-                      positive_int, run)
+from gids.cli import (
+    ArgumentParser,
+    TraceRecorder,
+    UsageError,
+    add_trace_argument,
+    existing_dir,
+    nonnegative_int,
+    output_file,
+    page_size,
+    positive_int,
+    run,
+)
 from gids.console import Progress, say, table
-from ..ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_cell, emulation_record,
-                           emulations, engine_cell)
+
+from ..ssd_options import (
+    EMULATION_NOTE,
+    add_ssd_arguments,
+    emulation_cell,
+    emulation_record,
+    emulations,
+    engine_cell,
+)
 from .bfs import connected_components_reference, sample_bfs_roots
 from .csr_file import MAGIC, GraphFormatError, open_csr
 from .gpu_bfs import DIRECTIONS, ReferenceMismatchError, validate_bfs_result
 from .gpu_cc import ComponentsMismatchError, validate_cc_result
 from .gpu_graph import DATA_PATHS, TIER_MODES, open_device_graph
-from .tier_pages import METHODS
 from .importers import import_edge_list, import_npy_edges
 from .kronecker import generate_kronecker_csr
+from .tier_pages import METHODS
 from .validate import BFSValidationError, teps_statistics
 
 #: Searches per run by default: Graph500's 64 on a GPU; the simulator is ~1e5 times slower.
