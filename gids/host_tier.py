@@ -75,19 +75,22 @@ def clock(page_of_slot, ref, hand, need):
     capacity = page_of_slot.size
     if need <= 0 or capacity == 0:
         return _NO_PAGES, hand
-    order = (hand + np.arange(capacity)) % capacity
-    held = page_of_slot[order] >= 0
-    hit = held & (ref[order] != 0)
+
+    def slots(at):   # places in the hand's order -> slots
+        return (hand + at) % capacity
+
+    held = np.concatenate((page_of_slot[hand:], page_of_slot[:hand])) >= 0
+    hit = held & (np.concatenate((ref[hand:], ref[:hand])) != 0)
     first = np.flatnonzero(held & ~hit)            # freed on the first turn
     if first.size >= need:
         stop = int(first[need - 1]) + 1
-        ref[order[:stop][hit[:stop]]] = 0
-        return order[first[:need]], (hand + stop) % capacity
+        ref[slots(np.flatnonzero(hit[:stop]))] = 0
+        return slots(first[:need]), (hand + stop) % capacity
     # A whole turn: every bit cleared; the second frees the slots that were hit, in order
     # (never one the first turn freed: the slot would be handed out twice).
-    ref[order[hit]] = 0
+    ref[page_of_slot >= 0] = 0
     second = np.flatnonzero(hit)[:need - first.size]
-    freed = np.concatenate((order[first], order[second]))
+    freed = slots(np.concatenate((first, second)))
     if first.size + second.size < need:
         return freed, hand                         # two whole turns
     return freed, (hand + int(second[-1]) + 1) % capacity
