@@ -788,6 +788,39 @@ def test_only_the_spans_kernels_may_change_are_read(tmp_path):
                                              (v.page_base, v.page_base + v.n_pages)]
 
 
+@pytest.mark.parametrize("tier_pages", [10, 2 * N_PAGES])
+def test_the_host_table_follows_the_device_table(tmp_path, tier_pages):
+    """Victim fill beside a writable array with pages in the tier, with the clock freeing slots
+    and without (a tier larger than both arrays): after each sync the host's copy of the table
+    (read back by spans) equals the device's, and every value matches."""
+    path, old = _file(tmp_path)
+    rng = np.random.default_rng()
+    model = rng.integers(-2**40, 2**40, N_PAGES * ELEMS)
+    with _runtime(tier_pages, cache_pages=3, host_tier_fill="victims") as rt:
+        r = rt.open_array(path, np.int64)
+        w = rt.open_array(model.copy(), mode="r+")
+        tier = rt.host_tier
+        assert tier.add(w, [1, 7, 20]) == 3
+        for _ in range(6):
+            idx = rng.integers(0, old.size, 40)
+            np.testing.assert_array_equal(rt.gather(r, idx).copy_to_host(), old[idx])
+            at = rng.choice(model.size, 6, replace=False)
+            at[0] = 7 * ELEMS + rng.integers(ELEMS)   # a page in the tier: its write-back drops it
+            at = np.unique(at)
+            vals = rng.integers(-99, 99, at.size)
+            rt.scatter(w, at, vals)
+            model[at] = vals
+            probe = rng.integers(0, model.size, 40)
+            np.testing.assert_array_equal(rt.gather(w, probe).copy_to_host(), model[probe])
+            assert tier.used <= tier.capacity
+            np.testing.assert_array_equal(tier._table.copy_to_host(), tier._table_host)
+            _check_free_slots(tier)
+            assert set(tier.pages(w).tolist()) <= {1, 7, 20}
+        assert 7 not in tier.pages(w)
+        s = rt.stats()
+        assert s.tier_fills > 3 and s.writebacks > 0, s
+
+
 def test_victims_enter_the_tier_and_serve_later_misses(tmp_path):
     path, old = _file(tmp_path)
     rng = np.random.default_rng(12)
