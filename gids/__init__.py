@@ -37,21 +37,47 @@ Writes (arrays opened with ``mode="r+"``): ``gids.write(h, i, value)`` in a kern
 dirty page back and makes it durable.
 """
 from gids import _platform  # noqa: F401  (first: picks GPU or simulator before numba loads)
-from gids import defaults, device, errors, host, layout   # device, host: toolkits (see each)
+
+# isort: split
+from gids import defaults, device, errors, host, layout  # device, host: toolkits (see each)
 from gids.array import StorageArray
-from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError, GidsError,
-                         GidsTimeoutError, HoldLimitError, HostTierFullError,
-                         ImportOrderError, IndexOutOfRangeError, NotHeldError, ReadOnlyError,
-                         SharedFileError, StaleHandleError, StorageIOError)
+from gids.errors import (
+    AbortedError,
+    CacheExhaustedError,
+    ConfigError,
+    DaemonError,
+    GidsError,
+    GidsTimeoutError,
+    HoldLimitError,
+    HostTierFullError,
+    ImportOrderError,
+    IndexOutOfRangeError,
+    NotHeldError,
+    ReadOnlyError,
+    SharedFileError,
+    StaleHandleError,
+    StorageIOError,
+)
 from gids.runtime import Runtime
 from gids.stats import FileStats, Stats
 from gids.window import Hold, side_stream
 from host_daemon.ssd_model import PROFILES as _SSD_PROFILES
 from host_daemon.stores import FaultyStore, FileStore, MemoryStore, MmapStore, StripedStore
 from host_daemon.trace import read_trace, replay
-from kernels.access import (page_room, pin_page, pin_page_if_resident, pin_page_or_tier, pinned,
-                            pinned_or_tier, read, unpin_page, unpin_page_after,
-                            unpin_page_after_or_tier, unpin_page_or_tier, write)
+from kernels.access import (
+    page_room,
+    pin_page,
+    pin_page_if_resident,
+    pin_page_or_tier,
+    pinned,
+    pinned_or_tier,
+    read,
+    unpin_page,
+    unpin_page_after,
+    unpin_page_after_or_tier,
+    unpin_page_or_tier,
+    write,
+)
 from kernels.platform import MAX_REGISTERS, SIMULATOR, jit
 
 # A launch with a closed Runtime's handle raises StaleHandleError before it starts; on a GPU a

@@ -141,6 +141,7 @@ class TraceRecorder:
         if self._dir is None:
             return 0
         import shutil
+
         from host_daemon.trace import TraceWriter, read_trace
         count = 0
         try:
@@ -242,8 +243,8 @@ def cmd_info(args):
               f"{'on' if defaults.get('engine_fixed_buffers') else 'off'} (engine_fixed_buffers; "
               "a Runtime's stats say whether the kernel took them)")
     # The settings read from the environment at import, for measuring (a figure's conditions).
-    from kernels import platform as P
     from host_daemon.daemon import HOT_QUEUE_EVERY
+    from kernels import platform as P
     print(f"kernels: GIDS_MAX_REGISTERS={P.MAX_REGISTERS or 0} "
           f"GIDS_POLL_NS={P.POLL_FIRST_NS},{P.POLL_MIN_NS},{P.POLL_MAX_NS} "
           f"GIDS_BULK_COPY_LANES={P.BULK_COPY_LANES}")

@@ -26,10 +26,30 @@ functions, so that other data paths run the same loop (``workloads.pager``'s pag
 """
 from kernels.platform import WARP_SIZE, device_helper, register_copy
 from kernels.rows import rows_template
-from kernels.sync import (atomic_add, atomic_and, atomic_cas, atomic_exch, atomic_or,
-                          ld_acquire_sys, make_load, now_ns, st_release_sys)
-from kernels.warp import (activemask, ballot_sync, highest_lane, lanemask_lt, laneid, lowest_lane,
-                          match_any_sync, nanosleep, popc, shfl_sync, syncwarp)
+from kernels.sync import (
+    atomic_add,
+    atomic_and,
+    atomic_cas,
+    atomic_exch,
+    atomic_or,
+    ld_acquire_sys,
+    make_load,
+    now_ns,
+    st_release_sys,
+)
+from kernels.warp import (
+    activemask,
+    ballot_sync,
+    highest_lane,
+    laneid,
+    lanemask_lt,
+    lowest_lane,
+    match_any_sync,
+    nanosleep,
+    popc,
+    shfl_sync,
+    syncwarp,
+)
 
 __all__ = ["WARP_SIZE", "activemask", "laneid", "lanemask_lt", "ballot_sync", "shfl_sync",
            "match_any_sync", "syncwarp", "popc", "lowest_lane", "highest_lane", "nanosleep",

@@ -34,13 +34,30 @@ from host_daemon.daemon import _now_ns as now_ns
 from host_daemon.nvme_controller import NvmeController
 from host_daemon.ssd_model import SsdModel, model_submit_locked
 from host_daemon.ssd_model import get_profile as ssd_profile
-from host_daemon.stores import (DIRECT_ALIGN, T_COLUMNS, FileStore, MemoryStore, MmapStore, Store,
-                                open_file_store, write_stripes)
+from host_daemon.stores import (
+    DIRECT_ALIGN,
+    T_COLUMNS,
+    FileStore,
+    MemoryStore,
+    MmapStore,
+    Store,
+    open_file_store,
+    write_stripes,
+)
 from host_daemon.sync import load_acquire, store_release
 from host_daemon.trace import TraceWriter, synthetic_trace
-from host_daemon.uring import (IORING_ENTER_GETEVENTS, IORING_OP_READ, ring_consume, ring_cqe,
-                               ring_enter, ring_prep, ring_ready, ring_room, ring_submit,
-                               ring_submit_wait)
+from host_daemon.uring import (
+    IORING_ENTER_GETEVENTS,
+    IORING_OP_READ,
+    ring_consume,
+    ring_cqe,
+    ring_enter,
+    ring_prep,
+    ring_ready,
+    ring_room,
+    ring_submit,
+    ring_submit_wait,
+)
 from host_daemon.uring import Ring as UringRing
 from host_daemon.uring import probe as uring_probe
 from kernels.launch import installed as cheap_launches_installed

@@ -13,6 +13,10 @@ from the GPU cache enter free tier slots (a victim cache, as GMT's), and after e
 ``Runtime.sync`` the host frees slots by clock (a slot hit since the hand last passed is kept)
 so that the next kernels find free ones again.
 
+The host keeps its own copy of the device table and reads back only the spans of it a kernel
+may have changed: the held pages of arrays that kernels write back (whose write-back drops the
+page), and, after kernels took free slots, the pages of the arrays that offer victims.
+
 Writes: a page has one writable copy at a time. A writable array's page may be in the tier (it
 is copied into the GPU cache to be written); the write-back of a dirty page from a kernel drops
 it from the tier (its copy there is stale; later misses read the store), and
@@ -35,6 +39,61 @@ _LOW_WATER = 8
 _MODE_CODES = {"copy": L.TIER_COPY, "direct": L.TIER_DIRECT}
 #: Pages read from the store by one call while filling (contiguous pages of one array).
 _FILL_RUN_PAGES = 256
+#: Table words between two pages that one copy of a span of the device table passes over
+#: rather than start another copy (a copy costs a few microseconds, 16 Ki words about as much).
+_SPAN_GAP = 1 << 14
+_NO_PAGES = np.zeros(0, dtype=np.int64)
+
+
+def spans(pages, gap=_SPAN_GAP):
+    """The ``(lo, hi)`` spans covering ``pages`` (sorted, unique), one per run of pages less
+    than ``gap`` apart."""
+    if pages.size == 0:
+        return []
+    cut = np.flatnonzero(np.diff(pages) > gap) + 1
+    starts = pages[np.concatenate(([0], cut))]
+    ends = pages[np.concatenate((cut - 1, [pages.size - 1]))] + 1
+    return list(zip(starts.tolist(), ends.tolist()))
+
+
+def _merged(ranges):
+    """``(lo, hi)`` ranges, overlapping or touching ones made one, ascending."""
+    out = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def clock(page_of_slot, ref, hand, need):
+    """The clock over the tier's slots, from slot ``hand``: frees up to ``need`` slots holding a
+    page (``page_of_slot >= 0``), passing over once each one whose reference bit ``ref`` is set
+    (the bit is cleared, in place), at most two turns. Returns the freed slots in the order the
+    hand reached them, and where the hand stops (after the last slot it freed)."""
+    capacity = page_of_slot.size
+    if need <= 0 or capacity == 0:
+        return _NO_PAGES, hand
+
+    def slots(at):   # places in the hand's order -> slots
+        return (hand + at) % capacity
+
+    held = np.concatenate((page_of_slot[hand:], page_of_slot[:hand])) >= 0
+    hit = held & (np.concatenate((ref[hand:], ref[:hand])) != 0)
+    first = np.flatnonzero(held & ~hit)            # freed on the first turn
+    if first.size >= need:
+        stop = int(first[need - 1]) + 1
+        ref[slots(np.flatnonzero(hit[:stop]))] = 0
+        return slots(first[:need]), (hand + stop) % capacity
+    # A whole turn: every bit cleared; the second frees the slots that were hit, in order
+    # (never one the first turn freed: the slot would be handed out twice).
+    ref[page_of_slot >= 0] = 0
+    second = np.flatnonzero(hit)[:need - first.size]
+    freed = slots(np.concatenate((first, second)))
+    if first.size + second.size < need:
+        return freed, hand                         # two whole turns
+    return freed, (hand + int(second[-1]) + 1) % capacity
 
 
 def _physical_memory():
@@ -74,7 +133,8 @@ class HostTier:
         self._table_host = np.full(1, L.TIER_NO_SLOT, dtype=np.int64)
         self._table = cuda.to_device(self._table_host)
         self._page_of_slot = np.full(self.capacity, -1, dtype=np.int64)
-        self._free = list(range(self.capacity - 1, -1, -1))   # a stack: slot 0 first
+        # Free slots, a stack (the top is the end): slot 0 first.
+        self._free = np.arange(self.capacity - 1, -1, -1, dtype=np.int64)
         self._modes = {}        # array id -> TIER_COPY or TIER_DIRECT
         self.fills = 0
         self.evictions = 0
@@ -84,7 +144,8 @@ class HostTier:
         self._ref = cuda.to_device(np.zeros(slots, dtype=np.int32))
         self._free_list = cuda.to_device(np.zeros(slots, dtype=np.int64))
         self._free_top = cuda.to_device(np.zeros(2, dtype=np.int64))
-        self._offered = np.zeros(0, dtype=np.int64)   # the free list kernels were given
+        self._offered = _NO_PAGES   # the free list kernels were given
+        self._victim_arrays = set()   # ids of arrays whose handles offer victims
         self._hand = 0
         self._publish_free()
 
@@ -114,6 +175,8 @@ class HostTier:
         mode = self._modes.get(array.array_id, L.TIER_COPY) if self.enabled else L.TIER_NONE
         victims = int(self.victims and not array.writable
                       and id(array.store) not in self._rt._written)
+        if victims:
+            self._victim_arrays.add(array.array_id)
         return {"tier_slot": self._table, "tier": mapped_view(self._memory, array.dtype),
                 "tier_words": self._memory, "tier_mode": mode, "tier_ref": self._ref,
                 "tier_free": self._free_list, "tier_free_top": self._free_top,
@@ -128,69 +191,77 @@ class HostTier:
             self._bytes[at:at + data.size] = data
 
     def _reconcile(self):
-        """Free the slots of pages a kernel dropped from the table (write-backs of dirty pages:
-        :func:`kernels.tier.forget_tier_page`)."""
+        """Take in what kernels changed in the table: free the slots of pages they dropped
+        (write-backs of dirty pages: :func:`kernels.tier.forget_tier_page`) and, with victim
+        fill, hold the pages they put in; then run the clock and hand out free slots again."""
         if not self.enabled:
             return
         cuda.synchronize()
-        table = self._table.copy_to_host()
-        dropped = np.flatnonzero((table < 0) & (self._table_host >= 0))
-        if dropped.size:
-            self._release(dropped)
-        if self.victims:
-            self._take_victims(table)
-        self._table_host = table
+        taken = self._taken_slots() if self.victims else _NO_PAGES
+        for lo, hi in self._changed_spans(taken.size > 0):
+            self._take_in(lo, self._table[lo:hi].copy_to_host())
+        if taken.size:
+            # Taken slots that hold no page were taken twice for one page: free again.
+            held = taken[self._page_of_slot[taken] >= 0]
+            self._free = self._free[~np.isin(self._free, held)]
         if self.victims:
             self._clock()
-            self._publish_free()
+            if taken.size or self._free.size != self._offered.size:
+                self._publish_free()
 
-    def _take_victims(self, table):
-        """Account for the pages kernels put into the tier (their fills were counted there):
-        the free slots they took hold them, or, taken twice for one page, are free again."""
-        taken = self._offered[:min(int(self._free_top.copy_to_host()[0]), self._offered.size)]
-        if taken.size == 0:
-            return
-        new = np.flatnonzero((table >= 0) & (self._table_host < 0))
-        self._page_of_slot[table[new]] = new
-        held = np.zeros(self.capacity, dtype=bool)
-        held[table[table >= 0]] = True
-        lost = taken[~held[taken]]
-        self._page_of_slot[lost] = -1
-        gone = set(taken[held[taken]].tolist())
-        self._free = [s for s in self._free if s not in gone]
+    def _taken_slots(self):
+        """The free slots kernels took since they were handed out (victim fill)."""
+        top = int(self._free_top.copy_to_host()[0])
+        return self._offered[:min(top, self._offered.size)]
+
+    def _changed_spans(self, victims_taken):
+        """The spans of the table kernels may have changed: where a page of an array they write
+        back is held (a write-back drops it), and, where they took free slots, the pages of the
+        arrays that offer victims."""
+        held = np.sort(self._page_of_slot[self._page_of_slot >= 0])
+        ranges = []
+        for array in self._rt._arrays:
+            lo, hi = array.page_base, array.page_base + array.n_pages
+            if id(array.store) in self._rt._written:
+                ranges += spans(held[np.searchsorted(held, lo):np.searchsorted(held, hi)])
+            elif victims_taken and array.array_id in self._victim_arrays:
+                ranges.append((lo, hi))
+        return _merged(ranges)
+
+    def _take_in(self, lo, seen):
+        """The device table's words ``seen`` from page ``lo`` on: pages dropped from it free
+        their slots; pages put in hold theirs."""
+        was = self._table_host[lo:lo + seen.size]
+        new = np.flatnonzero((seen >= 0) & (was < 0))
+        dropped = np.flatnonzero((seen < 0) & (was >= 0))
+        if dropped.size:
+            self._release(lo + dropped)
+        self._table_host[lo + new] = seen[new]
+        self._page_of_slot[seen[new]] = lo + new
+
+    def _upload(self, gpages):
+        """Copy the host's table words of ``gpages`` (and those between them) to the device."""
+        for lo, hi in spans(np.unique(gpages)):
+            self._table[lo:hi].copy_to_device(self._table_host[lo:hi])
 
     def _clock(self):
-        """Free slots by clock until twice the low water are free: a slot whose page was hit
-        since the hand last passed (its reference bit) is passed over once, its bit cleared."""
-        if len(self._free) * _LOW_WATER >= self.capacity:
+        """Free slots by :func:`clock` until twice the low water are free."""
+        if self._free.size * _LOW_WATER >= self.capacity:
             return
-        want = 2 * self.capacity // _LOW_WATER
         ref = self._ref.copy_to_host()
-        freed = []
-        for _ in range(2 * self.capacity):
-            if len(self._free) + len(freed) >= want:
-                break
-            s = self._hand
-            self._hand = (self._hand + 1) % self.capacity
-            if self._page_of_slot[s] < 0:
-                continue
-            if ref[s]:
-                ref[s] = 0
-            else:
-                # Marked at once: a second turn of the hand must not free it again (the slot
-                # would be handed out twice, two pages written into it).
-                freed.append(int(self._page_of_slot[s]))
-                self._page_of_slot[s] = -1
-        if freed:
-            self._release(np.array(freed, dtype=np.int64))
-            self._table.copy_to_device(self._table_host)
+        slots, self._hand = clock(self._page_of_slot, ref, self._hand,
+                                  2 * self.capacity // _LOW_WATER - self._free.size)
+        if slots.size:
+            freed = self._page_of_slot[slots]
+            self._release(freed)
+            self._upload(freed)
         self._ref.copy_to_device(ref)
 
     def _publish_free(self):
         """Give kernels the free slots (victim fill): a list and a count, none taken yet."""
         if not self.victims:
             return
-        self._offered = np.array(self._free[::-1], dtype=np.int64)
+        self._offered = self._free[::-1].copy()
         if self._offered.size:
             self._free_list[:self._offered.size].copy_to_device(self._offered)
         self._free_top.copy_to_device(np.array([0, self._offered.size], dtype=np.int64))
@@ -205,7 +276,7 @@ class HostTier:
         gpages = np.unique(gpages)
         slots = self._table_host[gpages]
         self._page_of_slot[slots] = -1
-        self._free.extend(slots.tolist())
+        self._free = np.concatenate((self._free, slots))
         self._table_host[gpages] = L.TIER_NO_SLOT
         self.evictions += int(gpages.size)
 
@@ -242,11 +313,12 @@ class HostTier:
         if array.writable:
             # The tier gets the store's bytes: the GPU cache's newer ones go there first.
             self._rt._write_back_dirty()
-        slots = np.array([self._free.pop() for _ in range(new.size)], dtype=np.int64)
+        slots = self._free[::-1][:new.size].copy()
+        self._free = self._free[:self._free.size - new.size]
         self._fill(array, new - array.page_base, slots)
         self._table_host[new] = slots
         self._page_of_slot[slots] = new
-        self._table.copy_to_device(self._table_host)
+        self._upload(new)
         self.fills += int(new.size)
         self._publish_free()
         return int(new.size)
@@ -285,10 +357,10 @@ class HostTier:
         if not self.enabled:
             return
         self._reconcile()
-        held = np.flatnonzero(self._table_host >= 0)
+        held = self._page_of_slot[self._page_of_slot >= 0]
         if held.size:
             self._release(held)
-            self._table.copy_to_device(self._table_host)
+            self._upload(held)
         self._publish_free()
 
     def set_mode(self, array, mode):
@@ -313,7 +385,7 @@ class HostTier:
     def close(self):
         """Give the pinned memory back (the Runtime closes); the tier is empty from now on."""
         self.capacity = 0
-        self._free = []
+        self._free = _NO_PAGES
         self._memory = self._bytes = self._table = None
         self._table_host = np.full(1, L.TIER_NO_SLOT, dtype=np.int64)
 

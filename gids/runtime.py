@@ -7,23 +7,44 @@ import time
 import numpy as np
 from numba import cuda
 
-from gids import defaults, layout as L
+from gids import defaults
+from gids import layout as L
 from gids._platform import host_view
 from gids.array import SUPPORTED_DTYPES, StorageArray
-from gids.host_tier import HostTier
 from gids.backends import BACKENDS as BACKEND_CLASSES
-from gids.errors import (AbortedError, CacheExhaustedError, ConfigError, DaemonError,
-                         GidsTimeoutError, IndexOutOfRangeError, ReadOnlyError, SharedFileError,
-                         StaleHandleError, StorageIOError)
+from gids.errors import (
+    AbortedError,
+    CacheExhaustedError,
+    ConfigError,
+    DaemonError,
+    GidsTimeoutError,
+    IndexOutOfRangeError,
+    ReadOnlyError,
+    SharedFileError,
+    StaleHandleError,
+    StorageIOError,
+)
+from gids.host_tier import HostTier
 from gids.staging import Staging
 from gids.stats import FileStats, Stats
 from gids.waiting import KernelWaiter
 from gids.window import Window
 from host_daemon.daemon import ENGINES
 from host_daemon.ssd_model import SsdModel
-from host_daemon.stores import (F_COLUMNS, F_WRITE_BYTES, F_WRITE_NS, F_WRITES, MAX_FILES,
-                                 T_COLUMNS, T_FILE_SLOT, FaultyStore, MemoryStore, Store,
-                                 StripedStore, open_file_store)
+from host_daemon.stores import (
+    F_COLUMNS,
+    F_WRITE_BYTES,
+    F_WRITE_NS,
+    F_WRITES,
+    MAX_FILES,
+    T_COLUMNS,
+    T_FILE_SLOT,
+    FaultyStore,
+    MemoryStore,
+    Store,
+    StripedStore,
+    open_file_store,
+)
 from kernels.platform import EARLY_COPY, SIMULATOR, WARP_SIZE
 
 MIN_PAGE_SIZE = 512
@@ -820,11 +841,17 @@ class Runtime:
     def _device_indices(self, array, indices):
         """Indices as a 1-D int64 device array; host indices are range-checked here."""
         if _is_device_array(indices):
-            d_idx = indices if SIMULATOR else cuda.as_cuda_array(indices)
-            if d_idx.dtype != np.int64 or d_idx.ndim != 1:
-                raise ConfigError("gids: device indices must be a 1-D int64 array")
-            return d_idx
+            return self._device_index_array(indices)
         return self._to_device(self._host_indices(array, indices))
+
+    @staticmethod
+    def _device_index_array(indices):
+        """Device indices as a Numba 1-D int64 device array, their type checked (their range
+        is the kernel's to check)."""
+        d_idx = indices if SIMULATOR else cuda.as_cuda_array(indices)
+        if d_idx.dtype != np.int64 or d_idx.ndim != 1:
+            raise ConfigError("gids: device indices must be a 1-D int64 array")
+        return d_idx
 
     @staticmethod
     def _host_indices(array, indices):

@@ -1,8 +1,7 @@
 """Counters of a Runtime's page cache, read after kernels finish."""
 from dataclasses import dataclass, fields
 
-from host_daemon.stores import (F_READ_BYTES, F_READ_NS, F_READS, F_WRITE_BYTES, F_WRITE_NS,
-                                 F_WRITES)
+from host_daemon.stores import F_READ_BYTES, F_READ_NS, F_READS, F_WRITE_BYTES, F_WRITE_NS, F_WRITES
 
 
 def _mean_us(total_ns, count):

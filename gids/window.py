@@ -23,7 +23,7 @@ import numpy as np
 from numba import cuda
 
 from gids import defaults
-from gids.errors import HoldLimitError, IndexOutOfRangeError, NotHeldError
+from gids.errors import HoldLimitError, NotHeldError
 from gids.interop import is_cuda_array, numba_stream, stream_handle
 from kernels.platform import SIMULATOR, WARP_SIZE
 
@@ -219,14 +219,8 @@ class Window:
     def _pages(self, array, indices):
         """Distinct page numbers of host (or, copied back, device) element indices, checked."""
         if is_cuda_array(indices):
-            indices = self.rt._device_indices(array, indices).copy_to_host()
-            if indices.size and (indices.min() < 0 or indices.max() >= array.size):
-                bad = indices[(indices < 0) | (indices >= array.size)][0]
-                raise IndexOutOfRangeError(f"gids: index {int(bad)} is out of range for an "
-                                           f"array of {array.size} elements")
-        else:
-            indices = self.rt._host_indices(array, indices)
-        return distinct_pages(indices, array.elem_shift)
+            indices = self.rt._device_index_array(indices).copy_to_host()
+        return distinct_pages(self.rt._host_indices(array, indices), array.elem_shift)
 
     def _launch_stream(self, stream):
         handle, _ = stream_handle(stream)

@@ -45,23 +45,55 @@ from collections import namedtuple
 import numpy as np
 from numba import njit, types
 
+from host_daemon import uring as U
+from host_daemon.minheap import heap_pop, heap_push
+from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
+from host_daemon.stores import (
+    DIRECT_ALIGN,
+    F_COLUMNS,
+    FAULT_CRASH,
+    FAULT_EIO,
+    FAULT_SHORT,
+    FAULT_SLOW,
+    FAULT_WRITE_CRASH,
+    FAULT_WRITE_EIO,
+    FAULT_WRITE_SLOW,
+    MAP_CHUNK,
+    MAP_TRUST_NS,
+    MAX_FILES,
+    OS_PAGE,
+    T_ADDRESS,
+    T_FAULTS,
+    T_KIND,
+    T_MAP,
+    T_MAP_BYTES,
+    T_MAP_CHECKED,
+    T_MAP_RESIDENT,
+    T_N_FILES,
+    T_NBYTES,
+    T_OFFSET,
+    FileStore,
+    StripedStore,
+    count_file_io,
+    page_location,
+)
+from host_daemon.sync import load_acquire, load_word, private_array, store_release, store_word
+from host_daemon.trace import TRACE_DTYPE
+from host_daemon.uring import (
+    S_ERROR,
+    S_IN_FLIGHT,
+    S_UNSUBMITTED,
+    ring_consume,
+    ring_cqe,
+    ring_prep_rw,
+    ring_ready,
+    ring_room,
+    ring_submit,
+    ring_submit_wait,
+)
 from kernels import layout as L
 from kernels import settings
 from kernels.errors import DaemonError
-from host_daemon.minheap import heap_pop, heap_push
-from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
-from host_daemon.stores import (DIRECT_ALIGN, F_COLUMNS, FAULT_CRASH, FAULT_EIO, FAULT_SHORT,
-                                 FAULT_SLOW, FAULT_WRITE_CRASH, FAULT_WRITE_EIO, FAULT_WRITE_SLOW,
-                                 MAP_CHUNK, MAP_TRUST_NS, MAX_FILES, OS_PAGE, T_ADDRESS,
-                                 T_FAULTS, T_KIND, T_MAP, T_MAP_BYTES, T_MAP_CHECKED,
-                                 T_MAP_RESIDENT, T_N_FILES, T_NBYTES, T_OFFSET, FileStore,
-                                 StripedStore, count_file_io, page_location)
-from host_daemon.sync import load_acquire, load_word, private_array, store_release, store_word
-from host_daemon.trace import TRACE_DTYPE
-from host_daemon import uring as U
-from host_daemon.uring import (S_ERROR, S_IN_FLIGHT, S_UNSUBMITTED, ring_consume, ring_cqe,
-                               ring_prep_rw, ring_ready, ring_room, ring_submit,
-                               ring_submit_wait)
 
 #: The queue records' words, compiled from their one definition in ``gids.layout`` (``sq_word``
 #: for ``workloads.emulation_bench``, whose threads play the GPU).

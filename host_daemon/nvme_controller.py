@@ -50,7 +50,6 @@ cache line (``private_array``), two clock reads per batch, no reference counting
 """
 import numpy as np
 
-from kernels import layout as L
 from host_daemon.daemon import (
     _CRASH,
     _QUEUED,
@@ -85,11 +84,12 @@ from host_daemon.daemon import (
     reap_ring,
     ring_usable,
 )
-from host_daemon.uring import S_IN_FLIGHT, S_UNSUBMITTED, ring_room, ring_submit
 from host_daemon.minheap import heap_pop, heap_push
 from host_daemon.ssd_model import SsdModel, model_lock, model_submit, model_unlock
 from host_daemon.stores import T_ADDRESS, T_NBYTES, T_OFFSET
 from host_daemon.sync import load_acquire, private_array, store_release
+from host_daemon.uring import S_IN_FLIGHT, S_UNSUBMITTED, ring_room, ring_submit
+from kernels import layout as L
 
 # Columns of a thread's per-queue state (one row per queue it serves).
 Q_SQ_HEAD = 0     # next SQ ring position to fetch

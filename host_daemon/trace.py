@@ -46,10 +46,16 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from kernels.layout import OP_READ, OP_WRITE  # one definition: the queue's op word
 from host_daemon.minheap import heap_pop, heap_push
-from host_daemon.ssd_model import (DEFAULT_HOST_LINK_GBPS, DEFAULT_STRIPE_BYTES, PROFILES,
-                                   SsdModel, get_profile, model_submit)
+from host_daemon.ssd_model import (
+    DEFAULT_HOST_LINK_GBPS,
+    DEFAULT_STRIPE_BYTES,
+    PROFILES,
+    SsdModel,
+    get_profile,
+    model_submit,
+)
+from kernels.layout import OP_READ, OP_WRITE  # one definition: the queue's op word
 
 #: First 8 bytes of every trace file.
 MAGIC = b"GIDSTRCE"

@@ -213,7 +213,7 @@ _settings = _from_environment()
 
 
 def _simulator():
-    from numba import config   # read when asked: the world may be chosen after this import
+    from numba import config  # read when asked: the world may be chosen after this import
     return bool(config.ENABLE_CUDASIM)
 
 

@@ -6,6 +6,8 @@ Tests run in Numba's CUDA simulator unless a GPU is present and NUMBA_ENABLE_CUD
 import sys
 
 import gids  # noqa: F401  (picks the world before numba.cuda loads)
+
+# isort: split
 import pytest
 
 from kernels.platform import SIMULATOR

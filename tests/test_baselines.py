@@ -3,6 +3,8 @@ path; the cpu_batch pass protocol; the errors each path raises."""
 import textwrap
 
 import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
+
+# isort: split
 import numpy as np
 import pytest
 from numba import cuda

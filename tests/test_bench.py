@@ -3,7 +3,9 @@ stable, every figure is labelled a simulator figure, bad arguments get clear err
 import argparse
 import json
 
-import gids  # first: picks the simulator before numba.cuda loads
+import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
+
+# isort: split
 import numpy as np
 import pytest
 

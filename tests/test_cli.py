@@ -1,6 +1,8 @@
 """The ``gids`` command's own subcommands in the simulator: the demo the README runs first,
 and ``info``, which names the world and every setting a figure depends on."""
 import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
+
+# isort: split
 import json
 import os
 import subprocess

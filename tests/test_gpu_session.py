@@ -5,6 +5,8 @@ import sys
 import pytest
 
 import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
+
+# isort: split
 from gids.cli import build_parser as gids_parser
 from workloads import bench, gpu_tests, microbench, stress, stripe_bench
 from workloads.gpu_session import GIDS, STAGES

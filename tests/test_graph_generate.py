@@ -10,11 +10,27 @@ import zlib
 import numpy as np
 import pytest
 
-from workloads.graph import (FLAG_NO_DUPLICATES, FLAG_NO_SELF_LOOPS, FLAG_SORTED, FLAG_SYMMETRIC,
-                             SECTION_ALIGN, CSRHeader, EdgeArray, GraphFormatError,
-                             KroneckerEdges, generate_kronecker_csr, import_edge_list,
-                             import_npy_edges, kronecker_edges, neighbour_dtype_for, open_csr,
-                             read_csr_header, scramble_vertices, verify_csr, write_csr)
+from workloads.graph import (
+    FLAG_NO_DUPLICATES,
+    FLAG_NO_SELF_LOOPS,
+    FLAG_SORTED,
+    FLAG_SYMMETRIC,
+    SECTION_ALIGN,
+    CSRHeader,
+    EdgeArray,
+    GraphFormatError,
+    KroneckerEdges,
+    generate_kronecker_csr,
+    import_edge_list,
+    import_npy_edges,
+    kronecker_edges,
+    neighbour_dtype_for,
+    open_csr,
+    read_csr_header,
+    scramble_vertices,
+    verify_csr,
+    write_csr,
+)
 from workloads.graph.csr_file import HEADER_SIZE
 
 

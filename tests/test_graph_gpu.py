@@ -13,23 +13,43 @@ import sys
 import textwrap
 
 import gids  # noqa: F401  (first: picks the world before numba.cuda loads)
+
+# isort: split
 import numpy as np
 import pytest
 from numba import cuda
-from kernels.platform import WARP_SIZE
 
+from kernels.platform import WARP_SIZE
 from tests.helpers import default_engine, run_compile_script
-from workloads.graph import (EdgeArray, GraphFormatError, connected_components_reference,
-                             generate_kronecker_csr, open_csr, sample_bfs_roots, scipy_bfs,
-                             traversed_edges, write_csr)
-from workloads.graph.cli import add_bfs_arguments, main as cli_main
+from workloads.graph import (
+    EdgeArray,
+    GraphFormatError,
+    connected_components_reference,
+    generate_kronecker_csr,
+    open_csr,
+    sample_bfs_roots,
+    scipy_bfs,
+    traversed_edges,
+    write_csr,
+)
+from workloads.graph.cli import add_bfs_arguments
+from workloads.graph.cli import main as cli_main
 from workloads.graph.gpu_bfs import make_bfs_kernels, validate_bfs_result
 from workloads.graph.gpu_cc import make_cc_kernels, validate_cc_result
-from workloads.graph.gpu_graph import (DATA_PATHS, WHOLE_CACHE_REGISTERS, Access,
-                                       DeviceArraySource, data_path_options,
-                                       launch_geometry, open_device_graph,
-                                       read_device_array, read_gids, register_data_path,
-                                       run_bfs, run_cc)
+from workloads.graph.gpu_graph import (
+    DATA_PATHS,
+    WHOLE_CACHE_REGISTERS,
+    Access,
+    DeviceArraySource,
+    data_path_options,
+    launch_geometry,
+    open_device_graph,
+    read_device_array,
+    read_gids,
+    register_data_path,
+    run_bfs,
+    run_cc,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = 512

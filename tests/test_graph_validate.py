@@ -5,13 +5,28 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workloads.graph import (BFSValidationError, CSRGraph, EdgeArray, GraphFormatError,
-                             bfs_reference,
-                             connected_components_reference, generate_kronecker_csr,
-                             kronecker_edges, open_csr, same_partition, sample_bfs_roots, scipy_bfs,
-                             scipy_components, teps_harmonic_mean, teps_statistics,
-                             traversed_edges, tree_depths, validate_bfs_levels, validate_bfs_tree,
-                             write_csr)
+from workloads.graph import (
+    BFSValidationError,
+    CSRGraph,
+    EdgeArray,
+    GraphFormatError,
+    bfs_reference,
+    connected_components_reference,
+    generate_kronecker_csr,
+    kronecker_edges,
+    open_csr,
+    same_partition,
+    sample_bfs_roots,
+    scipy_bfs,
+    scipy_components,
+    teps_harmonic_mean,
+    teps_statistics,
+    traversed_edges,
+    tree_depths,
+    validate_bfs_levels,
+    validate_bfs_tree,
+    write_csr,
+)
 
 SCALES = [6, 7, 8, 9, 10]
 

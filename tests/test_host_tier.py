@@ -8,6 +8,8 @@ one read from the store the new ones."""
 import textwrap
 
 import gids  # first: picks the world before numba.cuda loads
+
+# isort: split
 import numpy as np
 import pytest
 from numba import cuda
@@ -720,7 +722,7 @@ def test_the_clock_frees_each_slot_once(tmp_path):
     with _runtime(8, cache_pages=3, host_tier_fill="victims") as rt:
         rt.open_array(path, np.int64)
         tier = rt.host_tier
-        tier._free = []
+        tier._free = np.zeros(0, dtype=np.int64)
         tier._page_of_slot[:] = np.arange(8)
         tier._table_host = np.full(tier._table.size, -1, dtype=np.int64)
         tier._table_host[:8] = np.arange(8)
@@ -728,6 +730,95 @@ def test_the_clock_frees_each_slot_once(tmp_path):
         tier._clock()
         _check_free_slots(tier)
         assert len(tier._free) == 2 * 8 // 8
+
+
+def _clock_by_hand(page_of_slot, ref, hand, need):
+    """The clock a slot at a time (the model of gids.host_tier.clock)."""
+    page_of_slot, freed = page_of_slot.copy(), []
+    for _ in range(2 * page_of_slot.size):
+        if len(freed) >= need:
+            break
+        s, hand = hand, (hand + 1) % page_of_slot.size
+        if page_of_slot[s] < 0:
+            continue
+        if ref[s]:
+            ref[s] = 0
+        else:
+            freed.append(s)
+            page_of_slot[s] = -1
+    return freed, hand
+
+
+def test_the_clock_matches_the_hand_by_hand_model():
+    from gids.host_tier import clock
+    rng = np.random.default_rng()
+    for _ in range(400):
+        capacity = int(rng.integers(1, 40))
+        page_of_slot = np.where(rng.random(capacity) < rng.random(),
+                                rng.integers(0, 999, capacity), -1)
+        ref = (rng.random(capacity) < rng.random()).astype(np.int32)
+        hand, need = int(rng.integers(0, capacity)), int(rng.integers(-1, capacity + 2))
+        want_ref = ref.copy()
+        want, want_hand = _clock_by_hand(page_of_slot, want_ref, hand, need)
+        freed, got_hand = clock(page_of_slot, ref, hand, need)
+        assert freed.tolist() == want and got_hand == want_hand
+        np.testing.assert_array_equal(ref, want_ref)
+
+
+def test_only_the_spans_kernels_may_change_are_read(tmp_path):
+    """The table words the host reads back: a writable array's held pages (a write-back drops
+    them), a victim array's pages once kernels took free slots; nothing of a read-only array's
+    static pages."""
+    from gids.host_tier import spans
+    assert spans(np.array([], dtype=np.int64)) == []
+    assert spans(np.array([1, 2, 9, 30]), gap=7) == [(1, 10), (30, 31)]
+    path, data = _file(tmp_path)
+    with _runtime(8, cache_pages=3, host_tier_fill="victims") as rt:
+        r = rt.open_array(path, np.int64)
+        w = rt.open_array(data.copy(), mode="r+")
+        v = rt.open_array(data.copy())
+        assert r.handle.tier_victims == 1 and w.handle.tier_victims == 0
+        rt.host_tier.add(r, [1, 5])
+        rt.host_tier.add(w, [2, 6])
+        assert v.handle.tier_victims == 1
+        tier = rt.host_tier
+        assert tier._changed_spans(False) == [(w.page_base + 2, w.page_base + 7)]
+        assert tier._changed_spans(True) == [(r.page_base, r.page_base + r.n_pages),
+                                             (w.page_base + 2, w.page_base + 7),
+                                             (v.page_base, v.page_base + v.n_pages)]
+
+
+@pytest.mark.parametrize("tier_pages", [10, 2 * N_PAGES])
+def test_the_host_table_follows_the_device_table(tmp_path, tier_pages):
+    """Victim fill beside a writable array with pages in the tier, with the clock freeing slots
+    and without (a tier larger than both arrays): after each sync the host's copy of the table
+    (read back by spans) equals the device's, and every value matches."""
+    path, old = _file(tmp_path)
+    rng = np.random.default_rng()
+    model = rng.integers(-2**40, 2**40, N_PAGES * ELEMS)
+    with _runtime(tier_pages, cache_pages=3, host_tier_fill="victims") as rt:
+        r = rt.open_array(path, np.int64)
+        w = rt.open_array(model.copy(), mode="r+")
+        tier = rt.host_tier
+        assert tier.add(w, [1, 7, 20]) == 3
+        for _ in range(6):
+            idx = rng.integers(0, old.size, 40)
+            np.testing.assert_array_equal(rt.gather(r, idx).copy_to_host(), old[idx])
+            at = rng.choice(model.size, 6, replace=False)
+            at[0] = 7 * ELEMS + rng.integers(ELEMS)   # a page in the tier: its write-back drops it
+            at = np.unique(at)
+            vals = rng.integers(-99, 99, at.size)
+            rt.scatter(w, at, vals)
+            model[at] = vals
+            probe = rng.integers(0, model.size, 40)
+            np.testing.assert_array_equal(rt.gather(w, probe).copy_to_host(), model[probe])
+            assert tier.used <= tier.capacity
+            np.testing.assert_array_equal(tier._table.copy_to_host(), tier._table_host)
+            _check_free_slots(tier)
+            assert set(tier.pages(w).tolist()) <= {1, 7, 20}
+        assert 7 not in tier.pages(w)
+        s = rt.stats()
+        assert s.tier_fills > 3 and s.writebacks > 0, s
 
 
 def test_victims_enter_the_tier_and_serve_later_misses(tmp_path):
@@ -741,8 +832,11 @@ def test_victims_enter_the_tier_and_serve_later_misses(tmp_path):
             np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), old[idx])
             assert 0 < rt.host_tier.used <= rt.host_tier.capacity
             _check_free_slots(rt.host_tier)
+        used = rt.host_tier.used   # (taken in before the counts are read)
         s = rt.stats()
         assert s.tier_fills > 0 and s.tier_hits > 0 and s.tier_evictions > 0, s
+        # Each page counted once as it entered and once as it left.
+        assert s.tier_fills == used + s.tier_evictions, s
         # What the tier holds came from the GPU cache: old bytes, served after the file changed.
         held = rt.host_tier.pages(a)
         rt.invalidate(keep_host_tier=True)
@@ -778,8 +872,12 @@ def test_victim_fill_on_the_gpu(tmp_path):
             idx = np.random.default_rng(seed).integers(0, data.size, 1 << 18)
             np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), data[idx])
             assert rt.host_tier.used <= rt.host_tier.capacity
+            _check_free_slots(rt.host_tier)
+        used = rt.host_tier.used   # (taken in before the counts are read)
         s = rt.stats()
         assert s.tier_fills > 0 and s.tier_hits > 0
+        # A page two warps offered at once is counted once (its second slot is freed again).
+        assert s.tier_fills == used + s.tier_evictions, s
 
 
 def test_graph_cli_with_a_host_tier(tmp_path, capsys):

@@ -5,6 +5,8 @@ import json
 import os
 
 import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
+
+# isort: split
 import pytest
 
 from kernels.platform import SIMULATOR
@@ -55,8 +57,10 @@ def test_miss_benchmark_compares_pages_per_warp_and_times_the_misses(tmp_path):
         # are 32 lookups (one loads, the others wait for it): misses >= I/Os.
         assert row["ios"] == row["pages"] <= row["misses"]
         # The kernels' own account of the misses: every I/O took some time, and a miss's slow
-        # path includes its I/O.
-        assert 0 < row["io_latency_us"] <= row["miss_latency_us"]
+        # path includes its I/O (in total: the misses that waited for another's I/O pull the
+        # mean miss below the mean I/O).
+        io_us, miss_us = row["io_latency_us"] * row["ios"], row["miss_latency_us"] * row["misses"]
+        assert 0 < io_us <= miss_us * (1 + 1e-9)
     with open(os.path.join(tmp_path, "misses_suite.json")) as f:
         assert len(json.load(f)["rows"]) == 2
 

@@ -1,10 +1,10 @@
 """What an install and a test run print before any of gids runs: no setuptools deprecation of
 the license table, and no invalid-escape warning from compiling the sources and the tests."""
-import tomllib
 import warnings
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 

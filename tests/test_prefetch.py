@@ -85,8 +85,10 @@ def test_hold_limit_and_errors(data):
             rt.hold(a, [ref.size])
         with pytest.raises(gids.IndexOutOfRangeError):
             rt.prefetch(a, [-1])
-        with pytest.raises(gids.IndexOutOfRangeError):
-            rt.hold(a, cuda.to_device(np.array([ref.size + 5], dtype=np.int64)))
+        with pytest.raises(gids.IndexOutOfRangeError, match=f"index {ref.size + 5} "):
+            rt.hold(a, cuda.to_device(np.array([3, ref.size + 5], dtype=np.int64)))
+        with pytest.raises(gids.ConfigError, match="1-D int64"):
+            rt.prefetch(a, cuda.to_device(np.array([3], dtype=np.int32)))
         rt.release(again)
         state = rt._page_state.copy_to_host()[:64]
         assert not (state & gids.layout.PAGE_REF_MASK).any()   # every pin given back

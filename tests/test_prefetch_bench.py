@@ -3,6 +3,8 @@ checks its values; bad options are one line and status 2. (Times mean nothing he
 import json
 
 import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
+
+# isort: split
 from workloads import bench
 
 

@@ -6,9 +6,17 @@ import numba
 import numpy as np
 import pytest
 
-from host_daemon.ssd_model import (DEFAULT_HOST_LINK_GBPS, PROFILES, Figure, NandMedia,
-                                   PublishedFigures, SsdModel, SsdProfile, get_profile,
-                                   model_submit_locked)
+from host_daemon.ssd_model import (
+    DEFAULT_HOST_LINK_GBPS,
+    PROFILES,
+    Figure,
+    NandMedia,
+    PublishedFigures,
+    SsdModel,
+    SsdProfile,
+    get_profile,
+    model_submit_locked,
+)
 from host_daemon.trace import calibrate, replay, synthetic_trace
 
 TOLERANCE = 0.10  # the bar: within 10% of the published figure

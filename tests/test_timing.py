@@ -6,6 +6,8 @@ import threading
 import time
 
 import gids  # noqa: F401  (first: picks the simulator before numba.cuda loads)
+
+# isort: split
 import numpy as np
 import pytest
 from numba import cuda

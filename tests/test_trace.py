@@ -7,9 +7,20 @@ import numpy as np
 import pytest
 
 from host_daemon.ssd_model import SsdModel
-from host_daemon.trace import (HEADER_BYTES, HEADER_DTYPE, MAGIC, OP_WRITE, TRACE_DTYPE,
-                               TRACE_DTYPE_V1, TraceFormatError, TraceWriter, main, read_trace,
-                               replay, synthetic_trace)
+from host_daemon.trace import (
+    HEADER_BYTES,
+    HEADER_DTYPE,
+    MAGIC,
+    OP_WRITE,
+    TRACE_DTYPE,
+    TRACE_DTYPE_V1,
+    TraceFormatError,
+    TraceWriter,
+    main,
+    read_trace,
+    replay,
+    synthetic_trace,
+)
 
 
 def _records(n, seed=0):
@@ -342,7 +353,7 @@ def test_max_in_flight_bounds_the_replay():
 
 
 def test_max_in_flight_on_a_fixed_latency_device_is_waves():
-    from host_daemon.ssd_model import SsdProfile, PublishedFigures, Figure
+    from host_daemon.ssd_model import Figure, PublishedFigures, SsdProfile
     fixed = SsdProfile(name="fixed", description="test: 10 us, no limits", media=None,
                        pcie_gen=None, pcie_lanes=0, max_read_GBps=None, iops_cap=None,
                        ctrl_latency_us=10.0,

@@ -278,6 +278,17 @@ def _peak_in_flight(trace):
     return int(np.cumsum(events[:, 1]).max())
 
 
+def _check_peak_in_flight(tpath, n_requests, cap):
+    """The trace at ``tpath`` has ``n_requests`` records, at most ``cap`` of them in flight at
+    once, and more than one where ``cap`` allows it (the engine overlapped them)."""
+    trace = read_trace(tpath)
+    assert len(trace) == n_requests
+    peak = _peak_in_flight(trace)
+    assert peak <= cap
+    if cap > 1:
+        assert peak > 1
+
+
 @pytest.mark.parametrize("engine, depth, cap", [("threads", 64, 1), ("io_uring", 4, 4)])
 def test_emulation_counts_against_the_engines_concurrency(tmp_path, engine, depth, cap):
     """Under ssd=..., one daemon thread never has more requests out (taken, not yet posted)
@@ -294,11 +305,7 @@ def test_emulation_counts_against_the_engines_concurrency(tmp_path, engine, dept
         for (q, t, entry), p in reqs:
             assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, p)
     writer.close()
-    trace = read_trace(tpath)
-    assert len(trace) == 64
-    assert _peak_in_flight(trace) <= cap
-    if cap > 1:
-        assert _peak_in_flight(trace) > 1
+    _check_peak_in_flight(tpath, 64, cap)
     assert read_engine(tpath) == {"engine": engine, "engine_depth": cap}
     store.close()
 
@@ -309,7 +316,8 @@ def test_the_emulated_nvme_controller_counts_against_the_engines_concurrency(tmp
     """backend="nvme" under ssd=...: one controller thread never has more commands out
     (fetched, CQE not yet posted) than its engine could, as the host daemon: one for the
     threads engine, the ring's depth for io_uring."""
-    from tests.test_nvme import PAGE as NV_PAGE, _Driver
+    from tests.test_nvme import PAGE as NV_PAGE
+    from tests.test_nvme import _Driver
     path, raw = _file(tmp_path, 64 * NV_PAGE, seed=14)
     store = FileStore(path, direct=False)
     tpath = tmp_path / "nvme.trace"
@@ -333,11 +341,7 @@ def test_the_emulated_nvme_controller_counts_against_the_engines_concurrency(tmp
                 assert drv.bounce[k * NV_PAGE:(k + 1) * NV_PAGE].tobytes() == \
                     raw[page * NV_PAGE:(page + 1) * NV_PAGE]
     writer.close()
-    trace = read_trace(tpath)
-    assert len(trace) == 32
-    assert _peak_in_flight(trace) <= cap
-    if cap > 1:
-        assert _peak_in_flight(trace) > 1
+    _check_peak_in_flight(tpath, 32, cap)
     store.close()
 
 
@@ -349,7 +353,8 @@ def test_emulated_nvme_controller_reads_and_writes_files_through_the_engine(tmp_
     """The NVMe controller's Reads and Writes of a file store go through the daemon's engine:
     out of order CQEs from the ring become NVMe CQEs with the right command ids and data (also
     when completions are held: jitter, or an SSD model)."""
-    from tests.test_nvme import PAGE as NV_PAGE, _Driver
+    from tests.test_nvme import PAGE as NV_PAGE
+    from tests.test_nvme import _Driver
     path, raw = _file(tmp_path, 64 * NV_PAGE, seed=11)
     store = FileStore(path, writable=True)
     data = np.frombuffer(raw, dtype=np.uint8)
@@ -671,7 +676,8 @@ def test_the_loops_passing_a_completion_function_stay_cacheable(tmp_path, monkey
     from numba import njit, typeof
 
     from host_daemon import nvme_controller as N
-    from tests.test_nvme import PAGE as NV_PAGE, _Driver
+    from tests.test_nvme import PAGE as NV_PAGE
+    from tests.test_nvme import _Driver
     path, raw = _file(tmp_path, 16 * NV_PAGE, seed=16)
     store = FileStore(path, direct=False)
     writer = TraceWriter(tmp_path / "t.trace")

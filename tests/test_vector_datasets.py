@@ -5,8 +5,13 @@ import struct
 import numpy as np
 import pytest
 
-from workloads.vector import SyntheticClusters, VectorFileError, iter_row_chunks, load_vectors, save_vectors
-
+from workloads.vector import (
+    SyntheticClusters,
+    VectorFileError,
+    iter_row_chunks,
+    load_vectors,
+    save_vectors,
+)
 
 # --- synthetic clustered data -------------------------------------------------------------
 

@@ -14,11 +14,26 @@ import pytest
 
 import gids
 from tests.helpers import default_engine, run_compile_script
-from workloads.vector import (SyntheticClusters, build_ivf, exact_search, ivf_search,
-                              pair_distances, probe_lists, recall_at_k, train_kmeans)
-from workloads.vector import gpu_search
-from workloads.vector.gpu_search import (DataPath, GPUSearcher, get_data_path, pairwise_plan,
-                                         pairwise_sum, register_data_path, search)
+from workloads.vector import (
+    SyntheticClusters,
+    build_ivf,
+    exact_search,
+    gpu_search,
+    ivf_search,
+    pair_distances,
+    probe_lists,
+    recall_at_k,
+    train_kmeans,
+)
+from workloads.vector.gpu_search import (
+    DataPath,
+    GPUSearcher,
+    get_data_path,
+    pairwise_plan,
+    pairwise_sum,
+    register_data_path,
+    search,
+)
 
 PAGE = 512
 DELTA = np.float32(0.125)

@@ -58,6 +58,8 @@ Example::
 """
 import gids  # first: picks the GPU or the simulator before numba.cuda loads
 
+# isort: split
+
 import collections
 import functools
 import inspect
@@ -69,13 +71,21 @@ import numba
 import numpy as np
 from numba import cuda, njit, prange
 
-from gids import layout as L
 from gids import SIMULATOR
+from gids import layout as L
 from gids.array import SUPPORTED_DTYPES
 from gids.device import device_helper
 from gids.errors import ConfigError, IndexOutOfRangeError, StorageIOError
-from gids.host import (T_COLUMNS, FileStore, MemoryStore, MmapStore, Store, host_view,
-                       open_file_store, serve_page)
+from gids.host import (
+    T_COLUMNS,
+    FileStore,
+    MemoryStore,
+    MmapStore,
+    Store,
+    host_view,
+    open_file_store,
+    serve_page,
+)
 from workloads.pager import GIDS_PAGER, element_pager, room_in_page
 
 #: Lanes of a warp, which read requests together (also in the simulator, where they are just 32
@@ -135,7 +145,6 @@ else:
         return sig, codegen
 
 from gids.device import atomic_add, atomic_cas  # noqa: E402
-
 
 # ------------------------------------------------------------------ kernel templates
 #

@@ -121,6 +121,8 @@ apply; new keys may be added, none removed or retyped without a new version):
 """
 import gids  # noqa: F401  (first: picks the GPU or the simulator before numba.cuda loads)
 
+# isort: split
+
 import argparse
 import dataclasses
 import datetime
@@ -139,15 +141,21 @@ import numba
 import numpy as np
 from numba import cuda
 
-from gids.errors import ConfigError, GidsError
-from gids.host import FileStore
 from gids import SIMULATOR
 from gids.cli import TraceRecorder, add_trace_argument, existing_dir, nonnegative_int
 from gids.console import Progress, say, table
 from gids.device import WARP_SIZE
+from gids.errors import ConfigError, GidsError
+from gids.host import FileStore
 from workloads import baselines as B
-from workloads.ssd_options import (EMULATION_NOTE, Emulation, add_ssd_arguments, emulation_cell,
-                                   emulation_record, emulations)
+from workloads.ssd_options import (
+    EMULATION_NOTE,
+    Emulation,
+    add_ssd_arguments,
+    emulation_cell,
+    emulation_record,
+    emulations,
+)
 
 SCHEMA_VERSION = 1
 SWEEPS = ("workloads", "iops", "bandwidth", "cache", "latency", "tier")

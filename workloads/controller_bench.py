@@ -39,7 +39,7 @@ from numba import njit, types
 
 import gids
 from gids import layout as L
-from gids.host import NvmeController, SsdModel, T_COLUMNS, load_acquire, store_release
+from gids.host import T_COLUMNS, NvmeController, SsdModel, load_acquire, store_release
 
 #: Commands a driver submits to one queue per visit: one warp's worth, one doorbell write.
 WARP = 32

@@ -20,8 +20,17 @@ from numba import njit
 
 from gids import console
 from gids import layout as L
-from gids.host import (T_COLUMNS, HostDaemon, MemoryStore, cq_fields, cq_seq, load_acquire,
-                       sq_tag, sq_word, store_release)
+from gids.host import (
+    T_COLUMNS,
+    HostDaemon,
+    MemoryStore,
+    cq_fields,
+    cq_seq,
+    load_acquire,
+    sq_tag,
+    sq_word,
+    store_release,
+)
 from gids.host import now_ns as _now_ns
 
 PAGE = 4096

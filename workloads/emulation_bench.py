@@ -38,9 +38,19 @@ from numba import njit
 import gids
 from gids import layout as L
 from gids import read_trace, replay
-from gids.host import (T_COLUMNS, HostDaemon, SsdModel, TraceWriter, cq_fields, cq_seq,
-                       load_acquire, sq_tag, sq_word, store_release)
-from gids.host import now_ns as _now_ns   # the daemon's clock (CLOCK_MONOTONIC)
+from gids.host import (
+    T_COLUMNS,
+    HostDaemon,
+    SsdModel,
+    TraceWriter,
+    cq_fields,
+    cq_seq,
+    load_acquire,
+    sq_tag,
+    sq_word,
+    store_release,
+)
+from gids.host import now_ns as _now_ns  # the daemon's clock (CLOCK_MONOTONIC)
 
 #: Tickets a driver submits to one queue at a time: one warp's.
 WARP = 32

@@ -43,15 +43,30 @@ import tempfile
 import threading
 import time
 
+import gids  # first: picks the GPU or the simulator before numba.cuda loads
+
+# isort: split
 import numpy as np
 from numba import cuda, njit, types
 
-import gids
 from gids import SIMULATOR, FileStore, MemoryStore, defaults, replay
 from gids import layout as L
-from gids.host import (DIRECT_ALIGN, IORING_OP_READ, T_COLUMNS, HostDaemon, UringRing,
-                       ring_consume, ring_cqe, ring_prep, ring_ready, ring_room,
-                       ring_submit_wait, ssd_profile, synthetic_trace, uring_probe)
+from gids.host import (
+    DIRECT_ALIGN,
+    IORING_OP_READ,
+    T_COLUMNS,
+    HostDaemon,
+    UringRing,
+    ring_consume,
+    ring_cqe,
+    ring_prep,
+    ring_ready,
+    ring_room,
+    ring_submit_wait,
+    ssd_profile,
+    synthetic_trace,
+    uring_probe,
+)
 from workloads.report import command_line, write_report
 
 PAGE = 4096

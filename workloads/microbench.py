@@ -37,12 +37,14 @@ import time
 
 import numpy as np
 
-import gids
-from gids import console
+import gids  # first: picks the GPU or the simulator before numba.cuda loads
+
+# isort: split
 from numba import cuda
+
+from gids import console
 from gids.device import WARP_SIZE, make_load, now_ns
 from workloads import timing
-
 
 # ------------------------------------------------------------------ kernels
 
@@ -758,6 +760,7 @@ def bench_rows_launch(n_rows, width, sizes, n_calls, log):
     into the same tensor from a copy of the array in GPU memory, beside it. Each row checks
     its output against ``index_select``'s."""
     import torch
+
     from gids.rows import resident_first
     device = "cpu" if gids.SIMULATOR else "cuda"
     rng = np.random.default_rng(7)
@@ -1283,49 +1286,47 @@ def build_parser():
     """``python -m workloads.microbench``'s parser (parsing runs nothing)."""
     parser = argparse.ArgumentParser(prog="python -m workloads.microbench")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("gpu-suite", help="GPU tests + core benchmarks + ceilings, one table")
-    p.add_argument("--out", default="out", help="folder for gpu_suite.md/.json (default: out)")
-    p.add_argument("--quick", action="store_true", help="smaller sizes")
+
+    def suite(name, files, what, quick=None):
+        """A suite's command: ``--out``, the folder for its ``files``, and ``--quick`` (what it
+        makes smaller) where the suite has one."""
+        p = sub.add_parser(name, help=what)
+        p.add_argument("--out", default="out", help=f"folder for {files} (default: out)")
+        if quick:
+            p.add_argument("--quick", action="store_true", help=quick)
+        return p
+
+    p = suite("gpu-suite", "gpu_suite.md/.json",
+              "GPU tests + core benchmarks + ceilings, one table", quick="smaller sizes")
     p.add_argument("--no-tests", action="store_true", help="skip the GPU pytest run")
-    p = sub.add_parser("hits", help="the all-hit benchmarks only, at several register caps")
-    p.add_argument("--out", default="out", help="folder for hits_suite.md/.json (default: out)")
+    p = suite("hits", "hits_suite.md/.json",
+              "the all-hit benchmarks only, at several register caps", quick="smaller sizes")
     p.add_argument("--caps", default=",".join(map(str, HIT_CAPS)),
                    help="register caps to compare, comma-separated (default: %(default)s)")
-    p.add_argument("--quick", action="store_true", help="smaller sizes")
-    p = sub.add_parser("misses", help="all-miss pages one per thread vs one per warp, with the "
-                                      "kernels' own I/O and miss latencies")
-    p.add_argument("--out", default="out", help="folder for misses_suite.md/.json (default: out)")
-    p.add_argument("--quick", action="store_true", help="smaller sizes")
-    p = sub.add_parser("emulation", help="runs under real-time SSD emulation (pm1743 x1, x2, "
-                                         "x4), recorded and replayed: predicted vs wall time")
-    p.add_argument("--out", default="out", help="folder for emulation_suite.json (default: out)")
+    suite("misses", "misses_suite.md/.json", "all-miss pages one per thread vs one per warp, "
+          "with the kernels' own I/O and miss latencies", quick="smaller sizes")
+    p = suite("emulation", "emulation_suite.json", "runs under real-time SSD emulation (pm1743 "
+              "x1, x2, x4), recorded and replayed: predicted vs wall time")
     p.add_argument("--reads", type=int, default=1 << 18, help="reads per run (262144)")
     p.add_argument("--n-ssd", default="1,2,4", help="drive counts (1,2,4)")
-    p = sub.add_parser("latency", help="one thread, one miss at a time, under each variant of "
-                                       "the copy path and poll schedule (an A/B, one process each)")
-    p.add_argument("--out", default="out", help="folder for latency_suite.md/.json (default: out)")
+    p = suite("latency", "latency_suite.md/.json", "one thread, one miss at a time, under each "
+              "variant of the copy path and poll schedule (an A/B, one process each)",
+              quick="a smaller array")
     p.add_argument("--misses", type=int, default=2000, help="misses per data path and variant")
-    p.add_argument("--quick", action="store_true", help="a smaller array")
     p = sub.add_parser("latency-child", help=argparse.SUPPRESS)
     p.add_argument("--misses", type=int, default=2000)
     p.add_argument("--quick", action="store_true")
-    p = sub.add_parser("loads", help="reads of GPU memory with each load flavor (gids's "
-                                     "ld.global.cg among them) beside plain reads")
-    p.add_argument("--out", default="out", help="folder for loads_suite.md/.json (default: out)")
-    p.add_argument("--quick", action="store_true", help="a smaller array")
-    p = sub.add_parser("launch", help="host cost of one kernel launch: a gids handle (kept, "
-                                      "and a fresh handle object), one device array; idle sync")
-    p.add_argument("--out", default="out", help="folder for launch_suite.md/.json (default: out)")
+    suite("loads", "loads_suite.md/.json", "reads of GPU memory with each load flavor (gids's "
+          "ld.global.cg among them) beside plain reads", quick="a smaller array")
+    p = suite("launch", "launch_suite.md/.json", "host cost of one kernel launch: a gids handle "
+              "(kept, and a fresh handle object), one device array; idle sync")
     p.add_argument("--launches", type=int, default=200, help="launches per case (200)")
-    p = sub.add_parser("rows-launch", help="host cost of one Runtime.gather_rows call (torch "
-                                           "in and out, 1 and 32768 rows, resident first 0 "
-                                           "and 1) beside torch.index_select")
-    p.add_argument("--out", default="out", help="folder for rows_launch_suite.md/.json "
-                                                "(default: out)")
+    p = suite("rows-launch", "rows_launch_suite.md/.json", "host cost of one Runtime.gather_rows "
+              "call (torch in and out, 1 and 32768 rows, resident first 0 and 1) beside "
+              "torch.index_select")
     p.add_argument("--calls", type=int, default=200, help="calls per case (200)")
-    p = sub.add_parser("nvme", help="the direct NVMe path's all-miss commands/s only")
-    p.add_argument("--out", default="out", help="folder for nvme_suite.json (default: out)")
-    p.add_argument("--quick", action="store_true", help="smaller sizes")
+    suite("nvme", "nvme_suite.json", "the direct NVMe path's all-miss commands/s only",
+          quick="smaller sizes")
     return parser
 
 

@@ -42,6 +42,8 @@ from typing import NamedTuple
 import numpy as np
 
 import gids  # first: picks GPU or simulator before numba.cuda loads
+
+# isort: split
 from gids.device import device_helper
 
 __all__ = ["Pager", "ELEMENT_PAGE", "element_pager", "GIDS_PAGER", "GIDS_TIER_PAGER",

@@ -30,10 +30,12 @@ import os
 import sys
 import time
 
+import gids  # first: picks the GPU or the simulator before numba.cuda loads
+
+# isort: split
 import numpy as np
 from numba import cuda
 
-import gids
 from gids.device import now_ns
 from workloads.report import command_line, write_report
 

@@ -23,7 +23,7 @@ exit status is 1 if there is any, or if any round raised (a timeout would be a h
 
 It scales down to a test in the simulator (``--elements 4096 --threads 64 --rounds 2``).
 """
-import argparse  # noqa: I001  (gids before numba, below)
+import argparse
 import json
 import math
 import os
@@ -34,9 +34,12 @@ import time
 import numpy as np
 
 import gids  # first: it picks the GPU or the simulator before numba loads
+
+# isort: split
+from numba import cuda
+
 from gids import console
 from gids.device import WARP_SIZE
-from numba import cuda
 
 #: Checks counted by the kernel (int64 counters in device memory).
 C_CHECKS, C_BAD_OWN, C_BAD_READ, C_AMBIGUOUS = range(4)

@@ -30,8 +30,8 @@ import time
 import numpy as np
 
 import gids
-from gids.errors import ConfigError
 from gids import SIMULATOR
+from gids.errors import ConfigError
 from gids.host import write_stripes
 from workloads.bench import machine_info
 

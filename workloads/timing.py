@@ -34,6 +34,8 @@ import warnings
 from collections import namedtuple
 
 import gids  # noqa: F401  (first: picks the GPU or the simulator before numba.cuda loads)
+
+# isort: split
 import numpy as np
 from numba import cuda
 

@@ -24,6 +24,8 @@ Examples::
 """
 import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda loads)
 
+# isort: split
+
 import argparse
 import json
 import os
@@ -34,8 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from gids.cli import page_size, positive_int
-from workloads.ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_record,
-                                   emulations)
+from workloads.ssd_options import EMULATION_NOTE, add_ssd_arguments, emulation_record, emulations
 
 SIM = gids.SIMULATOR
 #: How far the paths' results may differ (GPU training sums in no fixed order).
@@ -195,9 +196,9 @@ def cmd_gnn(args):
     if max(args.fanouts) > MAX_FANOUT:
         _say(f"gids gnn: error: fan-outs are at most {MAX_FANOUT}")
         return 2
+    from workloads.gnn import train
     from workloads.gnn.dataset import make_dataset
     from workloads.gnn.paths import make_feature_path
-    from workloads.gnn import train
 
     directory = Path(args.dir)
     t0 = time.perf_counter()

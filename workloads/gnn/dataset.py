@@ -27,8 +27,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from workloads.graph import generate_kronecker_csr, open_csr
-from workloads.graph import parallel
+from workloads.graph import generate_kronecker_csr, open_csr, parallel
 from workloads.graph.kronecker import GOLDEN_GAMMA, splitmix64
 
 #: Scale of each class's mean, per dimension, in units of the noise.

@@ -23,6 +23,8 @@ earlier queue their work on it). ``close()`` frees what the path holds.
 """
 import gids  # first: picks the GPU or the simulator before numba.cuda loads
 
+# isort: split
+
 import numpy as np
 import torch
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda loads)
 
+# isort: split
+
 import argparse
 import dataclasses
 import json
@@ -35,20 +37,37 @@ import tempfile
 
 import numpy as np
 
-from gids.cli import (ArgumentParser, TraceRecorder, UsageError, add_trace_argument,
-                      existing_dir, nonnegative_int, output_file, page_size,
-                      positive_int, run)
+from gids.cli import (
+    ArgumentParser,
+    TraceRecorder,
+    UsageError,
+    add_trace_argument,
+    existing_dir,
+    nonnegative_int,
+    output_file,
+    page_size,
+    positive_int,
+    run,
+)
 from gids.console import Progress, say, table
-from ..ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_cell, emulation_record,
-                           emulations, engine_cell, engine_record)
+
+from ..ssd_options import (
+    EMULATION_NOTE,
+    add_ssd_arguments,
+    emulation_cell,
+    emulation_record,
+    emulations,
+    engine_cell,
+    engine_record,
+)
 from .bfs import connected_components_reference, sample_bfs_roots
 from .csr_file import MAGIC, GraphFormatError, open_csr
 from .gpu_bfs import DIRECTIONS, ReferenceMismatchError, validate_bfs_result
 from .gpu_cc import ComponentsMismatchError, validate_cc_result
 from .gpu_graph import DATA_PATHS, TIER_MODES, open_device_graph
-from .tier_pages import METHODS
 from .importers import import_edge_list, import_npy_edges
 from .kronecker import generate_kronecker_csr
+from .tier_pages import METHODS
 from .validate import BFSValidationError, teps_statistics
 
 #: Searches per run by default: Graph500's 64 on a GPU; the simulator is ~1e5 times slower.
@@ -354,6 +373,19 @@ def _write_json(path: str, report: dict) -> None:
     _say(f"wrote {path}")
 
 
+def _finish(args, report: dict, emulated: bool, failed: int, failure: str) -> int:
+    """A command's end after its table: the emulation note, the JSON report, and status 1 with
+    ``FAILED: <failed> <failure>`` where runs failed."""
+    if emulated:
+        print(EMULATION_NOTE)
+    if args.json:
+        _write_json(args.json, report)
+    if failed:
+        print(f"FAILED: {failed} {failure}")
+        return 1
+    return 0
+
+
 # ---------------------------------------------------------------------------------- bfs
 def _slowest_level(r) -> str:
     """``", slowest level L: S s, V vertices"`` of a search (its JSON has every level)."""
@@ -479,14 +511,7 @@ def cmd_bfs(args) -> int:
                  "hit rate", "tier copies/search", "tier direct/search", "valid"], rows))
     if any(r[-3] != "-" for r in rows):
         print(TIER_NOTE)
-    if arrays:
-        print(EMULATION_NOTE)
-    if args.json:
-        _write_json(args.json, report)
-    if failed:
-        print(f"FAILED: {failed} search(es) broke a validation rule")
-        return 1
-    return 0
+    return _finish(args, report, bool(arrays), failed, "search(es) broke a validation rule")
 
 
 # ---------------------------------------------------------------------------------- cc
@@ -583,14 +608,7 @@ def cmd_cc(args) -> int:
           f"{info['n_entries']:,} entries ({info['neighbour_bytes']:,} bytes of neighbours)")
     print(table(["data path", "SSDs", "engine", "cache", "pages", "seconds", "edges/s",
                  "components", "I/Os", "hit rate", "valid"], rows))
-    if arrays:
-        print(EMULATION_NOTE)
-    if args.json:
-        _write_json(args.json, report)
-    if failed:
-        print(f"FAILED: {failed} run(s) disagree with the reference")
-        return 1
-    return 0
+    return _finish(args, report, bool(arrays), failed, "run(s) disagree with the reference")
 
 
 def main(argv=None) -> int:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import gids  # first: picks GPU or simulator before numba.cuda loads
 
+# isort: split
+
 import functools
 import time
 from dataclasses import dataclass, field
@@ -29,15 +31,31 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda
 
-from gids.device import (WARP_SIZE, atomic_add, atomic_cas, ballot_sync, lanemask_lt, laneid,
-                         lowest_lane, popc, register_copy, shfl_sync)
+from gids.device import (
+    WARP_SIZE,
+    atomic_add,
+    atomic_cas,
+    ballot_sync,
+    laneid,
+    lanemask_lt,
+    lowest_lane,
+    popc,
+    register_copy,
+    shfl_sync,
+)
+from workloads.pager import Pager, element_pager
 
 from .bfs import UNREACHED
 from .csr_file import CSRGraph
-from .gpu_launch import (FULL_MASK, LANE_BITS, THREADS_PER_BLOCK, Access, launch_geometry,
-                         report_bad_entry)
+from .gpu_launch import (
+    FULL_MASK,
+    LANE_BITS,
+    THREADS_PER_BLOCK,
+    Access,
+    launch_geometry,
+    report_bad_entry,
+)
 from .validate import scipy_bfs, traversed_edges, validate_bfs_tree
-from workloads.pager import Pager, element_pager
 
 #: ``counters`` layout (int64[4], device memory): vertices found this level, the sum of their
 #: degrees (the next frontier's edges, for the direction heuristic), the frontier's long

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import gids  # first: picks GPU or simulator before numba.cuda loads
 
+# isort: split
+
 import functools
 import time
 from dataclasses import dataclass

@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import gids  # first: picks GPU or simulator before numba.cuda loads
 
+# isort: split
+
 import inspect
 import math
 import os
@@ -66,6 +68,7 @@ from .gpu_cc import CCResult, validate_cc_result
 from .gpu_cc import connected_components as _connected_components
 from .gpu_launch import Access, launch_geometry  # noqa: F401  (Access: part of this API)
 from .tier_pages import ranked_pages
+
 
 # ---------------------------------------------------------------------------------- readers
 @cuda.jit(device=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gids  # noqa: F401  (first: picks GPU or simulator before numba.cuda loads)
 
+# isort: split
+
 import math
 from dataclasses import dataclass
 from typing import Any

@@ -25,12 +25,28 @@ from pathlib import Path
 
 import numpy as np
 
-from gids.cli import (ArgumentParser, TraceRecorder, UsageError, add_trace_argument,
-                      nonnegative_int, output_file, page_size, positive_int, run)
+from gids.cli import (
+    ArgumentParser,
+    TraceRecorder,
+    UsageError,
+    add_trace_argument,
+    nonnegative_int,
+    output_file,
+    page_size,
+    positive_int,
+    run,
+)
 from gids.console import Progress, table
-from workloads.ssd_options import (EMULATION_NOTE, add_ssd_arguments, emulation_cell,
-                                   emulation_record, emulations, engine_cell, engine_record,
-                                   positive_ints)
+from workloads.ssd_options import (
+    EMULATION_NOTE,
+    add_ssd_arguments,
+    emulation_cell,
+    emulation_record,
+    emulations,
+    engine_cell,
+    engine_record,
+    positive_ints,
+)
 
 __all__ = ["add_search_arguments", "cmd_search", "main", "sample_queries"]
 

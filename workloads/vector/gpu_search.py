@@ -104,6 +104,8 @@ from typing import Callable, Optional
 import numpy as np
 
 import gids  # first: picks GPU or simulator before numba.cuda loads
+
+# isort: split
 from numba import cuda, float32, float64, int64
 
 from gids.device import WARP_SIZE

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .datasets import iter_row_chunks, source_shape
-from .reference import Progress, _check_metric, probe_lists, exact_search
+from .reference import Progress, _check_metric, exact_search, probe_lists
 
 __all__ = [
     "IndexFormatError",
