@@ -131,3 +131,16 @@ def test_wave_load_against_a_hand_computed_wave():
     # All host work up front (share 1): the reads complete together after the submissions.
     _, up_front = wave_load(trace, "ideal", 4, 400.0, 1.0)
     assert up_front * 1e3 == pytest.approx(1600 + 4 * 512 / DEFAULT_HOST_LINK_GBPS, abs=2)
+
+
+def test_wave_load_hands_the_drive_each_plug_list_as_it_fills():
+    """Ideal drive, 4 reads of 64 KiB per call, 200 ns to submit and 200 ns to reap each: the
+    reads cross the host link one after another (64 KiB / 52 GB/s each). Handed over together
+    when the last is submitted (800 ns), the call ends 4 transfers and one reap later; with a
+    plug list of 2, the first pair leaves at 400 ns and the call ends 400 ns sooner."""
+    trace = synthetic_trace(400, 4, 65536)
+    link_ns = 65536 / DEFAULT_HOST_LINK_GBPS
+    _, together = wave_load(trace, "ideal", 4, 400.0, 0.5, stripe_bytes=65536)
+    _, in_pairs = wave_load(trace, "ideal", 4, 400.0, 0.5, stripe_bytes=65536, plug=2)
+    assert together * 1e3 == pytest.approx(800 + 4 * link_ns + 200, abs=4)
+    assert in_pairs * 1e3 == pytest.approx(400 + 4 * link_ns + 200, abs=4)

@@ -61,6 +61,9 @@ class HostPath:
     :func:`wave_load`). None: reads are issued one at a time as slots free (the replay's closed
     loop). ``submit_share`` is the share of ``command_ns`` spent before a command reaches the
     drive (preparing and submitting it); the rest is spent after it completes (reaping it).
+    ``plug`` is how many reads of one call the kernel holds back and hands the drive at once
+    (its plug list, flushed when full and when the call's submissions end); None: a call's
+    reads reach the drive together.
     """
 
     name: str
@@ -69,6 +72,7 @@ class HostPath:
     fitted_to: str
     batch: int | None = None
     submit_share: float = 0.5
+    plug: int | None = None
 
 
 #: GPU threads write the submission entries and ring the doorbells themselves (BaM): no CPU
@@ -94,6 +98,12 @@ _AXBOE_CONDITIONS = ("t/io_uring from fio, one thread on one core of an Intel Ic
 #: submits 16 reads and returns when all 16 are done.
 T_IO_URING_BATCH = 32
 
+#: Reads one plug list holds in the kernel Axboe ran (5.9): BLK_MAX_REQUEST_COUNT, 16 until
+#: "block: bump max plugged deferred size from 16 to 32" (Linux 5.16, backported to 5.10 and
+#: 5.15 stable in 2021-11). blk_mq_submit_bio flushes the list when a read finds 16 in it; the
+#: NVMe driver (which has commit_rqs) writes the flushed SQEs and rings the doorbell once.
+LINUX_5_9_PLUG_REQUESTS = 16
+
 #: Linux io_uring with polled completions on one core (t/io_uring). Fitted to Axboe's QD128
 #: figure, 2.58 M IOPS per core: at QD128 the core, not the drive, is the limit (the P5800X
 #: serves more 512 B reads than that: its 512 B command rate is 5.9 M/s in the model), so
@@ -103,7 +113,7 @@ T_IO_URING_BATCH = 32
 #: come out the same for any share up to one half.
 IO_URING_POLLED = HostPath(
     name="io_uring-polled", description="Linux io_uring, polled I/O, one core (t/io_uring)",
-    command_ns=1e9 / 2.58e6, batch=T_IO_URING_BATCH,
+    command_ns=1e9 / 2.58e6, batch=T_IO_URING_BATCH, plug=LINUX_5_9_PLUG_REQUESTS,
     fitted_to=f"QD128: 2.58M IOPS per core (34.9 usec avg latency); {_AXBOE_POST}; "
               f"{_AXBOE_CONDITIONS}")
 
@@ -274,28 +284,34 @@ def in_waves(row: Measurement) -> bool:
 
 
 def wave_load(trace, profile, queue_depth: int, command_ns: float, submit_share: float,
-              n_ssd: int = 1, stripe_bytes: int | None = None) -> tuple[float, float]:
+              n_ssd: int = 1, stripe_bytes: int | None = None,
+              plug: int | None = None) -> tuple[float, float]:
     """``(iops, mean latency us)`` of an issuer that submits ``queue_depth`` reads per call and
     waits for all of them before the next call, timed through ``profile``'s model.
 
     One core does all the host work, ``command_ns`` per read: ``submit_share`` of it before the
-    reads reach the drive, the rest reaping each completion. The drive sees a call's reads
-    together, when the last is submitted (Linux plugs a multi-read submission and rings the
-    doorbell once: blk-mq's plug and the NVMe driver's ``commit_rqs``); the core reaps them in
-    completion order, each as soon as it is done and the core is free. A read's latency is
-    from its call's start to the call's return (t/io_uring stamps a batch when it prepares it
-    and counts it when the call that waited for it returns)."""
+    reads reach the drive, the rest reaping each completion. The kernel holds a call's reads in
+    its plug list and hands the drive ``plug`` of them at once (None: the whole call), each
+    group when its last read is submitted (blk-mq's plug, flushed when full and at the end of
+    the call; the NVMe driver rings the doorbell once per flush through ``commit_rqs``); the
+    core reaps them in completion order, each as soon as it is done and the core is free. A
+    read's latency runs from its call's start to the call's return: Little's law on the
+    issuer's own count of reads in flight, which goes up when it prepares a batch and down when
+    it has reaped it (t/io_uring's ``inflight``)."""
     offsets, sizes = trace["offset"], trace["nbytes"]
     model = SsdModel(profile, n_ssd, stripe_bytes or int(sizes[0]))
     submit, reap = command_ns * submit_share, command_ns * (1.0 - submit_share)
     now, latency_sum, n = 0.0, 0.0, len(trace)
     for first in range(0, n, queue_depth):
         last = min(first + queue_depth, n)
-        dispatch = now + (last - first) * submit
-        done = sorted(model.submit(math.ceil(dispatch), int(offsets[i]), int(sizes[i]))
-                      for i in range(first, last))
-        end = dispatch
-        for t in done:
+        group = plug or (last - first)
+        done = []
+        for lo in range(first, last, group):
+            hi = min(lo + group, last)
+            flushed = math.ceil(now + (hi - first) * submit)
+            done += [model.submit(flushed, int(offsets[i]), int(sizes[i])) for i in range(lo, hi)]
+        end = now + (last - first) * submit
+        for t in sorted(done):
             end = max(end, t) + reap
         latency_sum += (end - now) * (last - first)
         now = end
@@ -308,7 +324,7 @@ def model_value(row: Measurement) -> tuple[float, str]:
     trace = synthetic_trace(row.n_requests, row.queue_depth, row.nbytes, row.pattern)
     if in_waves(row):
         iops, latency = wave_load(trace, row.profile, row.queue_depth, row.host.command_ns,
-                                  row.host.submit_share, row.n_ssd, row.nbytes)
+                                  row.host.submit_share, row.n_ssd, row.nbytes, row.host.plug)
         figures = {"iops": iops, "latency_us_mean": latency,
                    "bandwidth_GBps": iops * row.nbytes / 1e9}
         return figures[row.metric], (f"the host's waves: {row.queue_depth} reads submitted per "
