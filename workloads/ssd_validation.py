@@ -1,6 +1,6 @@
 """Held-out validation of the SSD profiles: published measurements that no profile parameter was
 fitted to, each replayed as a synthetic trace of its own conditions through the model (or,
-where the measuring host went in waves, timed as those waves: :func:`wave_load`).
+where the measuring host was a loop of batched calls, timed as that loop: :func:`issuer_loop`).
 
 Every profile is fitted to its data sheet (``SsdProfile.published``: QD1 latency, 4 KiB random
 IOPS, sequential bandwidth; ``SsdProfile.sources`` says which parameter each figure sets). The
@@ -59,8 +59,8 @@ class HostPath:
     thread per read: it submits up to ``batch`` reads per call and, once its depth is used,
     waits in that call for ``min(in flight, batch)`` completions. At a queue depth of at most
     ``batch`` it therefore goes in waves: submit the whole depth, wait for all of it (see
-    :func:`wave_load`). None: reads are issued one at a time as slots free (the replay's closed
-    loop). ``submit_share`` is the share of ``command_ns`` spent before a command reaches the
+    :func:`issuer_loop`). None: reads are issued one at a time as slots free (the replay's
+    closed loop). ``submit_share`` is the share of ``command_ns`` spent before a command reaches the
     drive (preparing and submitting it); the rest is spent after it completes (reaping it).
     ``plug`` is how many reads of one call the kernel holds back and hands the drive at once
     (its plug list, flushed when full and when the call's submissions end); None: a call's
@@ -111,7 +111,8 @@ LINUX_5_9_PLUG_REQUESTS = 16
 #: 1 / 2.58 M = 387.6 ns is the core's time per command. His QD1 and QD16 figures from the
 #: same post are held out. Half of it is taken as spent submitting a read and half reaping it
 #: (``submit_share``): an assumption, no figure splits a polled read's CPU time; the QD16 rows
-#: come out the same for any share up to one half.
+#: come out the same for any share up to one half (the QD128 run's own latency would take 0.78,
+#: which moves them further off: docs/ssd_models.md).
 IO_URING_POLLED = HostPath(
     name="io_uring-polled", description="Linux io_uring, polled I/O, one core (t/io_uring)",
     command_ns=1e9 / 2.58e6, batch=T_IO_URING_BATCH, plug=LINUX_5_9_PLUG_REQUESTS,
