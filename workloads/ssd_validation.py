@@ -3,7 +3,8 @@ fitted to, each replayed as a synthetic trace of its own conditions through the 
 where the measuring host was a loop of batched calls, timed as that loop: :func:`issuer_loop`).
 
 Every profile is fitted to its data sheet (``SsdProfile.published``: QD1 latency, 4 KiB random
-IOPS, sequential bandwidth; ``SsdProfile.sources`` says which parameter each figure sets). The
+IOPS, sequential bandwidth, and for the P5800X a measured 512 B rate; ``SsdProfile.sources``
+says which parameter each figure sets). The
 rows below are other people's measurements of the same drives, under other conditions (512 B
 reads, several drives, thousands of GPU threads, one thread at QD1 and QD16), with the source
 and its exact conditions. Where no such measurement could be found for a profile,
@@ -107,11 +108,11 @@ LINUX_5_9_PLUG_REQUESTS = 16
 
 #: Linux io_uring with polled completions on one core (t/io_uring). Fitted to Axboe's QD128
 #: figure, 2.58 M IOPS per core: at QD128 the core, not the drive, is the limit (the P5800X
-#: serves more 512 B reads than that: its 512 B command rate is 5.9 M/s in the model), so
+#: serves more 512 B reads than that: 5.09 M/s, its measured 512 B rate), so
 #: 1 / 2.58 M = 387.6 ns is the core's time per command. His QD1 and QD16 figures from the
 #: same post are held out. Half of it is taken as spent submitting a read and half reaping it
 #: (``submit_share``): an assumption, no figure splits a polled read's CPU time; the QD16 rows
-#: come out the same for any share up to one half (the QD128 run's own latency would take 0.78,
+#: come out the same for any share up to one half (the QD128 run's own latency would take 0.79,
 #: which moves them further off: docs/ssd_models.md).
 IO_URING_POLLED = HostPath(
     name="io_uring-polled", description="Linux io_uring, polled I/O, one core (t/io_uring)",
@@ -258,7 +259,8 @@ NOT_USED = (
     ("Axboe's later per-core io_uring figures on P5800X drives (3.8 M, 5.1 M, 10 M IOPS per "
      "core, 2021, Phoronix): each is bounded by the host core on a newer kernel and CPU (a "
      "Ryzen 9 5950X, two drives), so they measure the host path's progress, not the drive; "
-     "using them would need a host path fitted per kernel"),
+     "using them would need a host path fitted per kernel (his 2024 figure with the drives "
+     "the limit, 5.1 M per drive, is a fitting source of the P5800X profile instead)"),
     ("fio issue #1206 (github.com/axboe/fio/issues/1206, P5800X through io_uring and SPDK): "
      "random writes, which the model does not time"),
     ("Micron's blog figure of 2.9 M IOPS for the 9550 training a GNN through BaM: the rate a "
