@@ -263,6 +263,11 @@ NOT_USED = (
      "the limit, 5.1 M per drive, is a fitting source of the P5800X profile instead)"),
     ("fio issue #1206 (github.com/axboe/fio/issues/1206, P5800X through io_uring and SPDK): "
      "random writes, which the model does not time"),
+    ("Axboe's queue-depth sweep of one Gen2 Optane drive through interrupt-driven io_uring "
+     "(QD1-64, 512 B, Linux 5.19-rc3; io-uring list, 2022-06-22, lore.kernel.org/io-uring/"
+     "57061b21-f31a-13b3-5311-7f250c87fd53@kernel.dk): that kernel's interrupt path has no "
+     "fitted cost; its QD1 median, 4.04 us with the interrupt path included, agrees with the "
+     "polled QD1 row that the drive is faster than the profile's latency anchor"),
     ("Micron's blog figure of 2.9 M IOPS for the 9550 training a GNN through BaM: the rate a "
      "training workload asked for, not what the drive can serve"),
     ("a survey note in a public repository quoting a PM1743 at 118 MB/s with 1 thread and "
