@@ -51,6 +51,8 @@ DEFAULT_HOST_LINK_GBPS = 52.0
 
 #: Request size the published random-read IOPS figures (``iops_cap``) are measured at.
 CAP_REQUEST_BYTES = 4096
+#: Request size of a profile's small-read rate (``PublishedFigures.small_read_iops``).
+SMALL_REQUEST_BYTES = 512
 #: Most flash page types a profile's ``read_levels`` may give (TLC has 3, QLC 4).
 MAX_PAGE_TYPES = 4
 
@@ -82,11 +84,15 @@ class PublishedFigures:
         Saturated 4 KiB random-read IOPS.
     seq_read_GBps : Figure
         Saturated 128 KiB sequential-read bandwidth, GB/s (1e9 B/s).
+    small_read_iops : Figure or None
+        Saturated 512 B random-read IOPS, where a source gives the drive's own rate; with the
+        4 KiB figure it splits the command cost (:meth:`SsdProfile.command_costs_ns`).
     """
 
     qd1_read_latency_us: Figure | None
     rand_read_iops: Figure
     seq_read_GBps: Figure
+    small_read_iops: Figure | None = None
 
 
 @dataclass(frozen=True)
@@ -204,14 +210,27 @@ class SsdProfile:
 
     def command_costs_ns(self) -> tuple[float, float]:
         """``(fixed, per_byte)``: how long a command holds the controller's command slot is
-        ``fixed + nbytes * per_byte`` ns. The per-byte part is the controller's data path
-        (``interface_GBps``); the fixed part is what is left of ``1 / iops_cap`` for a 4 KiB
-        read (the published IOPS figure is for 4 KiB), so 4 KiB reads still run at the cap,
-        smaller ones faster, larger ones at the data path's rate."""
+        ``fixed + nbytes * per_byte`` ns, so that a 4 KiB read holds it ``1 / iops_cap`` (the
+        published IOPS figure is for 4 KiB), smaller ones less and larger ones more.
+
+        With a published 512 B rate (``published.small_read_iops``) the two random-read rates
+        give both parts: the line through (512 B, its rate) and (4 KiB, the cap). Without one,
+        the per-byte part is the controller's data path (``interface_GBps``, the sequential
+        figure) and the fixed part what is left of ``1 / iops_cap`` for 4 KiB."""
         if self.iops_cap is None:
             return 0.0, 0.0
+        cap_ns = 1e9 / self.iops_cap
+        small = self.published.small_read_iops
+        if small is not None:
+            small_ns = 1e9 / small.value
+            per_byte = (cap_ns - small_ns) / (CAP_REQUEST_BYTES - SMALL_REQUEST_BYTES)
+            if per_byte < 0 or small_ns < SMALL_REQUEST_BYTES * per_byte:
+                raise ValueError(f"{self.name}: a 512 B rate of {small.value:.4g}/s and a "
+                                 f"4 KiB rate of {self.iops_cap:.4g}/s give no command cost "
+                                 f"that grows with the bytes")
+            return small_ns - SMALL_REQUEST_BYTES * per_byte, per_byte
         per_byte = 0.0 if math.isinf(self.interface_GBps) else 1.0 / self.interface_GBps
-        return max(0.0, 1e9 / self.iops_cap - CAP_REQUEST_BYTES * per_byte), per_byte
+        return max(0.0, cap_ns - CAP_REQUEST_BYTES * per_byte), per_byte
 
     def model_params(self, stripe_bytes: int = DEFAULT_STRIPE_BYTES,
                      host_link_GBps: float | None = DEFAULT_HOST_LINK_GBPS,
@@ -636,6 +655,17 @@ _XPOINT_READ_SOURCE = ("Izraelevitz et al. 2019 (arXiv 1903.05714): random loads
                        "PMM (first-generation 3D XPoint) ~305 ns, the module's controller "
                        "included; taken as the time a unit is busy per access")
 
+#: The P5800X's own 512 B random-read rate, measured where the drive, not the host, was the
+#: limit: four of them, one polled io_uring thread each (t/io_uring's output: 512 B reads,
+#: 20.36 M IOPS at 9.94 "GiB/s", which is MiB/s over 1000), "about 5.1M/drive, which is what
+#: they can deliver".
+_P5800X_512B_SOURCE = (
+    "Jens Axboe, 'Re: [PATCH 00/15] Coalesced Interrupt Delivery with posted MSI' (LKML, kvm and "
+    "iommu lists, 2024-02-08), https://lore.kernel.org/all/051cf099-9ecf-4f5a-a3ac-"
+    "ee2d63a62fa6@kernel.dk/: 4 gen2 Optane drives, 'IOPS bound on the drive', 1 thread per "
+    "drive, polled io_uring, 512 B random reads: IOPS=20.36M, 'about 5.1M/drive, which is what "
+    "they can deliver'")
+
 _register(SsdProfile(
     name="p5800x",
     description="Intel Optane SSD DC P5800X: PCIe 4 x4, 3D XPoint media",
@@ -645,14 +675,15 @@ _register(SsdProfile(
         qd1_read_latency_us=Figure(5.5, _SRC_GPU_NOTES + ": about 5-6 us (middle of the range)"),
         rand_read_iops=Figure(1.5e6, _SRC_GPU_NOTES),
         seq_read_GBps=Figure(7.2, "Intel P5800X product brief: 7,200 MB/s 128 KiB sequential "
-                             "read; not in GPU_NOTES.md")),
+                             "read; not in GPU_NOTES.md"),
+        small_read_iops=Figure(20.36e6 / 4, _P5800X_512B_SOURCE)),
     sources={
         "units": "assumed: 32 independent XPoint units (Intel does not publish the layout)",
         "read_us": _XPOINT_READ_SOURCE,
         "access_bytes": "4 KiB internal access (AnandTech P4800X review: performance needs >= 4 kB)",
         "max_read_GBps": "none: the 7.2 GB/s link is the published sequential figure",
-        "iops_cap": "fitted: published 4 KiB random-read IOPS; with the sequential figure it "
-                    "splits into ~98 ns per command + bytes at the 7.2 GB/s data path",
+        "iops_cap": "fitted: published 4 KiB random-read IOPS; with the measured 512 B rate "
+                    "it splits into ~129 ns per command + bytes at 7.62 GB/s",
         "ctrl_latency_us": "fitted so QD1 latency = published figure (what the media and the "
                            "4 KiB transfer leave of it)",
     }))

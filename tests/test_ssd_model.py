@@ -1,5 +1,6 @@
 """SSD timing model: profiles against their published figures, the model's equations, striping,
 arrays up to the host link, and the lock that lets daemon threads share one model."""
+import dataclasses
 import threading
 
 import numba
@@ -20,7 +21,7 @@ from host_daemon.ssd_model import (
 from host_daemon.trace import calibrate, replay, synthetic_trace
 
 TOLERANCE = 0.10  # the issue's bar: within 10% of the published figure
-METRICS = ("qd1_read_latency_us", "rand_read_iops", "seq_read_GBps")
+METRICS = ("qd1_read_latency_us", "rand_read_iops", "seq_read_GBps", "small_read_iops")
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +66,19 @@ def test_profile_matches_published_figure(calibration, name, metric):
     if figure is None:
         pytest.skip(f"{name} has no published {metric}")
     assert calibration[name][metric] == pytest.approx(figure.value, rel=TOLERANCE)
+
+
+def test_without_a_512_byte_figure_the_data_path_splits_the_command_cost():
+    """A profile with no 512 B rate: the per-byte part is the sequential figure's data path and
+    the fixed part what 4 KiB leaves of the cap; a 512 B rate with no cost growing with the
+    bytes (faster at 4 KiB than at 512 B) is refused."""
+    profile = get_profile("980pro")
+    fixed, per_byte = profile.command_costs_ns()
+    assert per_byte == pytest.approx(1 / profile.interface_GBps)
+    assert fixed == pytest.approx(1e9 / profile.iops_cap - 4096 / profile.interface_GBps)
+    slow = dataclasses.replace(profile.published, small_read_iops=Figure(0.5e6, "test"))
+    with pytest.raises(ValueError, match="512 B"):
+        dataclasses.replace(profile, published=slow).command_costs_ns()
 
 
 @pytest.mark.parametrize("name", ["980pro", "pm1743", "micron9550"])
@@ -179,10 +193,12 @@ def test_threads_sharing_one_model_lose_no_update():
 
 def test_command_cost_grows_with_transfer_size():
     """512 B and 4 KiB random reads on the P5800X: the 4 KiB rate stays the published cap; the
-    512 B rate is 1 / (fixed + 512 B at the data path), as command_costs_ns says."""
+    512 B rate is 1 / (fixed + 512 B x per byte), as command_costs_ns says: the measured 512 B
+    rate the two parts were split with."""
     profile = get_profile("p5800x")
     fixed, per_byte = profile.command_costs_ns()
     assert fixed + 4096 * per_byte == pytest.approx(1e9 / profile.iops_cap)
+    assert fixed + 512 * per_byte == pytest.approx(1e9 / profile.published.small_read_iops.value)
     small = replay(synthetic_trace(100_000, 512, 512), profile, stripe_bytes=512).iops
     large = replay(synthetic_trace(100_000, 512, 4096), profile).iops
     assert large == pytest.approx(profile.iops_cap, rel=0.01)

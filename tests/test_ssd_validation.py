@@ -10,16 +10,17 @@ from host_daemon.trace import synthetic_trace
 from workloads.ssd_validation import (
     GPU_INITIATED,
     HELD_OUT,
+    HOST_PATH_CHECKS,
     HOST_PATH_FITS,
     HOST_PATHS,
     NOT_FOUND,
     TOLERANCE,
     format_table,
     in_waves,
+    issuer_loop,
     main,
     model_value,
     validate,
-    wave_load,
 )
 
 
@@ -119,15 +120,57 @@ def test_a_batched_host_goes_in_waves_only_when_its_depth_fits_a_batch():
     assert not any(in_waves(fit) for fit in HOST_PATH_FITS.values())
 
 
-def test_wave_load_against_a_hand_computed_wave():
+def test_the_fitting_run_keeps_its_core_busy_and_its_latency_is_a_check():
+    """At QD128 the loop keeps the core busy, so the fitted cost is 1 / 2.58 M whatever the
+    drive; the same run's latency, not fitted, is timed beside it."""
+    for name, fit in HOST_PATH_FITS.items():
+        _, bound = model_value(fit)
+        assert "core 100% busy" in bound
+        check = HOST_PATH_CHECKS[name]
+        assert (check.profile, check.queue_depth, check.source) == (
+            fit.profile, fit.queue_depth, fit.source)
+        assert check.metric != fit.metric and check not in HELD_OUT
+
+
+def test_a_shallow_loop_against_a_hand_computed_wave():
     """Ideal drive, 4 reads of 512 B per call, 400 ns of host work per read split in halves:
     a call submits for 4 x 200 ns, the reads cross the 52 GB/s host link one after another,
-    and the core reaps each (200 ns) as it comes; so a wave is 800 + 512/52 + 4 x 200 ns."""
+    and the core completes each (200 ns) as it comes; so a wave is 800 + 512/52 + 4 x 200 ns."""
     trace = synthetic_trace(4000, 4, 512)
-    iops, latency_us = wave_load(trace, "ideal", 4, 400.0, 0.5)
+    loop = issuer_loop(trace, "ideal", 4, 400.0, 0.5, batch=32)
     wave_ns = 800 + 512 / DEFAULT_HOST_LINK_GBPS + 4 * 200
-    assert latency_us * 1e3 == pytest.approx(wave_ns, abs=2)
-    assert iops == pytest.approx(4 / wave_ns * 1e9, rel=2e-3)
+    assert loop.latency_us * 1e3 == pytest.approx(wave_ns, abs=2)
+    assert loop.iops == pytest.approx(4 / wave_ns * 1e9, rel=2e-3)
+    assert loop.reads_per_call == 4
     # All host work up front (share 1): the reads complete together after the submissions.
-    _, up_front = wave_load(trace, "ideal", 4, 400.0, 1.0)
-    assert up_front * 1e3 == pytest.approx(1600 + 4 * 512 / DEFAULT_HOST_LINK_GBPS, abs=2)
+    up_front = issuer_loop(trace, "ideal", 4, 400.0, 1.0, batch=32)
+    assert up_front.latency_us * 1e3 == pytest.approx(1600 + 4 * 512 / DEFAULT_HOST_LINK_GBPS,
+                                                      abs=2)
+
+
+def test_the_loop_hands_the_drive_each_plug_list_as_it_fills():
+    """Ideal drive, 4 reads of 64 KiB per call, 200 ns to submit and 200 ns to complete each:
+    the reads cross the host link one after another (64 KiB / 52 GB/s each). Handed over
+    together when the last is submitted (800 ns), the call ends 4 transfers and one completion
+    later; with a plug list of 2, the first pair leaves at 400 ns and the call ends 400 ns
+    sooner."""
+    trace = synthetic_trace(400, 4, 65536)
+    link_ns = 65536 / DEFAULT_HOST_LINK_GBPS
+    together = issuer_loop(trace, "ideal", 4, 400.0, 0.5, batch=32, stripe_bytes=65536)
+    in_pairs = issuer_loop(trace, "ideal", 4, 400.0, 0.5, batch=32, plug=2, stripe_bytes=65536)
+    assert together.latency_us * 1e3 == pytest.approx(800 + 4 * link_ns + 200, abs=4)
+    assert in_pairs.latency_us * 1e3 == pytest.approx(400 + 4 * link_ns + 200, abs=4)
+
+
+def test_a_deep_loop_submits_without_waiting_while_its_depth_has_room():
+    """Depth 4 in batches of 2, ideal drive, 200 ns to submit and 200 ns to complete a read.
+    Turn 1 prepares 2 and, with room left, submits them without waiting (0-400 ns). Turn 2
+    prepares 2 more, submits them (400-800 ns) and waits for 2: its poll completes all 4, which
+    the drive has finished by then (800-1600 ns). So 4 reads per 1600 ns, the core never idle,
+    2 reads per call; latency 1600 ns for the first pair, 1200 ns for the second."""
+    trace = synthetic_trace(4000, 4, 512)
+    loop = issuer_loop(trace, "ideal", 4, 400.0, 0.5, batch=2)
+    assert loop.iops == pytest.approx(2.5e6, rel=1e-3)
+    assert loop.core_busy == pytest.approx(1.0, rel=1e-3)
+    assert loop.reads_per_call == pytest.approx(2.0)
+    assert loop.latency_us == pytest.approx(1.4, abs=2e-3)
