@@ -37,20 +37,63 @@ import numpy as np
 from numba import cuda
 
 from kernels import layout as L
-from kernels.cache import (PIN_ERROR, PIN_HIT, PIN_LOAD, PIN_WAIT, abandon, check_wait,
-                           claim_slot, copy_in_bulk, end_early_copy, finish_write_back,
-                           give_up_load, keep_dirty_victim, mark_dirty, publish, settle_pin,
-                           start_early_copy, take_reference, take_reference_if_resident,
-                           try_pin, unpin, unpin_after_reads, warp_copy_out, warp_copy_page)
 from kernels.backend import io_submit, io_wait
-from kernels.queue import (expired, hand_on_entry, queue_of_warp, release_entry, staging_word,
-                           take_tickets, wait_turn)
-from kernels.sync import atomic_cas, ld_weak_l2, now_ns, red_add, zero_of
-from kernels.tier import (copy_from_tier, forget_tier_page, offer_victim, read_direct,
-                          tier_slot_for_pin, tier_slot_of, use_direct)
+from kernels.cache import (
+    PIN_ERROR,
+    PIN_HIT,
+    PIN_LOAD,
+    PIN_WAIT,
+    abandon,
+    check_wait,
+    claim_slot,
+    copy_in_bulk,
+    end_early_copy,
+    finish_write_back,
+    give_up_load,
+    keep_dirty_victim,
+    mark_dirty,
+    publish,
+    settle_pin,
+    start_early_copy,
+    take_reference,
+    take_reference_if_resident,
+    try_pin,
+    unpin,
+    unpin_after_reads,
+    warp_copy_out,
+    warp_copy_page,
+)
 from kernels.platform import BULK_COPY_LANES, out_of_line
-from kernels.warp import (activemask, ballot_sync, laneid, lowest_lane, match_any_sync, nanosleep,
-                          popc, shfl_sync, syncwarp)
+from kernels.queue import (
+    expired,
+    hand_on_entry,
+    queue_of_warp,
+    release_entry,
+    staging_word,
+    take_tickets,
+    wait_turn,
+)
+from kernels.sync import atomic_cas, ld_weak_l2, now_ns, red_add, zero_of
+from kernels.tier import (
+    copy_from_tier,
+    forget_tier_page,
+    offer_victim,
+    read_direct,
+    tier_slot_for_pin,
+    tier_slot_of,
+    use_direct,
+)
+from kernels.warp import (
+    activemask,
+    ballot_sync,
+    laneid,
+    lowest_lane,
+    match_any_sync,
+    nanosleep,
+    popc,
+    shfl_sync,
+    syncwarp,
+)
 
 #: References a leader takes for its group when it gives the pin back itself (read, write).
 _ONE_REF = np.uint64(1)

@@ -125,8 +125,13 @@ else:
     from numba.core import cgutils
     from numba.cuda.extending import intrinsic
 
-    from kernels.sync import (atomic_cas_acquire_gpu, fence_proxy_async, ld_relaxed_gpu, now_ns,
-                              st_release_gpu)
+    from kernels.sync import (
+        atomic_cas_acquire_gpu,
+        fence_proxy_async,
+        ld_relaxed_gpu,
+        now_ns,
+        st_release_gpu,
+    )
     from kernels.warp import nanosleep
 
     @intrinsic

@@ -39,12 +39,22 @@ import numpy as np
 from numba import cuda
 
 from kernels import layout as L
-from kernels.sync import (atomic_add, atomic_add_relaxed_gpu, atomic_add_release_gpu, atomic_and,
-                          atomic_cas, atomic_exch, atomic_or, ld_acquire_gpu, ld_pair,
-                          ld_relaxed_gpu, red_add, red_add_release_gpu)
-from kernels.bulk import (bulk_copy_available, bulk_copy_page, early_copy_end,
-                          early_copy_start)
+from kernels.bulk import bulk_copy_available, bulk_copy_page, early_copy_end, early_copy_start
 from kernels.platform import SIMULATOR, device_helper
+from kernels.sync import (
+    atomic_add,
+    atomic_add_relaxed_gpu,
+    atomic_add_release_gpu,
+    atomic_and,
+    atomic_cas,
+    atomic_exch,
+    atomic_or,
+    ld_acquire_gpu,
+    ld_pair,
+    ld_relaxed_gpu,
+    red_add,
+    red_add_release_gpu,
+)
 from kernels.warp import lanemask_lt, popc
 
 PIN_HIT = 0      # pinned: the page is resident

@@ -69,8 +69,16 @@ from kernels.sync import (
     st_relaxed_sys,
     st_release_gpu,
 )
-from kernels.warp import (ballot_sync, highest_lane, laneid, lowest_lane, nanosleep, popc,
-                          shfl_sync, syncwarp)
+from kernels.warp import (
+    ballot_sync,
+    highest_lane,
+    laneid,
+    lowest_lane,
+    nanosleep,
+    popc,
+    shfl_sync,
+    syncwarp,
+)
 
 _CID_MASK = 0xFFFF
 _STATUS_MASK = 0x7FFF

@@ -12,12 +12,34 @@ than its own, or on the host.
 from numba import cuda
 
 from kernels import layout as L
-from kernels.sync import (atomic_add, ld_acquire_gpu, ld_acquire_sys, now_ns, st_relaxed_gpu,
-                          st_relaxed_sys, st_release_gpu)
-from kernels.warp import (ballot_sync, highest_lane, lanemask_lt, laneid, lowest_lane, nanosleep,
-                          popc, shfl_sync, syncwarp)
-from kernels.platform import (POLL_FIRST_NS, POLL_MAX_NS, POLL_MIN_NS, SIMULATOR, WARP_SIZE,
-                              device_helper)
+from kernels.platform import (
+    POLL_FIRST_NS,
+    POLL_MAX_NS,
+    POLL_MIN_NS,
+    SIMULATOR,
+    WARP_SIZE,
+    device_helper,
+)
+from kernels.sync import (
+    atomic_add,
+    ld_acquire_gpu,
+    ld_acquire_sys,
+    now_ns,
+    st_relaxed_gpu,
+    st_relaxed_sys,
+    st_release_gpu,
+)
+from kernels.warp import (
+    ballot_sync,
+    highest_lane,
+    laneid,
+    lanemask_lt,
+    lowest_lane,
+    nanosleep,
+    popc,
+    shfl_sync,
+    syncwarp,
+)
 
 # Back-off bounds for polls (ns; kernels/platform.py, ``GIDS_POLL_NS``): POLL_MIN_NS doubling
 # to POLL_MAX_NS. Every poll is a PCIe read and thousands of warps poll at once, so the polling

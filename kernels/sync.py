@@ -107,9 +107,8 @@ if SIMULATOR:
 
 else:
     from llvmlite import ir
-    from numba import types
+    from numba import cuda, types
     from numba.core import cgutils
-    from numba import cuda
     from numba.cuda.extending import intrinsic
 
     # Relaxed, GPU-scope read-modify-writes on device memory: Numba's own, wrapped because its
