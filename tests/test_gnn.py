@@ -138,7 +138,8 @@ def test_gather_only_whole_cache_times_hits_only(tmp_path):
 
 @pytest.mark.parametrize("argv", [["--fanouts", "0,2"], ["--data-path", "disk"],
                                   ["--cache-fractions", "1.5"], ["--scale", "0"],
-                                  ["--page-size", "1000"]])
+                                  ["--page-size", "1000"],
+                                  ["--json", "/nonexistent-folder/gnn.json"]])
 def test_bad_arguments_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(["gnn", *argv])

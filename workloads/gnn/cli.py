@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gids.cli import page_size, positive_int
+from gids.cli import output_file, page_size, positive_int
 from workloads.ssd_options import EMULATION_NOTE, add_ssd_arguments, emulation_record, emulations
 
 SIM = gids.SIMULATOR
@@ -129,7 +129,7 @@ def add_gnn_arguments(subparsers):
     g.add_argument("--batches", type=positive_int, default=2 if SIM else 16,
                    help="batches of random seeds whose node lists are gathered (default 16)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    p.add_argument("--json", metavar="OUT", type=output_file, help="also write the results as JSON")
     p.set_defaults(func=cmd_gnn)
     return p
 
