@@ -478,26 +478,9 @@ def test_gpu_cupy_out_and_indices():
         np.testing.assert_array_equal(again.copy_to_host(), data[cp.asnumpy(rows)])
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("resident_first", [
-    pytest.param(True, marks=pytest.mark.xfail(run=False, reason=(
-        "resident first did not finish test_gpu_cupy_out_and_indices on the H200; off by "
-        "default until understood"))),
-    False])
-def test_gpu_resident_first_warm_and_partly_resident(resident_first):
-    # A whole cache, warm (every row from the first launch, no miss), then a cache of a
-    # quarter (rows set aside and loaded by the second launch), rows spanning pages too.
-    rng = np.random.default_rng()
-    for width, cache in ((1024, 48 << 20), (1024, 4 << 20), (300, 2 << 20)):
-        data = rng.standard_normal((8000, width)).astype(np.float32)
-        rows = rng.integers(0, 8000, size=20000)
-        with gids.defaults.set(rows_resident_first=resident_first), \
-                gids.Runtime(cache_bytes=cache) as rt:
-            _gather_twice(rt, data, rows, cache > data.nbytes)
-
-
-#: The configurations of test_gpu_resident_first_warm_and_partly_resident, one test each so
-#: that a failure names its own: (row width in float32, cache bytes); 8000 rows, 4 KiB pages.
+#: The GPU's row-gather configurations, one test each so that a failure names its own: (row
+#: width in float32, cache bytes); 8000 rows, 4 KiB pages. Gathered twice (the rows, then
+#: reversed): a whole cache (the second gather misses nothing), a quarter, rows across pages.
 GPU_CONFIGS = {"page_rows_whole_cache": (1024, 48 << 20),
                "page_rows_quarter_cache": (1024, 4 << 20),
                "rows_across_pages": (300, 2 << 20)}
