@@ -105,3 +105,13 @@ def test_daemon_latency_cli_bad_input_is_one_line_and_status_2(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--queues", "x"])
     assert e.value.code == 2
+
+
+def test_daemon_latency_wait_is_bounded_with_no_daemon():
+    """No daemon serves the queue: the driver gives up after WAIT_NS with the request's index."""
+    from workloads.daemon_latency import DEPTH, one_at_a_time
+    sq = np.zeros(DEPTH * gids.layout.SQ_WORDS, dtype=np.int64)
+    cq = np.zeros(DEPTH * gids.layout.CQ_WORDS, dtype=np.int64)
+    lat = np.zeros(3, dtype=np.int64)
+    assert one_at_a_time(0, sq, cq, DEPTH, 8, np.arange(3, dtype=np.int64), lat,
+                         np.zeros(2, dtype=np.int64)) == 0

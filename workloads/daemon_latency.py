@@ -20,6 +20,7 @@ from numba import njit
 
 from gids import console
 from gids import layout as L
+from gids.errors import GidsTimeoutError
 from gids.host import (
     T_COLUMNS,
     HostDaemon,
@@ -40,17 +41,26 @@ DEPTH = 32
 WARM_UP = 1000
 
 
+#: A round trip longer than this ends the run (the daemon died or stopped serving).
+WAIT_NS = 5_000_000_000
+
+
 @njit(nogil=True, cache=True)
 def one_at_a_time(q, sq, cq, depth, n_pages, pages, lat, clock):
-    """Issue ``pages[t]`` on queue ``q`` one at a time; ``lat[t]``: its round trip (ns)."""
+    """Issue ``pages[t]`` on queue ``q`` one at a time; ``lat[t]``: its round trip (ns).
+    Returns -1, or the first ``t`` whose completion did not come within WAIT_NS."""
     for t in range(pages.size):
         e = q * depth + t % depth
         word = sq_word(sq_tag(t, depth), 0, pages[t], L.OP_READ)
         t0 = _now_ns(clock)
         store_release(sq, e * L.SQ_WORDS + L.SQ_WORD, word)
+        polls = 0
         while cq_fields(load_acquire(cq, e * L.CQ_WORDS + L.CQ_WORD))[0] != cq_seq(t):
-            pass
+            polls += 1
+            if polls % 4096 == 0 and _now_ns(clock) - t0 > WAIT_NS:
+                return t
         lat[t] = _now_ns(clock) - t0
+    return -1
 
 
 def round_trip(queues, threads, engine, requests=20000, seed=0, store_mib=64):
@@ -74,8 +84,11 @@ def round_trip(queues, threads, engine, requests=20000, seed=0, store_mib=64):
     daemon = HostDaemon(sq, cq, staging, table, queues, DEPTH, PAGE, threads, engine=engine)
     with daemon:
         time.sleep(0.05)
-        one_at_a_time(q, sq, cq, DEPTH, n_pages, pages, lat, clock)
+        late = one_at_a_time(q, sq, cq, DEPTH, n_pages, pages, lat, clock)
         daemon.check()
+    if late >= 0:
+        raise GidsTimeoutError(f"gids: request {late} (page {pages[late]}) was not served "
+                               f"within {WAIT_NS / 1e9:g} s", what="daemon_latency")
     last = pages.size - 1
     entry = q * DEPTH + last % DEPTH
     got = staging[entry * PAGE:(entry + 1) * PAGE]
