@@ -24,6 +24,17 @@ def pytest_collection_modifyitems(config, items):
         if "gpu" in item.keywords:
             item.add_marker(skip)
 
+
+def pytest_collection_finish(session):
+    # The real compiler's scripts run in the background from now on (tests.helpers.compiles).
+    from tests.helpers import start_compile_scripts
+    start_compile_scripts(session.items)
+
+
+def pytest_sessionfinish(session):
+    from tests.helpers import stop_compile_scripts
+    stop_compile_scripts()
+
 # The simulator's block manager polls its threads holding the GIL: one that lets it go between
 # passes (tests/polite_simulator.py) about halves the time of a simulator test.
 if SIMULATOR:

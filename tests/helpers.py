@@ -208,11 +208,69 @@ def _run_compiled(script, *args, env=None, shared=True, timeout=600):
                                        answer["stderr"])
 
 
+def _skip_without_nvvm(proc):
+    if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
+        pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
+    return proc
+
+
 def run_compile_script(script, *args, env=None, shared=True, timeout=600):
     """Run a script that compiles with the real compiler (see :func:`_run_compiled`) and return
     its :class:`subprocess.CompletedProcess`; skip the calling test where NVVM is not installed
     (the script's compile then fails naming it)."""
-    proc = _run_compiled(script, *args, env=env, shared=shared, timeout=timeout)
-    if "cannot be found" in proc.stderr and "NVVM" in proc.stderr:
-        pytest.skip("NVVM not installed (pip install nvidia-nvvm nvidia-cuda-nvrtc)")
-    return proc
+    return _skip_without_nvvm(_run_compiled(script, *args, env=env, shared=shared,
+                                            timeout=timeout))
+
+
+_background = None
+
+
+class CompileScript:
+    """A compile script (:func:`run_compile_script`'s arguments) that may run before its test.
+
+    A test marked ``@compiles(S)`` has ``S`` started once the session's tests are collected
+    (tests/conftest.py), in one thread that runs such scripts one at a time in the order of the
+    tests: the compiler works on a core of its own while the simulator tests run, and the test's
+    :meth:`result` waits only for what is left. Unstarted, :meth:`result` runs it there and then.
+    """
+
+    def __init__(self, script, *args, env=None, shared=True, timeout=600):
+        self.script, self.args = script, args
+        self.options = {"env": env, "shared": shared, "timeout": timeout}
+        self._future = None
+
+    def start(self):
+        global _background
+        if self._future is None:
+            from concurrent.futures import ThreadPoolExecutor
+            if _background is None:
+                _background = ThreadPoolExecutor(1, thread_name_prefix="compile-script")
+            self._future = _background.submit(_run_compiled, self.script, *self.args,
+                                              **self.options)
+
+    def result(self):
+        """The script's :class:`subprocess.CompletedProcess` (as :func:`run_compile_script`)."""
+        if self._future is None or self._future.cancelled():
+            return run_compile_script(self.script, *self.args, **self.options)
+        return _skip_without_nvvm(self._future.result())
+
+
+def compiles(*scripts):
+    """Mark a test as one that waits for these :class:`CompileScript` objects (started early)."""
+    return pytest.mark.compile_scripts(*scripts)
+
+
+def start_compile_scripts(items):
+    """Start the :class:`CompileScript` objects the marks of these tests name, in their order."""
+    for item in items:
+        if item.get_closest_marker("skip"):
+            continue
+        for mark in item.iter_markers("compile_scripts"):
+            for script in mark.args:
+                script.start()
+
+
+def stop_compile_scripts():
+    """Drop the scripts not yet started (a session that ends early does not wait for them)."""
+    if _background is not None:
+        _background.shutdown(wait=False, cancel_futures=True)

@@ -11,7 +11,7 @@ from numba import cuda
 
 from gids.errors import ConfigError, IndexOutOfRangeError, StorageIOError
 from host_daemon.stores import FaultyStore
-from tests.helpers import run_compile_script, run_with_warp32
+from tests.helpers import CompileScript, compiles, run_with_warp32
 from workloads import baselines as B
 from workloads.bench import expected_warp_sums
 from workloads.pager import GIDS_PAGER, element_pager
@@ -438,14 +438,16 @@ PTX_SCRIPT = textwrap.dedent('''
         cuda.compile_ptx(k.py_func, sig, cc=(9, 0))
     print("BASELINES_PTX_OK")
 ''')
+BASELINES_PTX = CompileScript(PTX_SCRIPT)
 
 
+@compiles(BASELINES_PTX)
 def test_templates_compile_for_the_gpu():
     """Every template with the memory/zero-copy and cpu_batch readers compiles to PTX (sm_90),
     so the closures over device functions and the handles type on a GPU too; the gids request
     kernel pins once per page (one lookup site, whether a warp reads one request or several; no
     lookup in the loop of pinned loads, whose rounds issue all their loads before adding)."""
-    proc = run_compile_script(PTX_SCRIPT)
+    proc = BASELINES_PTX.result()
     assert "BASELINES_PTX_OK" in proc.stdout, proc.stderr[-3000:]
 
 

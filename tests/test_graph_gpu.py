@@ -20,7 +20,7 @@ import pytest
 from numba import cuda
 
 from kernels.platform import WARP_SIZE
-from tests.helpers import default_engine, run_compile_script
+from tests.helpers import CompileScript, compiles, default_engine
 from workloads.graph import (
     EdgeArray,
     GraphFormatError,
@@ -734,9 +734,11 @@ _PTX = textwrap.dedent(r'''
     assert not re.search(r"^\s*call", ptx, re.M), "a call in the resident top-down kernel"
     print("PTX_OK")
 ''')
+_PTX_RUN = CompileScript(_PTX)
 
 
+@compiles(_PTX_RUN)
 def test_kernels_compile_for_a_gpu():
     """The traversal kernels, specialised for both readers, compile to PTX (no GPU needed)."""
-    proc = run_compile_script(_PTX)
+    proc = _PTX_RUN.result()
     assert "PTX_OK" in proc.stdout, proc.stderr[-3000:]

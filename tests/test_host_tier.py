@@ -15,7 +15,7 @@ import pytest
 from numba import cuda
 
 from gids.errors import ConfigError, HostTierFullError
-from tests.helpers import run_compile_script
+from tests.helpers import CompileScript, compiles
 
 PAGE = 512
 ELEMS = PAGE // 8          # int64 elements per page
@@ -321,39 +321,42 @@ def test_random_sequences_match_a_numpy_model(tmp_path):
         np.testing.assert_array_equal(np.fromfile(path, np.int64), model)
 
 
+TIER_PTX = CompileScript(textwrap.dedent('''
+    import os
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    import numpy as np
+    import numba.cuda.dispatcher as dispatcher
+    from numba import cuda, typeof, types
+
+    class _Hopper:
+        compute_capability = (9, 0)
+    dispatcher.get_current_device = lambda: _Hopper()
+
+    from tests.helpers import fake_handle
+    from gids.kernels_host import gather_kernel
+
+    h = fake_handle(np.int64)
+    ptx, _ = cuda.compile_ptx(gather_kernel.py_func,
+                              (typeof(h), types.int64[::1], typeof(np.zeros(4, np.int64))),
+                              cc=(9, 0))
+    lines = [l.strip() for l in ptx.splitlines()]
+    entry = next(i for i, l in enumerate(lines) if l.startswith(".visible .entry"))
+    end = next((i for i, l in enumerate(lines) if i > entry and ".func" in l), len(lines))
+    body = lines[entry:end]
+    assert sum(l.startswith("call") for l in body) == 1, [l for l in body if "call" in l]
+    assert not [l for l in body if l.startswith("ld.relaxed.gpu")]
+    assert sum(l.startswith("atom.relaxed.gpu.global.add.u64") for l in body) == 1
+    print("TIER_PTX_OK")
+'''))
+
+
+@compiles(TIER_PTX)
 def test_no_tier_hit_path_has_nothing_added():
     """The tier's code is on the miss path only: the kernel's own body (the hit path) still has
     one call (the miss path), no coherent load (the tier's table is read with one) and one pin;
     the miss path tests the tier's mode."""
     pytest.importorskip("numba.cuda")
-    script = textwrap.dedent('''
-        import os
-        os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-        import numpy as np
-        import numba.cuda.dispatcher as dispatcher
-        from numba import cuda, typeof, types
-
-        class _Hopper:
-            compute_capability = (9, 0)
-        dispatcher.get_current_device = lambda: _Hopper()
-
-        from tests.helpers import fake_handle
-        from gids.kernels_host import gather_kernel
-
-        h = fake_handle(np.int64)
-        ptx, _ = cuda.compile_ptx(gather_kernel.py_func,
-                                  (typeof(h), types.int64[::1], typeof(np.zeros(4, np.int64))),
-                                  cc=(9, 0))
-        lines = [l.strip() for l in ptx.splitlines()]
-        entry = next(i for i, l in enumerate(lines) if l.startswith(".visible .entry"))
-        end = next((i for i, l in enumerate(lines) if i > entry and ".func" in l), len(lines))
-        body = lines[entry:end]
-        assert sum(l.startswith("call") for l in body) == 1, [l for l in body if "call" in l]
-        assert not [l for l in body if l.startswith("ld.relaxed.gpu")]
-        assert sum(l.startswith("atom.relaxed.gpu.global.add.u64") for l in body) == 1
-        print("TIER_PTX_OK")
-    ''')
-    proc = run_compile_script(script)
+    proc = TIER_PTX.result()
     assert "TIER_PTX_OK" in proc.stdout, proc.stderr[-3000:]
 
 

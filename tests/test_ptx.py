@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tests.helpers import run_compile_script
+from tests.helpers import CompileScript, compiles
 
 SCRIPT = textwrap.dedent('''
     import os, re
@@ -203,11 +203,13 @@ SCRIPT = textwrap.dedent('''
     assert nvme_w.count("atom.global.cas") == host_w.count("atom.global.cas"), "a lock?"
     print("NVME_WRITE_OK")
 ''')
+READ_PTX = CompileScript(SCRIPT)
 
 
+@compiles(READ_PTX)
 def test_poll_load_stays_in_the_loop_and_read_compiles():
     pytest.importorskip("numba.cuda")
-    proc = run_compile_script(SCRIPT)
+    proc = READ_PTX.result()
     assert "POLL_OK" in proc.stdout and "GATHER_OK" in proc.stdout, proc.stderr[-3000:]
     assert "PAGES_OK" in proc.stdout, proc.stderr[-3000:]
     assert "MASKS_OK" in proc.stdout, proc.stderr[-3000:]
@@ -274,20 +276,24 @@ BULK_SCRIPT = textwrap.dedent('''
     assert shared == [".weak .shared .align 16 .b8 gids_bulk_buffer[4104];"], shared
     print("BULK")
 ''')
+# At cc 9.0 and the default settings, in the process the other compile scripts use; another
+# capability or setting, in a process of its own (device functions are typed for one).
+BULK_PTX = {(cc, lanes): CompileScript(BULK_SCRIPT, cc,
+                                       env={} if lanes is None else {"GIDS_BULK_COPY_LANES": lanes},
+                                       shared=(cc == "9.0" and lanes is None))
+            for cc, lanes in (("9.0", None), ("8.0", None), ("9.0", "0"))}
 
 
-@pytest.mark.parametrize("cc, lanes, bulk", [("9.0", None, True), ("8.0", None, False),
-                                             ("9.0", "0", False)])
+@pytest.mark.parametrize("cc, lanes, bulk", [
+    pytest.param(cc, lanes, bulk, marks=compiles(BULK_PTX[cc, lanes]))
+    for cc, lanes, bulk in (("9.0", None, True), ("8.0", None, False), ("9.0", "0", False))])
 def test_bulk_page_copy_is_compiled_in_for_hopper_only(cc, lanes, bulk):
     """gids.read compiled for cc 9.0 copies a page for a warp of few lanes by bulk copy (TMA:
     a bulk load completing on an mbarrier waited for in a loop, a bulk store, the proxy fences,
     4 KiB + 8 bytes of static shared memory); for cc 8.0, or with GIDS_BULK_COPY_LANES=0,
     none of it is there."""
     pytest.importorskip("numba.cuda")
-    # At cc 9.0 and the default settings, in the process the other compile scripts use; another
-    # capability or setting, in a process of its own (device functions are typed for one).
-    env = {} if lanes is None else {"GIDS_BULK_COPY_LANES": lanes}
-    proc = run_compile_script(BULK_SCRIPT, cc, env=env, shared=(cc == "9.0" and not env))
+    proc = BULK_PTX[cc, lanes].result()
     assert ("BULK" if bulk else "NO_BULK") in proc.stdout.split(), proc.stderr[-3000:]
 
 
@@ -311,10 +317,12 @@ WINDOW_SCRIPT = textwrap.dedent('''
         cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
     print("WINDOW_OK")
 ''')
+WINDOW_PTX = CompileScript(WINDOW_SCRIPT)
 
 
+@compiles(WINDOW_PTX)
 def test_window_kernels_compile():
     """Runtime.hold / release / prefetch's kernels (their counters one reduction per warp)."""
     pytest.importorskip("numba.cuda")
-    proc = run_compile_script(WINDOW_SCRIPT)
+    proc = WINDOW_PTX.result()
     assert "WINDOW_OK" in proc.stdout, proc.stderr[-3000:]

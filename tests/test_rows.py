@@ -12,6 +12,7 @@ import gids
 from gids.errors import ConfigError, IndexOutOfRangeError
 from gids.interop import DeviceArray
 from kernels.platform import SIMULATOR
+from tests.helpers import CompileScript, compiles
 
 try:
     import torch
@@ -551,11 +552,12 @@ run = max((len(list(g)) for key, g in __import__("itertools").groupby(
     lines, key=lambda l: l.startswith("ld.")) if key), default=0)
 print("LOADS_BEFORE_STORE", run >= LOADS_IN_FLIGHT)
 '''
+ROWS_PTX_RUN = CompileScript(ROWS_PTX)
 
 
+@compiles(ROWS_PTX_RUN)
 def test_row_kernel_compiles_for_the_gpu_with_one_lookup_per_page():
-    from tests.helpers import run_compile_script
-    proc = run_compile_script(ROWS_PTX)
+    proc = ROWS_PTX_RUN.result()
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "MATCH 2 CALLS 1" in proc.stdout, proc.stdout
     assert "RESIDENT_CALLS 0 SET_ASIDE_CALLS 1" in proc.stdout, proc.stdout

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from tests.helpers import run_compile_script, skip_unless_simulator
+from tests.helpers import CompileScript, compiles, skip_unless_simulator
 from workloads import microbench, timing
 
 
@@ -84,9 +84,13 @@ LATCH_SCRIPT = textwrap.dedent('''
 ''')
 
 
+LATCH_PTX = CompileScript(LATCH_SCRIPT)
+
+
+@compiles(LATCH_PTX)
 def test_latch_poll_load_stays_in_its_loop():
     pytest.importorskip("numba.cuda")
-    proc = run_compile_script(LATCH_SCRIPT)
+    proc = LATCH_PTX.result()
     assert "LATCH_OK" in proc.stdout, proc.stderr[-3000:]
 
 

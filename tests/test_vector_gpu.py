@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gids
-from tests.helpers import default_engine, run_compile_script
+from tests.helpers import CompileScript, compiles, default_engine
 from workloads.vector import (
     SyntheticClusters,
     build_ivf,
@@ -582,7 +582,11 @@ PTX_SCRIPT = textwrap.dedent('''
 ''')
 
 
+SEARCH_PTX = CompileScript(PTX_SCRIPT)
+
+
+@compiles(SEARCH_PTX)
 def test_search_kernels_compile_for_the_gpu_without_fma():
     """The simulator runs the kernel as Python: only the real compiler checks its typing."""
-    proc = run_compile_script(PTX_SCRIPT)
+    proc = SEARCH_PTX.result()
     assert "SEARCH_PTX_OK" in proc.stdout, proc.stderr[-3000:]
