@@ -26,14 +26,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    # The real compiler's scripts run in the background from now on (tests.helpers.compiles).
-    from tests.helpers import start_compile_scripts
-    start_compile_scripts(session.items)
+    # The scripts of tests.helpers.started_early run in the background from now on.
+    from tests.helpers import start_early_scripts
+    start_early_scripts(session.items)
 
 
 def pytest_sessionfinish(session):
-    from tests.helpers import stop_compile_scripts
-    stop_compile_scripts()
+    from tests.helpers import stop_early_scripts
+    stop_early_scripts()
 
 # The simulator's block manager polls its threads holding the GIL: one that lets it go between
 # passes (tests/polite_simulator.py) about halves the time of a simulator test.

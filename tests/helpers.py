@@ -85,18 +85,28 @@ assert WARP_SIZE == 32
 """
 
 
-def run_with_warp32(body, marker, timeout=600):
-    """Run ``WARP32_PREAMBLE + body`` in a subprocess of the simulator with emulated 32-lane
-    warps (``GIDS_SIM_WARP_SIZE=32``, which must be set before numba loads) and check that it
-    printed ``marker``."""
+def _run_warp32(body, timeout=600):
+    """``WARP32_PREAMBLE + body`` run in a subprocess of the simulator with emulated 32-lane
+    warps (``GIDS_SIM_WARP_SIZE=32``, which must be set before numba loads)."""
     import os
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", GIDS_SIM_WARP_SIZE="32")
-    proc = subprocess.run([sys.executable, "-c", WARP32_PREAMBLE + body], cwd=root, env=env,
+    return subprocess.run([sys.executable, "-c", WARP32_PREAMBLE + body], cwd=root, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def check_warp32(proc, marker):
+    """Check that a :func:`run_with_warp32` script printed ``marker``."""
     assert marker in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def run_with_warp32(body, marker, timeout=600):
+    """Run ``WARP32_PREAMBLE + body`` in a subprocess of the simulator with emulated 32-lane
+    warps (``GIDS_SIM_WARP_SIZE=32``, which must be set before numba loads) and check that it
+    printed ``marker``."""
+    check_warp32(_run_warp32(body, timeout), marker)
 
 
 @cuda.jit
@@ -225,18 +235,18 @@ def run_compile_script(script, *args, env=None, shared=True, timeout=600):
 _background = None
 
 
-class CompileScript:
-    """A compile script (:func:`run_compile_script`'s arguments) that may run before its test.
+class EarlyScript:
+    """A script run in a process of its own that may run before its test.
 
-    A test marked ``@compiles(S)`` has ``S`` started once the session's tests are collected
+    A test marked ``@started_early(S)`` has ``S`` started once the session's tests are collected
     (tests/conftest.py), in one thread that runs such scripts one at a time in the order of the
-    tests: the compiler works on a core of its own while the simulator tests run, and the test's
-    :meth:`result` waits only for what is left. Unstarted, :meth:`result` runs it there and then.
+    tests: the script works on a core of its own while the simulator tests run in this process,
+    and the test's :meth:`result` waits only for what is left. Unstarted, :meth:`result` runs it
+    there and then.
     """
 
-    def __init__(self, script, *args, env=None, shared=True, timeout=600):
-        self.script, self.args = script, args
-        self.options = {"env": env, "shared": shared, "timeout": timeout}
+    def __init__(self, run, *args, **options):
+        self._call = (run, args, options)
         self._future = None
 
     def start(self):
@@ -244,33 +254,51 @@ class CompileScript:
         if self._future is None:
             from concurrent.futures import ThreadPoolExecutor
             if _background is None:
-                _background = ThreadPoolExecutor(1, thread_name_prefix="compile-script")
-            self._future = _background.submit(_run_compiled, self.script, *self.args,
-                                              **self.options)
+                _background = ThreadPoolExecutor(1, thread_name_prefix="early-script")
+            run, args, options = self._call
+            self._future = _background.submit(run, *args, **options)
 
     def result(self):
-        """The script's :class:`subprocess.CompletedProcess` (as :func:`run_compile_script`)."""
+        """The script's :class:`subprocess.CompletedProcess`."""
         if self._future is None or self._future.cancelled():
-            return run_compile_script(self.script, *self.args, **self.options)
-        return _skip_without_nvvm(self._future.result())
+            run, args, options = self._call
+            return run(*args, **options)
+        return self._future.result()
 
 
-def compiles(*scripts):
-    """Mark a test as one that waits for these :class:`CompileScript` objects (started early)."""
-    return pytest.mark.compile_scripts(*scripts)
+class CompileScript(EarlyScript):
+    """:func:`run_compile_script`'s script and arguments, run early."""
+
+    def __init__(self, script, *args, env=None, shared=True, timeout=600):
+        super().__init__(_run_compiled, script, *args, env=env, shared=shared, timeout=timeout)
+
+    def result(self):
+        return _skip_without_nvvm(super().result())
 
 
-def start_compile_scripts(items):
-    """Start the :class:`CompileScript` objects the marks of these tests name, in their order."""
+class Warp32Script(EarlyScript):
+    """:func:`run_with_warp32`'s script, run early (check it with :func:`check_warp32`)."""
+
+    def __init__(self, body, timeout=600):
+        super().__init__(_run_warp32, body, timeout=timeout)
+
+
+def started_early(*scripts):
+    """Mark a test as one that waits for these :class:`EarlyScript` objects (started early)."""
+    return pytest.mark.early_scripts(*scripts)
+
+
+def start_early_scripts(items):
+    """Start the :class:`EarlyScript` objects the marks of these tests name, in their order."""
     for item in items:
         if item.get_closest_marker("skip"):
             continue
-        for mark in item.iter_markers("compile_scripts"):
+        for mark in item.iter_markers("early_scripts"):
             for script in mark.args:
                 script.start()
 
 
-def stop_compile_scripts():
+def stop_early_scripts():
     """Drop the scripts not yet started (a session that ends early does not wait for them)."""
     if _background is not None:
         _background.shutdown(wait=False, cancel_futures=True)

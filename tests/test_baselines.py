@@ -11,7 +11,7 @@ from numba import cuda
 
 from gids.errors import ConfigError, IndexOutOfRangeError, StorageIOError
 from host_daemon.stores import FaultyStore
-from tests.helpers import CompileScript, compiles, run_with_warp32
+from tests.helpers import CompileScript, Warp32Script, check_warp32, started_early
 from workloads import baselines as B
 from workloads.bench import expected_warp_sums
 from workloads.pager import GIDS_PAGER, element_pager
@@ -199,12 +199,14 @@ WARP32_REQUESTS = textwrap.dedent('''
         assert st["hits"] == pages, st
     print("REQUESTS32_OK")
 ''')
+WARP32_REQUESTS_RUN = Warp32Script(WARP32_REQUESTS)
 
 
+@started_early(WARP32_REQUESTS_RUN)
 def test_emulated_warps_look_a_request_page_up_once():
     """With 32-lane warps, the gids request kernel makes one cache lookup per page of a request
     and warp (the lanes share it), misses and hits alike, and reads the right values."""
-    run_with_warp32(WARP32_REQUESTS, "REQUESTS32_OK")
+    check_warp32(WARP32_REQUESTS_RUN.result(), "REQUESTS32_OK")
 
 
 WARP32_SEVERAL = textwrap.dedent('''
@@ -244,13 +246,15 @@ WARP32_SEVERAL = textwrap.dedent('''
         assert st["hits"] == lookups, st
     print("SEVERAL32_OK")
 ''')
+WARP32_SEVERAL_RUN = Warp32Script(WARP32_SEVERAL)
 
 
+@started_early(WARP32_SEVERAL_RUN)
 def test_emulated_warps_pin_a_steps_pages_in_one_call():
     """With 32-lane warps and requests that lie in one page, a warp's groups pin their pages
     in one call: one lookup per distinct page of the step (two requests on one page: one),
     none for an idle group; chains in lockstep; the right values."""
-    run_with_warp32(WARP32_SEVERAL, "SEVERAL32_OK")
+    check_warp32(WARP32_SEVERAL_RUN.result(), "SEVERAL32_OK")
 
 
 def test_cpu_batch_takes_one_pass_per_dependent_step():
@@ -441,7 +445,7 @@ PTX_SCRIPT = textwrap.dedent('''
 BASELINES_PTX = CompileScript(PTX_SCRIPT)
 
 
-@compiles(BASELINES_PTX)
+@started_early(BASELINES_PTX)
 def test_templates_compile_for_the_gpu():
     """Every template with the memory/zero-copy and cpu_batch readers compiles to PTX (sm_90),
     so the closures over device functions and the handles type on a GPU too; the gids request

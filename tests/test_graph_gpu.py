@@ -20,7 +20,7 @@ import pytest
 from numba import cuda
 
 from kernels.platform import WARP_SIZE
-from tests.helpers import CompileScript, compiles, default_engine
+from tests.helpers import CompileScript, default_engine, started_early
 from workloads.graph import (
     EdgeArray,
     GraphFormatError,
@@ -737,7 +737,7 @@ _PTX = textwrap.dedent(r'''
 _PTX_RUN = CompileScript(_PTX)
 
 
-@compiles(_PTX_RUN)
+@started_early(_PTX_RUN)
 def test_kernels_compile_for_a_gpu():
     """The traversal kernels, specialised for both readers, compile to PTX (no GPU needed)."""
     proc = _PTX_RUN.result()

@@ -15,7 +15,7 @@ import pytest
 from numba import cuda
 
 from gids.errors import ConfigError, HostTierFullError
-from tests.helpers import CompileScript, compiles
+from tests.helpers import CompileScript, Warp32Script, check_warp32, started_early
 
 PAGE = 512
 ELEMS = PAGE // 8          # int64 elements per page
@@ -350,7 +350,7 @@ TIER_PTX = CompileScript(textwrap.dedent('''
 '''))
 
 
-@compiles(TIER_PTX)
+@started_early(TIER_PTX)
 def test_no_tier_hit_path_has_nothing_added():
     """The tier's code is on the miss path only: the kernel's own body (the hit path) still has
     one call (the miss path), no coherent load (the tier's table is read with one) and one pin;
@@ -554,11 +554,12 @@ WARP_SCRIPT = textwrap.dedent('''
                                queues=2, queue_depth=32, timeout=60)
     print("TIER32_OK")
 ''')
+WARP_SCRIPT_RUN = Warp32Script(WARP_SCRIPT)
 
 
+@started_early(WARP_SCRIPT_RUN)
 def test_emulated_warps_use_the_tier():
-    from tests.helpers import run_with_warp32
-    run_with_warp32(WARP_SCRIPT, "TIER32_OK")
+    check_warp32(WARP_SCRIPT_RUN.result(), "TIER32_OK")
 
 
 @pytest.mark.gpu

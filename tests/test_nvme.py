@@ -23,7 +23,13 @@ from host_daemon.nvme_controller import NvmeController
 from host_daemon.ssd_model import SsdModel
 from host_daemon.stores import T_COLUMNS
 from host_daemon.trace import TraceWriter
-from tests.helpers import random_file, run_with_warp32, write_then_read
+from tests.helpers import (
+    Warp32Script,
+    check_warp32,
+    random_file,
+    started_early,
+    write_then_read,
+)
 
 PAGE = 512
 BLOCKS = PAGE // L.NVME_LBA_BYTES
@@ -594,10 +600,12 @@ WARP32 = textwrap.dedent('''
         assert (data == model).all()
     print("NVME_WARP32_OK")
 ''')
+WARP32_RUN = Warp32Script(WARP32)
 
 
+@started_early(WARP32_RUN)
 def test_emulated_warps_through_the_rings():
-    run_with_warp32(WARP32, "NVME_WARP32_OK")
+    check_warp32(WARP32_RUN.result(), "NVME_WARP32_OK")
 
 
 STRICT32 = textwrap.dedent('''
@@ -630,13 +638,15 @@ STRICT32 = textwrap.dedent('''
         assert ctrl.commands == rt.stats().ios == 176 and ctrl.reordered > 0, ctrl.commands
     print("NVME_STRICT32_OK")
 ''')
+STRICT32_RUN = Warp32Script(STRICT32)
 
 
+@started_early(STRICT32_RUN)
 def test_emulated_warps_under_a_strict_controller():
     """Whole warps of 32 lanes (and one of 16) through one queue pair of 32 commands, served by
     :class:`StrictController` in reverse order: most lanes read another lane's CQE, and the
     CQ head may move only once all of a warp's CQEs are read."""
-    run_with_warp32(STRICT32, "NVME_STRICT32_OK")
+    check_warp32(STRICT32_RUN.result(), "NVME_STRICT32_OK")
 
 
 # ------------------------------------------------------------------ on a GPU

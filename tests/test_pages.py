@@ -9,7 +9,7 @@ from numba import cuda
 
 import gids
 from gids.errors import IndexOutOfRangeError
-from tests.helpers import random_file, run_with_warp32
+from tests.helpers import Warp32Script, check_warp32, random_file, started_early
 
 
 @cuda.jit
@@ -254,7 +254,9 @@ WARP_SCRIPT = textwrap.dedent('''
         assert not (state & gids.layout.PAGE_REF_MASK).any()
     print("PAGES32_OK")
 ''')
+WARP_SCRIPT_RUN = Warp32Script(WARP_SCRIPT)
 
 
+@started_early(WARP_SCRIPT_RUN)
 def test_emulated_warps_pin_pages():
-    run_with_warp32(WARP_SCRIPT, "PAGES32_OK")
+    check_warp32(WARP_SCRIPT_RUN.result(), "PAGES32_OK")

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tests.helpers import CompileScript, compiles
+from tests.helpers import CompileScript, started_early
 
 SCRIPT = textwrap.dedent('''
     import os, re
@@ -206,7 +206,7 @@ SCRIPT = textwrap.dedent('''
 READ_PTX = CompileScript(SCRIPT)
 
 
-@compiles(READ_PTX)
+@started_early(READ_PTX)
 def test_poll_load_stays_in_the_loop_and_read_compiles():
     pytest.importorskip("numba.cuda")
     proc = READ_PTX.result()
@@ -285,7 +285,7 @@ BULK_PTX = {(cc, lanes): CompileScript(BULK_SCRIPT, cc,
 
 
 @pytest.mark.parametrize("cc, lanes, bulk", [
-    pytest.param(cc, lanes, bulk, marks=compiles(BULK_PTX[cc, lanes]))
+    pytest.param(cc, lanes, bulk, marks=started_early(BULK_PTX[cc, lanes]))
     for cc, lanes, bulk in (("9.0", None, True), ("8.0", None, False), ("9.0", "0", False))])
 def test_bulk_page_copy_is_compiled_in_for_hopper_only(cc, lanes, bulk):
     """gids.read compiled for cc 9.0 copies a page for a warp of few lanes by bulk copy (TMA:
@@ -320,7 +320,7 @@ WINDOW_SCRIPT = textwrap.dedent('''
 WINDOW_PTX = CompileScript(WINDOW_SCRIPT)
 
 
-@compiles(WINDOW_PTX)
+@started_early(WINDOW_PTX)
 def test_window_kernels_compile():
     """Runtime.hold / release / prefetch's kernels (their counters one reduction per warp)."""
     pytest.importorskip("numba.cuda")

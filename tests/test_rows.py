@@ -12,7 +12,7 @@ import gids
 from gids.errors import ConfigError, IndexOutOfRangeError
 from gids.interop import DeviceArray
 from kernels.platform import SIMULATOR
-from tests.helpers import CompileScript, compiles
+from tests.helpers import CompileScript, Warp32Script, check_warp32, started_early
 
 try:
     import torch
@@ -293,12 +293,13 @@ for width, n_rows, cache in ((128, 40, 48), (128, 80, 32), (37, 300, 32)):
         assert not (state & gids.layout.PAGE_REF_MASK).any()   # every pin given back
 print("ROWS_ONE_LAUNCH_OK")
 """
+ROWS_ONE_LAUNCH_WARP32_RUN = Warp32Script(ROWS_ONE_LAUNCH_WARP32)
 
 
+@started_early(ROWS_ONE_LAUNCH_WARP32_RUN)
 def test_one_launch_rows_in_emulated_warps():
     # The one-launch kernel's collectives with 32-lane warps, in the GPU test's three shapes.
-    from tests.helpers import run_with_warp32
-    run_with_warp32(ROWS_ONE_LAUNCH_WARP32, "ROWS_ONE_LAUNCH_OK")
+    check_warp32(ROWS_ONE_LAUNCH_WARP32_RUN.result(), "ROWS_ONE_LAUNCH_OK")
 
 
 @pytest.mark.parametrize("setting, n, two", [("auto", 5, False), ("auto", 1 << 18, True),
@@ -310,10 +311,13 @@ def test_resident_first_auto_by_rows(setting, n, two):
         assert resident_first(n) is two
 
 
+ROWS_WARP32_RUN = Warp32Script(ROWS_WARP32)
+
+
+@started_early(ROWS_WARP32_RUN)
 def test_resident_first_rows_in_emulated_warps():
     # Both launches' collectives with 32-lane warps: groups of 16 lanes, rows set aside.
-    from tests.helpers import run_with_warp32
-    run_with_warp32(ROWS_WARP32, "ROWS_WARP32_OK")
+    check_warp32(ROWS_WARP32_RUN.result(), "ROWS_WARP32_OK")
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint32, np.int64, np.uint64])
@@ -555,7 +559,7 @@ print("LOADS_BEFORE_STORE", run >= LOADS_IN_FLIGHT)
 ROWS_PTX_RUN = CompileScript(ROWS_PTX)
 
 
-@compiles(ROWS_PTX_RUN)
+@started_early(ROWS_PTX_RUN)
 def test_row_kernel_compiles_for_the_gpu_with_one_lookup_per_page():
     proc = ROWS_PTX_RUN.result()
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from tests.helpers import CompileScript, compiles, skip_unless_simulator
+from tests.helpers import CompileScript, skip_unless_simulator, started_early
 from workloads import microbench, timing
 
 
@@ -87,7 +87,7 @@ LATCH_SCRIPT = textwrap.dedent('''
 LATCH_PTX = CompileScript(LATCH_SCRIPT)
 
 
-@compiles(LATCH_PTX)
+@started_early(LATCH_PTX)
 def test_latch_poll_load_stays_in_its_loop():
     pytest.importorskip("numba.cuda")
     proc = LATCH_PTX.result()

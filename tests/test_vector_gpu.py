@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gids
-from tests.helpers import CompileScript, compiles, default_engine
+from tests.helpers import CompileScript, default_engine, started_early
 from workloads.vector import (
     SyntheticClusters,
     build_ivf,
@@ -585,7 +585,7 @@ PTX_SCRIPT = textwrap.dedent('''
 SEARCH_PTX = CompileScript(PTX_SCRIPT)
 
 
-@compiles(SEARCH_PTX)
+@started_early(SEARCH_PTX)
 def test_search_kernels_compile_for_the_gpu_without_fma():
     """The simulator runs the kernel as Python: only the real compiler checks its typing."""
     proc = SEARCH_PTX.result()

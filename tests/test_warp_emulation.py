@@ -8,7 +8,7 @@ sequentially consistent, so this checks the protocol's logic, not the GPU's memo
 """
 import textwrap
 
-from tests.helpers import run_with_warp32
+from tests.helpers import Warp32Script, check_warp32, started_early
 
 SCRIPT = textwrap.dedent('''
     @cuda.jit
@@ -42,10 +42,12 @@ SCRIPT = textwrap.dedent('''
         assert rt.stats().evictions > 0
     print("WARP32_OK")
 ''')
+SCRIPT_RUN = Warp32Script(SCRIPT)
 
 
+@started_early(SCRIPT_RUN)
 def test_emulated_warps_read_the_right_values():
-    run_with_warp32(SCRIPT, "WARP32_OK")
+    check_warp32(SCRIPT_RUN.result(), "WARP32_OK")
 
 
 WRITE_SCRIPT = textwrap.dedent('''
@@ -78,7 +80,9 @@ WRITE_SCRIPT = textwrap.dedent('''
         assert (data == model).all()
     print("WARP32_WRITES_OK")
 ''')
+WRITE_SCRIPT_RUN = Warp32Script(WRITE_SCRIPT)
 
 
+@started_early(WRITE_SCRIPT_RUN)
 def test_emulated_warps_write_and_write_back():
-    run_with_warp32(WRITE_SCRIPT, "WARP32_WRITES_OK")
+    check_warp32(WRITE_SCRIPT_RUN.result(), "WARP32_WRITES_OK")
