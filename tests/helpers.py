@@ -1,5 +1,6 @@
 """Helpers shared by the tests (as numba-cuda's own test helper module)."""
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -146,6 +147,7 @@ for line in sys.stdin:
 '''
 
 _servers = {}
+_servers_lock = threading.Lock()
 
 
 def _compile_env(overrides):
@@ -179,18 +181,25 @@ def _run_compiled(script, *args, env=None, shared=True, timeout=600):
     by an earlier script are not typed again). A script that changes what numba compiles device
     functions for (another compute capability) must pass ``shared=False``: a process of its own.
     """
-    import atexit
     import os
-    import select
     import subprocess
     import sys
-    import tempfile
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(env or {})
     full_env = _compile_env(env)
     if not shared:
         return subprocess.run([sys.executable, "-c", script, *args], cwd=root, env=full_env,
                               capture_output=True, text=True, timeout=timeout, check=False)
+    with _servers_lock:       # (the early scripts' thread and a test may both ask)
+        return _ask_server(script, args, env, full_env, root, timeout)
+
+
+def _ask_server(script, args, env, full_env, root, timeout):
+    import atexit
+    import select
+    import subprocess
+    import sys
+    import tempfile
     key = tuple(sorted(env.items()))
     proc, log = _servers.get(key, (None, None))
     if proc is None or proc.poll() is not None:
@@ -232,31 +241,33 @@ def run_compile_script(script, *args, env=None, shared=True, timeout=600):
                                             timeout=timeout))
 
 
-_background = None
+_lanes = {}
 
 
 class EarlyScript:
     """A script run in a process of its own that may run before its test.
 
     A test marked ``@started_early(S)`` has ``S`` started once the session's tests are collected
-    (tests/conftest.py), in one thread that runs such scripts one at a time in the order of the
-    tests: the script works on a core of its own while the simulator tests run in this process,
-    and the test's :meth:`result` waits only for what is left. Unstarted, :meth:`result` runs it
-    there and then.
+    (tests/conftest.py), in a thread that runs the scripts of its kind (:attr:`lane`) one at a
+    time in the order of the tests: the script works on another core while the simulator tests
+    run in this process, and the test's :meth:`result` waits only for what is left. Unstarted,
+    :meth:`result` runs it there and then.
     """
+
+    #: Scripts of one lane run one after the other (those of the compile server must).
+    lane = "scripts"
 
     def __init__(self, run, *args, **options):
         self._call = (run, args, options)
         self._future = None
 
     def start(self):
-        global _background
         if self._future is None:
             from concurrent.futures import ThreadPoolExecutor
-            if _background is None:
-                _background = ThreadPoolExecutor(1, thread_name_prefix="early-script")
+            if self.lane not in _lanes:
+                _lanes[self.lane] = ThreadPoolExecutor(1, thread_name_prefix=self.lane)
             run, args, options = self._call
-            self._future = _background.submit(run, *args, **options)
+            self._future = _lanes[self.lane].submit(run, *args, **options)
 
     def result(self):
         """The script's :class:`subprocess.CompletedProcess`."""
@@ -269,6 +280,8 @@ class EarlyScript:
 class CompileScript(EarlyScript):
     """:func:`run_compile_script`'s script and arguments, run early."""
 
+    lane = "compile"
+
     def __init__(self, script, *args, env=None, shared=True, timeout=600):
         super().__init__(_run_compiled, script, *args, env=env, shared=shared, timeout=timeout)
 
@@ -278,6 +291,8 @@ class CompileScript(EarlyScript):
 
 class Warp32Script(EarlyScript):
     """:func:`run_with_warp32`'s script, run early (check it with :func:`check_warp32`)."""
+
+    lane = "warp32"
 
     def __init__(self, body, timeout=600):
         super().__init__(_run_warp32, body, timeout=timeout)
@@ -300,5 +315,5 @@ def start_early_scripts(items):
 
 def stop_early_scripts():
     """Drop the scripts not yet started (a session that ends early does not wait for them)."""
-    if _background is not None:
-        _background.shutdown(wait=False, cancel_futures=True)
+    for lane in _lanes.values():
+        lane.shutdown(wait=False, cancel_futures=True)
