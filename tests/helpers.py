@@ -69,6 +69,19 @@ def fake_nvme_handle(dtype):
                       nv_prp_base=0)
 
 
+_ptx_memo = {}
+
+
+def compile_ptx(func, sig, cc=(9, 0)):
+    """``numba.cuda.compile_ptx(func, sig, cc=cc)`` remembered for the process: the compile
+    scripts that share a process (:func:`run_compile_script`) compile a kernel once."""
+    from numba import cuda
+    key = (func, tuple(sig), tuple(cc))
+    if key not in _ptx_memo:
+        _ptx_memo[key] = cuda.compile_ptx(func, sig, cc=cc)
+    return _ptx_memo[key]
+
+
 #: What every emulated-warp script starts with: a short GIL switch interval (the 32 Python
 #: threads of a warp must interleave often), gids before numba, the simulator's block manager
 #: that lets the GIL go (tests/polite_simulator.py), and a check that the subprocess really

@@ -332,13 +332,12 @@ TIER_PTX = CompileScript(textwrap.dedent('''
         compute_capability = (9, 0)
     dispatcher.get_current_device = lambda: _Hopper()
 
-    from tests.helpers import fake_handle
+    from tests.helpers import compile_ptx, fake_handle
     from gids.kernels_host import gather_kernel
 
     h = fake_handle(np.int64)
-    ptx, _ = cuda.compile_ptx(gather_kernel.py_func,
-                              (typeof(h), types.int64[::1], typeof(np.zeros(4, np.int64))),
-                              cc=(9, 0))
+    ptx, _ = compile_ptx(gather_kernel.py_func,
+                         (typeof(h), types.int64[::1], typeof(np.zeros(4, np.int64))))
     lines = [l.strip() for l in ptx.splitlines()]
     entry = next(i for i, l in enumerate(lines) if l.startswith(".visible .entry"))
     end = next((i for i, l in enumerate(lines) if i > entry and ".func" in l), len(lines))
