@@ -327,6 +327,7 @@ def start_early_scripts(items):
 
 
 def stop_early_scripts():
-    """Drop the scripts not yet started (a session that ends early does not wait for them)."""
+    """Drop the scripts not yet started (a session that ends early waits only for those
+    running)."""
     for lane in _lanes.values():
         lane.shutdown(wait=False, cancel_futures=True)
