@@ -27,6 +27,8 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_collection_finish(session):
     # The scripts of tests.helpers.started_early run in the background from now on.
+    if session.config.option.collectonly:
+        return
     from tests.helpers import start_early_scripts
     start_early_scripts(session.items)
 
