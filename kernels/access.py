@@ -73,7 +73,7 @@ from kernels.queue import (
     take_tickets,
     wait_turn,
 )
-from kernels.sync import atomic_cas, ld_weak_l2, now_ns, red_add, zero_of
+from kernels.sync import atomic_cas, ld_pair_l2, ld_weak_l2, now_ns, red_add, zero_of
 from kernels.tier import (
     copy_from_tier,
     forget_tier_page,
@@ -774,6 +774,13 @@ def pinned(h, k):
     (:func:`pin_page`): ``ld.global.cg`` (:data:`~kernels.sync.ld_weak_l2`), served by L2, not
     by this SM's L1, which may hold lines of the slot's previous page."""
     return ld_weak_l2(h.cache, k)
+
+
+@cuda.jit(device=True)
+def pinned_pair(h, w):
+    """Words ``w`` and ``w + 1`` (``w`` even) of ``h.cache_words``, within a page this warp
+    has pinned: as :func:`pinned`, 16 bytes at once (``ld.global.cg.v2.b64``)."""
+    return ld_pair_l2(h.cache_words, w)
 
 
 @cuda.jit(device=True)
