@@ -121,7 +121,7 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     if len(shape) != 2:
         raise ConfigError(f"gids: gather_rows needs a 2-D array, got shape {shape}")
     n_rows, width = shape
-    device = current_device_id()
+    device = rt._device_id
     handle, stream_device = stream_handle(stream)
     if stream_device is not None and stream_device != device:
         raise ConfigError(f"gids: the stream is on device {stream_device}, the Runtime on "

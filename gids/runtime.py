@@ -25,6 +25,7 @@ from gids.errors import (
     StorageIOError,
 )
 from gids.host_tier import HostTier
+from gids.interop import current_device_id
 from gids.staging import Staging
 from gids.stats import FileStats, Stats
 from gids.waiting import KernelWaiter
@@ -357,6 +358,7 @@ class Runtime:
         # an allocation.
         self._err_host = cuda.pinned_array(L.ERR_WORDS, dtype=np.int64)
         self._kernels = KernelWaiter()   # what sync() polls (gids.rows adds its streams)
+        self._device_id = current_device_id()   # where its memory is (0 in the simulator)
         self._rows_aside_lists = {}       # gids.rows' lists of rows set aside, per stream
         self._stats = self._to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
         self._no_zero_copy = self._to_device(np.zeros(1, dtype=np.uint64))

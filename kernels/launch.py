@@ -165,11 +165,21 @@ def launch(dispatcher, griddim, blockdim, stream, *args):
     launch: where every argument's type is known without typing it (:func:`_argument_type`)
     and the dispatcher has compiled a kernel for exactly those types, that kernel is launched
     at once, past numba-cuda's dispatch (its per-argument typing and overload search), through
-    the driver with the handle's parameters kept (:class:`_DriverLaunch`). Anything else (the
+    the driver with the handle's parameters kept (:class:`_DriverLaunch`, found again from the
+    next launch on by the dispatcher and the arguments' signatures alone). Anything else (the
     first launch, which compiles; the simulator; a kernel sensitive to its launch configuration
     or with launch callbacks; a numba-cuda without these internals, or without :func:`install`)
     takes the dispatcher's own path. Either way the same kernel receives the same arguments.
     An argument may be a :class:`RawArray` (a device array as its pointer, shape and strides)."""
+    key = _driver_key(dispatcher, args)
+    if key is not None:
+        driver = args[0].__dict__.get(_DRIVER_KEY, _NO_LAUNCHES).get(key)
+        if driver is not None:
+            guard = args[0].__dict__.get(GUARD_KEY)
+            if guard is not None:
+                guard()
+            if driver(_dim3(griddim), _dim3(blockdim), stream, args):
+                return None
     config = dispatcher[griddim, blockdim, stream]
     if not _ARGUMENT or config.pre_launch_callbacks or \
             getattr(dispatcher, "_launch_config_sensitive", True) or dispatcher.specialized:
@@ -183,11 +193,18 @@ def launch(dispatcher, griddim, blockdim, stream, *args):
     kernel = dispatcher.overloads.get(tuple(arg_types))
     if kernel is None or getattr(kernel, "launch_config_sensitive", False):
         return config(*_dispatchable(args))
-    driver = _driver_launch(kernel, args)
-    if driver is not None and driver(config, args):
-        return None
+    if key is not None and config.sharedmem == 0:
+        driver = _driver_launch(kernel, key, args)
+        if driver is not None and driver(config.griddim, config.blockdim, config.stream, args):
+            return None
     return kernel.launch(_dispatchable(args), config.griddim, config.blockdim, config.stream,
                          config.sharedmem)
+
+
+def _dim3(d):
+    if type(d) is int:
+        return (d, 1, 1)
+    return (tuple(d) + (1, 1))[:3]
 
 
 # ------------------------------------------------------------------ arrays as raw parameters
@@ -203,7 +220,7 @@ class RawArray:
     broadcast, else A (an F-contiguous array, which Numba types F, is typed A here: it then
     finds no kernel compiled for it and takes the dispatcher's path, right if slower)."""
 
-    __slots__ = ("args", "dtype", "numba_type", "ptr", "shape", "strides")
+    __slots__ = ("args", "dtype", "numba_type", "ptr", "shape", "signature", "strides")
 
     def __init__(self, ptr, shape, strides, dtype):
         dtype = np.dtype(dtype)
@@ -211,8 +228,8 @@ class RawArray:
         for n in shape:
             size *= n
         self.ptr, self.shape, self.strides, self.dtype = ptr, tuple(shape), tuple(strides), dtype
-        self.numba_type = _array_type(dtype, len(shape), _layout(shape, strides, dtype.itemsize,
-                                                                 size))
+        self.signature = (dtype, len(shape), _layout(shape, strides, dtype.itemsize, size))
+        self.numba_type = _array_type(*self.signature)
         self.args = (0, 0, size, dtype.itemsize, ptr, *shape, *strides)
 
     ndim = property(lambda self: len(self.shape))
@@ -312,8 +329,9 @@ class _DriverLaunch:
         self.params = (ctypes.c_void_p * slots)(*(base + 8 * k for k in range(slots)))
         self.lock = threading.Lock()
 
-    def __call__(self, config, args):
-        """Launch with ``args`` (the handle first); False where the driver refused (the caller
+    def __call__(self, griddim, blockdim, stream, args):
+        """Launch with ``args`` (the handle first) on ``stream`` (a Numba stream or a handle),
+        ``griddim`` and ``blockdim`` as 3-tuples; False where the driver refused (the caller
         then takes numba-cuda's launch, which raises what is wrong)."""
         values = []
         for a in args[1:]:
@@ -321,12 +339,12 @@ class _DriverLaunch:
                 values.extend(a.args)
             else:
                 values.append(a)
-        (gx, gy, gz), (bx, by, bz) = config.griddim, config.blockdim
-        handle = int(getattr(config.stream, "handle", config.stream) or 0)
+        (gx, gy, gz), (bx, by, bz) = griddim, blockdim
+        handle = int(getattr(stream, "handle", stream) or 0)
         with self.lock:
             struct.pack_into(self.format, self.buffer, self.offset, *values)
             err = _cuda_driver().cuLaunchKernel(self.function, gx, gy, gz, bx, by, bz,
-                                                config.sharedmem, handle, self.params, None)
+                                                0, handle, self.params, None)
         return err == 0
 
 
@@ -345,22 +363,38 @@ def _var_format(args):
     return "".join(parts)
 
 
-def _driver_launch(kernel, args):
-    """The :class:`_DriverLaunch` of ``kernel`` for ``args`` (the handle first; kept on the
-    handle), or None where a launch cannot go this way (no handle first, arguments not yet
-    kept, a parameter of another kind, a numba-cuda without these internals)."""
-    if not _DRIVER_ON or type(args[0]) not in HANDLE_CLASSES:
+_NO_LAUNCHES = {}
+
+
+def _driver_key(dispatcher, args):
+    """What names a driver launch among a handle's: the dispatcher and each later argument's
+    signature (a :class:`RawArray`'s dtype, dimensions and layout; a numpy scalar's class);
+    None where the launch cannot go through the driver (not installed, no handle first, an
+    argument of another kind)."""
+    if not _DRIVER_ON or not args or type(args[0]) not in HANDLE_CLASSES:
         return None
-    var_format = _var_format(args[1:])
-    if var_format is None:
-        return None
+    key = [dispatcher]
+    for a in args[1:]:
+        cls = type(a)
+        if cls is RawArray:
+            key.append(a.signature)
+        elif cls in _SCALAR_FORMATS:
+            key.append(cls)
+        else:
+            return None
+    return tuple(key)
+
+
+def _driver_launch(kernel, key, args):
+    """The :class:`_DriverLaunch` of ``kernel`` (the one the dispatcher compiled for ``args``)
+    under ``key``, made once and kept on the handle; None where the handle's arguments are not
+    kept yet (numba-cuda's launch of it keeps them) or cannot be written as they are."""
     launches = args[0].__dict__.setdefault(_DRIVER_KEY, {})
-    key = (kernel, var_format)
-    driver = launches.get(key)
-    if driver is None and key not in launches:
-        if kept_arguments(args[0]) is None:
-            return None     # numba-cuda's launch of the handle keeps them
-        launches[key] = driver = _make_driver_launch(kernel, args[0], var_format)
+    if key in launches:
+        return launches[key]
+    if kept_arguments(args[0]) is None:
+        return None
+    driver = launches[key] = _make_driver_launch(kernel, args[0], _var_format(args[1:]))
     return driver
 
 

@@ -281,9 +281,8 @@ def test_driver_launch_writes_the_kept_and_the_new_parameters(monkeypatch):
     fake = _FakeDriver(n)
     monkeypatch.setattr(launch, "_libcuda", [fake])
     driver = launch._DriverLaunch(ctypes.c_void_p(0xABC), fixed, fmt)
-    config = types_ns(griddim=(3, 1, 1), blockdim=(64, 1, 1), sharedmem=0,
-                      stream=types_ns(handle=0x55))
-    assert driver(config, args) is True
+    stream = types_ns(handle=0x55)
+    assert driver((3, 1, 1), (64, 1, 1), stream, args) is True
     function, grid, block, shared, stream, values = fake.calls[0]
     assert (function.value, grid, block, shared, stream) == (0xABC, (3, 1, 1), (64, 1, 1), 0, 0x55)
     q = lambda v: struct.pack("<q", v)   # noqa: E731
@@ -294,10 +293,11 @@ def test_driver_launch_writes_the_kept_and_the_new_parameters(monkeypatch):
     assert values == expect
     # the next launch writes its own arrays in the same buffer
     other = launch.RawArray(0x7F0000400000, (5,), (8,), np.int64)
-    assert driver(config, ("handle", other, np.int64(4), out, np.int32(1)))
+    assert driver((3, 1, 1), (64, 1, 1), stream, ("handle", other, np.int64(4), out,
+                                                  np.int32(1)))
     assert fake.calls[1][5][len(kept) + 4] == q(0x7F0000400000)
     fake.result = 1     # refused by the driver: the caller takes numba-cuda's launch
-    assert driver(config, args) is False
+    assert driver((3, 1, 1), (64, 1, 1), 0, args) is False
 
 
 def test_launch_through_the_driver_only_where_it_can(direct, monkeypatch):
@@ -313,8 +313,8 @@ def test_launch_through_the_driver_only_where_it_can(direct, monkeypatch):
         def __init__(self, ok):
             self.ok, self.calls = ok, []
 
-        def __call__(self, config, args):
-            self.calls.append(args)
+        def __call__(self, griddim, blockdim, stream, args):
+            self.calls.append((griddim, blockdim, stream, args))
             return self.ok
 
     # not installed for the driver: numba-cuda's kernel launch (with Numba arrays made)
@@ -334,7 +334,19 @@ def test_launch_through_the_driver_only_where_it_can(direct, monkeypatch):
     for _ in range(3):
         launch.launch(d, 3, 64, "stream", h, rows, np.int64(8))
     assert len(kernel.launched) == 2 and len(ok.calls) == 3 and made == ["q" * 7 + "q"]
+    # found again by the signatures alone, past the dispatcher: a new array of the same kind
+    d.overloads.clear()
+    again = launch.RawArray(0x2000, (9,), (8,), np.int64)
+    launch.launch(d, 3, 64, "stream", h, again, np.int64(8))
+    assert ok.calls[-1] == ((3, 1, 1), (64, 1, 1), "stream", (h, again, np.int64(8)))
+    # a closed Runtime's handle: its guard refuses the launch before the driver sees it
+    h.__dict__[launch.GUARD_KEY] = lambda: (_ for _ in ()).throw(RuntimeError("closed"))
+    with pytest.raises(RuntimeError, match="closed"):
+        launch.launch(d, 3, 64, "stream", h, rows, np.int64(8))
+    assert len(ok.calls) == 4
+    h.__dict__.pop(launch.GUARD_KEY)
     # refused by the driver: numba-cuda's launch, which raises what is wrong
+    d.overloads[("handle type", rows.numba_type, "int64")] = kernel
     ok.ok = False
     launch.launch(d, 3, 64, "stream", h, rows, np.int64(8))
     assert len(kernel.launched) == 3
