@@ -8,7 +8,7 @@ from numba import cuda
 
 import gids
 from gids.staging import Staging
-from gids.window import distinct_pages
+from gids.window import SEEN, distinct_unheld, settle
 from tests.helpers import random_file
 
 PAGE = 512
@@ -130,16 +130,34 @@ def test_hold_fraction_setting(data):
 
 
 @settings(max_examples=60, deadline=None)
-@given(values=st.lists(st.integers(0, 2**40), max_size=200), shift=st.integers(0, 9),
-       shuffle=st.booleans())
-def test_distinct_pages_is_numpys_unique(values, shift, shuffle):
+@given(values=st.lists(st.integers(0, 2**12), max_size=200), shift=st.integers(0, 9),
+       base=st.integers(0, 50), held=st.lists(st.integers(0, 2**12), max_size=40))
+def test_distinct_unheld_against_numpy(values, shift, base, held):
+    """The hold's one pass: the distinct pages in first-occurrence order, how many no hold
+    holds, and the counts unchanged but for marks that settle clears (and +1 / -1 after)."""
     elems = np.array(values, dtype=np.int64)
-    if not shuffle:
-        elems.sort()
     keep = elems.copy()
-    got = distinct_pages(elems, shift)
-    np.testing.assert_array_equal(got, np.unique(keep >> shift))
+    counts = np.zeros(base + (2**12 >> shift) + 1, dtype=np.int32)
+    np.add.at(counts, base + (np.array(held, dtype=np.int64) >> shift), 1)
+    before = counts.copy()
+    out = np.full(elems.size + 1, -7, dtype=np.int64)       # poisoned
+    m, new = distinct_unheld(elems, shift, base, counts, out)
+    pages = elems >> shift
+    _, first = np.unique(pages, return_index=True)
+    want = pages[np.sort(first)]
+    np.testing.assert_array_equal(out[:m], want)
+    assert (out[m:] == -7).all()
+    assert new == int(np.count_nonzero(before[base + want] == 0))
     np.testing.assert_array_equal(elems, keep)           # the caller's indices untouched
+    assert ((counts & SEEN) != 0).sum() == m
+    assert settle(out[:m], base, counts, 0) == new       # marks cleared, nothing added
+    np.testing.assert_array_equal(counts, before)
+    assert settle(out[:m], base, counts, 1) == 0
+    after = before.copy()
+    after[base + want] += 1
+    np.testing.assert_array_equal(counts, after)
+    assert settle(out[:m], base, counts, -1) == new
+    np.testing.assert_array_equal(counts, before)
 
 
 def test_holds_of_two_arrays_counted_per_page(data, tmp_path):
