@@ -94,6 +94,99 @@ def test_hold_limit_and_errors(data):
         assert not (state & gids.layout.PAGE_REF_MASK).any()   # every pin given back
 
 
+def _launched(monkeypatch):
+    """Record the window kernels' launches (names) from now on; they still run."""
+    import gids.kernels_host as kh
+    launched = []
+    for name in ("hold_kernel", "release_kernel", "prefetch_kernel"):
+        kernel = getattr(kh, name)
+
+        class Recorded:
+            def __getitem__(self, config, kernel=kernel, name=name):
+                launched.append(name)
+                return kernel[config]
+        monkeypatch.setattr(kh, name, Recorded())
+    return launched
+
+
+@pytest.mark.parametrize("bad", [[3, 64 * ELEMS], [3, -1], np.array([3, 2**63 + 5], np.uint64),
+                                 np.array([5, -2], np.int8)])
+def test_errors_before_any_kernel(data, monkeypatch, bad):
+    """An index out of range (any integer dtype: a uint64 above 2**63 - 1 is not wrapped) and a
+    hold over the limit are raised before a kernel is launched, leaving the counts as they
+    were (no page left marked)."""
+    path, _ = data
+    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        kept = rt.hold(a, np.arange(3) * ELEMS)
+        counts = rt._window._counts.copy()
+        launched = _launched(monkeypatch)
+        for call in (rt.hold, rt.prefetch):
+            with pytest.raises(gids.IndexOutOfRangeError, match=f"index {int(bad[1])} "):
+                call(a, bad)
+        with pytest.raises(gids.HoldLimitError):
+            rt.hold(a, np.r_[np.arange(20, 26), np.arange(20, 26)][::-1] * ELEMS)
+        assert launched == [] and rt.held_pages == 3
+        np.testing.assert_array_equal(rt._window._counts, counts)
+        kept.release()
+        assert launched == ["release_kernel"]
+
+
+def test_unsorted_repeated_indices(data):
+    """Holds and prefetches of unsorted indices naming pages again: a hold's pages are the
+    distinct ones in the order first named, each pinned once; values read through the cache
+    match the file; a prefetch loads each page (its kernel skips a page named by the index
+    before it, so sorted indices count each page once)."""
+    path, ref = data
+    rng = np.random.default_rng()
+    with gids.Runtime(cache_pages=32, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        pages = rng.choice(64, 12, replace=False)
+        named = pages[rng.integers(0, 12, 40)]
+        named = np.r_[pages, named][rng.permutation(52)]
+        idx = named * ELEMS + rng.integers(0, ELEMS, named.size)
+        _, first = np.unique(named, return_index=True)
+        with rt.hold(a, idx).wait() as hold:
+            np.testing.assert_array_equal(hold.pages, named[np.sort(first)])
+            assert hold.n_pages == 12 and rt.held_pages == 12
+            assert rt.stats().held_pages == 12
+            assert _pages_read(rt, a, ref, pages).misses == 0
+        assert rt.held_pages == 0 and hold.pages.size == 0
+        assert not (rt._window._counts).any()
+        rt.invalidate()
+        rt.reset_stats()
+        rt.prefetch(a, np.sort(idx))
+        rt.sync()
+        assert rt.stats().prefetched == 12
+        assert _pages_read(rt, a, ref, pages).misses == 0
+        rt.invalidate()
+        rt.reset_stats()
+        rt.prefetch(a, idx.astype(np.uint32))
+        rt.sync()
+        assert 12 <= rt.stats().prefetched <= idx.size
+        assert _pages_read(rt, a, ref, pages).misses == 0
+        assert not (rt._page_state.copy_to_host()[:64] & gids.layout.PAGE_REF_MASK).any()
+
+
+def test_hold_pins_land_in_its_buffer(data):
+    """The hold kernel writes each page's pin after the pages in its buffer (poisoned first):
+    every slot a pin (>= 0), and release gives every one back."""
+    path, _ = data
+    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        buf = rt._staging.take(2 * 5)
+        buf.device.copy_to_device(np.full(buf.size, -99, dtype=np.int64))
+        rt._staging.give_back(buf)
+        hold = rt.hold(a, np.array([9, 3, 9, 1, 7, 3, 2]) * ELEMS).wait()
+        assert hold._buffer is buf
+        got = buf.device.copy_to_host()
+        np.testing.assert_array_equal(got[:5], [9, 3, 1, 7, 2])
+        assert (got[5:10] >= 0).all() and (got[10:] == -99).all()
+        hold.release()
+        rt.sync()
+        assert not (rt._page_state.copy_to_host()[:64] & gids.layout.PAGE_REF_MASK).any()
+
+
 def test_invalidate_releases_every_hold(data):
     path, ref = data
     with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
