@@ -503,3 +503,18 @@ class WindowMachine(RuleBasedStateMachine):
 
 WindowMachine.TestCase.settings = settings(max_examples=15, stateful_step_count=10, deadline=None)
 test_window_state_machine = WindowMachine.TestCase
+
+
+def test_window_host_harness_runs_and_puts_the_kernels_back(capsys):
+    """``python -m workloads.window_host`` (the calls' Python cost, kernels and copies
+    stubbed) runs, and leaves the kernels and the simulator's copy as they were."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    import gids.kernels_host as kh
+    from workloads import window_host
+    before = [getattr(kh, name) for name in window_host.KERNELS], FakeCUDAArray.copy_to_device
+    assert window_host.main(["--calls", "4", "--batch-pages", "8,16"]) == 0
+    out = capsys.readouterr().out
+    assert "prefetch, 16 pages:" in out and "hold + release, 8 pages:" in out
+    assert ([getattr(kh, name) for name in window_host.KERNELS],
+            FakeCUDAArray.copy_to_device) == before
