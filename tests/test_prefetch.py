@@ -315,6 +315,28 @@ def test_staging_buffers_are_reused():
     assert pool.take(1000) is first and pool.take(1000) is big
 
 
+@pytest.mark.gpu
+def test_gpu_staging_copies_land_where_asked():
+    """On the GPU a buffer's copy is the driver's call on the buffer itself (no view): at 0
+    and at an offset, on a side stream, only the asked-for elements change."""
+    pool = Staging()
+    s = gids.side_stream()
+    buf = pool.take(3000)
+    buf.device.copy_to_device(np.full(buf.size, -5, dtype=np.int64))
+    rng = np.random.default_rng()
+    first = rng.integers(-2**62, 2**62, 1000)
+    second = rng.integers(-2**62, 2**62, 333)
+    buf.host[:1000] = first
+    buf.send(s, 1000)
+    view = buf.upload(second, s, at=1500)
+    s.synchronize()
+    got = buf.device.copy_to_host()
+    np.testing.assert_array_equal(got[:1000], first)
+    np.testing.assert_array_equal(got[1500:1833], second)
+    np.testing.assert_array_equal(view.copy_to_host(), second)
+    assert (got[1000:1500] == -5).all() and (got[1833:] == -5).all()
+
+
 def test_hold_and_prefetch_reuse_their_buffers(data):
     path, _ = data
     with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
