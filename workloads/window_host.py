@@ -1,18 +1,21 @@
-"""The host's Python cost of ``Runtime.prefetch`` and ``Runtime.hold`` + ``release`` calls, with
-their kernel launches stubbed.
+"""The host's cost of ``Runtime.prefetch`` and ``Runtime.hold`` + ``release`` calls.
 
-``NUMBA_ENABLE_CUDASIM=1 python -m workloads.window_host [--calls N] [--batch-pages P,...]
-[--profile]`` runs in the CUDA simulator, on a machine with no GPU: every launch of the window
+``[NUMBA_ENABLE_CUDASIM=1] python -m workloads.window_host [--calls N] [--batch-pages P,...]
+[--profile]``. In the CUDA simulator (on a machine with no GPU) every launch of the window
 kernels is a no-op (the kernels of :mod:`gids.kernels_host` are stubbed, as
-:mod:`workloads.rows_host` stubs ``gather_rows``' launch), so what is timed is ``gids/window.py``'s
-own work per call (checks, finding a hold's distinct pages and counting them, staging, the
-stream and bookkeeping). The simulator's copies to its "device" are stubbed too (a GPU queues
-them on the stream; the simulator copies and checks in Python). Each batch is
-``P`` element indices (int64, sorted, one on each of ``P`` distinct pages of 4 KiB, as
-``gids bench prefetch`` makes them), four batches in turn. Prints microseconds per call: the
-calling thread's CPU time (``time.thread_time``: what a machine shared with other processes
-disturbs least) and the wall clock, each the median of blocks of calls; and, with ``--profile``, cProfile's top entries for the hold
-case of the largest batch.
+:mod:`workloads.rows_host` stubs ``gather_rows``' launch) and so is the simulator's copy to its
+"device" (a GPU queues it; the simulator copies and checks in Python), so what is timed is
+``gids/window.py``'s own Python work per call: checks, finding a hold's distinct pages and
+counting them, staging, the stream and bookkeeping. On a GPU nothing is stubbed: the whole
+host cost of a call, numba-cuda's launches and the driver's calls included (the kernels hit:
+the same four batches in turn; the GPU is synchronized between timed blocks, untimed), and
+``--profile`` shows where it goes.
+
+Each batch is ``P`` element indices (int64, sorted, one on each of ``P`` distinct pages of 4
+KiB, as ``gids bench prefetch`` makes them), four batches in turn. Prints microseconds per
+call: the calling thread's CPU time (``time.thread_time``: what a machine shared with other
+processes disturbs least) and the wall clock, each the median of blocks of calls; and, with
+``--profile``, cProfile's top entries for each case of the last batch size.
 """
 import argparse
 import cProfile
@@ -84,10 +87,11 @@ def _stub_kernels():
     return restore
 
 
-def _us_per_call(call, n_calls, block):
+def _us_per_call(call, n_calls, block, between):
     """``(thread CPU, wall)`` microseconds per call, each the median over blocks of
-    ``block`` calls."""
+    ``block`` calls; ``between()`` runs, untimed, after each block."""
     call()
+    between()
     cpu, wall = [], []
     for _ in range(max(1, n_calls // block)):
         c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
@@ -95,6 +99,7 @@ def _us_per_call(call, n_calls, block):
             call()
         cpu.append((time.thread_time_ns() - c0) / block / 1e3)
         wall.append((time.perf_counter_ns() - w0) / block / 1e3)
+        between()
     return float(np.median(cpu)), float(np.median(wall))
 
 
@@ -111,36 +116,43 @@ def main(argv=None):
     parser.add_argument("--batch-pages", type=_batch_sizes, default=[8192, 32768],
                         help="pages per call, a comma-separated list (8192,32768)")
     parser.add_argument("--profile", action="store_true",
-                        help="cProfile the hold case of the last batch size")
+                        help="cProfile each case of the last batch size")
     args = parser.parse_args(argv)
-    if not gids.SIMULATOR:
-        print("workloads.window_host: run it in the simulator (NUMBA_ENABLE_CUDASIM=1)",
-              file=sys.stderr)
-        return 2
-    restore = _stub_kernels()
+    if args.calls < 1:
+        parser.error("--calls must be >= 1")
+    # On a GPU nothing is stubbed: the whole call, launches included.
+    restore = _stub_kernels() if gids.SIMULATOR else (lambda: None)
     try:
         for batch_pages in args.batch_pages:
             rt, timed = cases(batch_pages)
             try:
+                block = min(BLOCK, args.calls)
                 for name, call in timed:
-                    block = min(BLOCK, args.calls)
-                    cpu, wall = _us_per_call(call, args.calls, block)
+                    cpu, wall = _us_per_call(call, args.calls, block, rt.sync)
                     print(f"{name}: {cpu:.1f} us per call of the thread's CPU time, {wall:.1f} "
                           f"us wall (medians of blocks of {block} calls)", flush=True)
                 if args.profile and batch_pages == args.batch_pages[-1]:
-                    name, call = timed[1]
-                    prof = cProfile.Profile()
-                    prof.enable()
-                    for _ in range(args.calls):
-                        call()
-                    prof.disable()
-                    print(f"\ncProfile, {name}, {args.calls} calls:")
-                    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+                    for name, call in timed:
+                        _profile(name, call, args.calls, block, rt.sync)
             finally:
                 rt.close()
     finally:
         restore()
     return 0
+
+
+def _profile(name, call, n_calls, block, between):
+    """Print cProfile's top entries for ``n_calls`` calls (``between()`` after each block,
+    not profiled)."""
+    prof = cProfile.Profile()
+    for k in range(n_calls):
+        prof.enable()
+        call()
+        prof.disable()
+        if (k + 1) % block == 0:
+            between()
+    print(f"\ncProfile, {name}, {n_calls} calls:")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 
 if __name__ == "__main__":
