@@ -66,19 +66,29 @@ def _row_indices(rows, on_host, n_rows, device):
         raise ConfigError(f"gids: gather_rows takes a 1-D array of integer row indices, got a "
                           f"{host.ndim}-D array of {host.dtype}")
     host = host.reshape(-1)
-    # No temporary: int64 rows (torch's, numpy's) in one pass, as uint64 (a negative row is
-    # then above any row count); others by their least and greatest. The mask only to name
-    # the first bad row (compared as Python ints: a uint64 above 2**63 - 1 stays itself).
-    if host.dtype == np.int64:
-        bad_any = host.size and int(host.view(np.uint64).max()) >= n_rows
-    else:
-        bad_any = host.size and (int(host.min()) < 0 or int(host.max()) >= n_rows)
-    if bad_any:
-        bad = (host >= n_rows) if host.dtype.kind == "u" else (host < 0) | (host >= n_rows)
-        first = int(np.flatnonzero(bad)[0])
+    first = first_out_of_range(host, n_rows)
+    if first >= 0:
         raise IndexOutOfRangeError(f"gids: row {int(host[first])} (position {first}) is out of "
                                    f"range for an array of {n_rows} rows")
     return host
+
+
+def first_out_of_range(host, n):
+    """The position of the first index of ``host`` (a 1-D numpy integer array) outside
+    ``[0, n)``, or -1. No temporary where all are in range: int64 indices (torch's, numpy's)
+    in one pass, as uint64 (a negative index is then above any count); others by their least
+    and greatest. The mask only to name the first bad one (compared as Python ints: a uint64
+    above 2**63 - 1 stays itself)."""
+    if not host.size:
+        return -1
+    if host.dtype == np.int64:
+        bad_any = int(host.view(np.uint64).max()) >= n
+    else:
+        bad_any = int(host.min()) < 0 or int(host.max()) >= n
+    if not bad_any:
+        return -1
+    bad = (host >= n) if host.dtype.kind == "u" else (host < 0) | (host >= n)
+    return int(np.flatnonzero(bad)[0])
 
 
 def output_array(out, shape, dtype, device=None, for_launch=False):
@@ -239,4 +249,4 @@ def check(rt):
     return True
 
 
-__all__ = ["check", "gather_rows", "note_launch", "output_array"]
+__all__ = ["check", "first_out_of_range", "gather_rows", "note_launch", "output_array"]

@@ -864,10 +864,9 @@ class Runtime:
         if host_idx.dtype.kind not in "iu":
             raise ConfigError(f"gids: indices must be integers, got {host_idx.dtype}")
         # Checked before the conversion to int64, which would wrap a uint64 above 2**63 - 1.
-        bad = (host_idx >= array.size) if host_idx.dtype.kind == "u" else \
-            (host_idx < 0) | (host_idx >= array.size)
-        if bad.any():
-            first = int(np.flatnonzero(bad)[0])
+        from gids.rows import first_out_of_range
+        first = first_out_of_range(host_idx, array.size)
+        if first >= 0:
             raise IndexOutOfRangeError(
                 f"gids: index {int(host_idx[first])} (position {first}) is out of range for "
                 f"an array of {array.size} elements")
