@@ -46,6 +46,12 @@ _BAM_CONDITIONS = ("BaM nvm-block-bench (Qureshi et al., ASPLOS'23, artifact-eva
                    "CUDA events around the one kernel launch (benchmarks/block/main.cu)")
 
 
+#: BaM's nvm-pattern-bench log (asplosaoe/nvm_pattern_bench.log, first pass): 131,072 page
+#: reads of 4 KiB, 536,870,912 bytes at 5.942330 "GBps", which the benchmark computes as
+#: bytes / ms * 1000 / 2**30 (GiB/s).
+_PATTERN_READS = 131072
+_PATTERN_SECONDS = 536870912 / (5.942330 * 2**30)
+
 @dataclass(frozen=True)
 class HostPath:
     """How the measuring host issued its reads, and what that costs per command.
@@ -169,6 +175,21 @@ HELD_OUT = (
         queue_depth=262144, n_requests=262144, max_in_flight=1 * 128 * 1023,
         source=_BAM + "nvm_block_bench_1_intel.log (Ops/sec: 4.90356e+06)",
         conditions=_BAM_CONDITIONS.format(size="512 B", drives="1 Intel Optane P5800X"),
+        host=GPU_INITIATED),
+    Measurement(
+        profile="p5800x", metric="iops", value=_PATTERN_READS / _PATTERN_SECONDS, n_ssd=1,
+        nbytes=4096, queue_depth=_PATTERN_READS, n_requests=_PATTERN_READS,
+        max_in_flight=1 * 135 * 1023, pattern="sequential",
+        source=_BAM + "nvm_pattern_bench.log (pass P:0: '#READ IOs: 131072', 'data:536870912 "
+               "bandwidth: 5.942330 GBps', GBps being GiB/s in benchmarks/pattern/main.cu)",
+        conditions="BaM nvm-pattern-bench (Qureshi et al., ASPLOS'23, artifact-evaluation log), "
+                   "--impl_type=3 (sequential_warp_pc: each of 131,072 warps reads one 4 KiB "
+                   "page through BaM's GPU page cache, pages in order), --n_ctrls=1 with 135 "
+                   "queue pairs of depth 1024 on a controller reporting 'SQs: 135', as the "
+                   "testbed's P5800X does (nvm_block_bench.log); its 980 PRO reports 'SQs: 129' "
+                   "(nvm_block_bench_1_sam.log), too few for 135 queue pairs; cold cache (every access "
+                   "a miss), GPU-initiated, timed by CUDA events around the one kernel launch: "
+                   "131,072 reads in 512 MiB / 5.942330 GiB/s = 84.14 ms",
         host=GPU_INITIATED),
     Measurement(
         profile="p5800x", metric="iops", value=74875.0, n_ssd=1, nbytes=4096,
