@@ -702,6 +702,10 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host-command-ns", type=_number_at_least(0.0, float), default=0.0,
                         metavar="NS",
                         help="host-side submission cost per command, serialised (default 0)")
+    parser.add_argument("--path-command-ns", type=_number_at_least(0.0, float), default=0.0,
+                        metavar="NS",
+                        help="per-command cost of each drive's path to the issuer, served by "
+                             "each drive (default 0)")
 
 
 def trace_engine_depth(path) -> int | None:
@@ -723,7 +727,8 @@ def run_simulate(args: argparse.Namespace) -> str:
         depth = trace_engine_depth(args.trace)
     report = replay(trace, profile, n_ssd=args.n_ssd, mode=args.mode,
                     stripe_bytes=stripe, host_link_GBps=args.host_link_GBps or None,
-                    max_in_flight=depth, host_command_ns=args.host_command_ns)
+                    max_in_flight=depth, host_command_ns=args.host_command_ns,
+                    path_command_ns=args.path_command_ns)
     return f"trace       {args.trace}\nstripe      {stripe} B\n{report.format()}"
 
 
