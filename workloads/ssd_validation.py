@@ -311,6 +311,14 @@ NOT_USED = (
      "training workload asked for, not what the drive can serve"),
     ("a survey note in a public repository quoting a PM1743 at 118 MB/s with 1 thread and "
      "5,606 MB/s with 64: no source, read size or I/O engine given"),
+    ("Ren and Trivedi, 'Performance Characterization of Modern Storage Stacks: POSIX I/O, "
+     "libaio, SPDK, and io_uring' (CHEOPS'23, Intel Optane SSDs) and Didona et al., "
+     "'Understanding Modern Storage APIs' (SYSTOR'22): the artifact repository "
+     "(github.com/atlarge-research/Performance-Characterization-Storage-Stacks) holds fio job "
+     "files but no results, and the stored copies of the papers are abstracts; their figures "
+     "would give spdk and libaio host paths a fitting figure and rows on one drive"),
+    ("BaM's nvm_pattern_bench.log passes after the first: every access hits BaM's GPU cache, "
+     "so they time the cache, not the drive"),
 )
 
 
