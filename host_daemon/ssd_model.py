@@ -15,7 +15,8 @@ time its completion may be posted. Two users call it:
 The model (equations in ``docs/ssd_models.md``): a request is split by the array's striping into
 one command per drive (optionally after a host-side submission cost per command, serialised
 across the array); each command holds the drive controller's command slot (a FIFO server) for a
-fixed time plus its bytes at the controller's data path, pays a fixed controller latency, then
+fixed time plus its bytes at the controller's data path (plus an optional per-command cost of
+the drive's path to the issuer), pays a fixed controller latency, then
 each flash page it touches is read by its die/plane (FIFO per unit, busy for that page type's
 tR), moved over its flash channel, and over the drive's PCIe link; the whole request also
 crosses the host's link (the GPU's PCIe port). Channels and links are bandwidth resources
