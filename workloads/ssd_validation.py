@@ -144,19 +144,25 @@ UNSTATED_OS = HostPath(
                                     "source does not state",
     command_ns=None, fitted_to="none: the stack is not stated, so its cost is not modelled")
 
-#: BaM's artifact-evaluation testbed ran its 980 PRO logs from another GPU than its P5800X
-#: logs (nvm_block_bench.log as of commit c6f472b, 2022-10-18: the Optane runs --gpu=0, the
-#: 980 PRO runs --gpu=2, drives at 0000:6E:00.0 and 0000:BA:00.0), so the GPU-initiated path to
-#: the 980 PROs is another path through the platform's PCIe topology. Its per-command cost per
-#: drive is fitted to the one-drive 980 PRO log (the drive's data-sheet rate, 1 M IOPS, against
-#: 798,519 measured: 1e9 / 798,519 - 1e9 / 1e6 = 252 ns); the two-drive log is held out. The
-#: logs cannot tell this path cost from a slower drive (a 500 GB 980 PRO is rated 800 K IOPS)
-#: or a slower drive link: the papers name neither the capacity nor the slots.
+#: BaM's artifact-evaluation testbed ran its 980 PRO block-bench logs from another GPU than its
+#: P5800X logs. Two marks of it: the logs as first committed (nvm_block_bench.log at commit
+#: c6f472b, 2022-10-18) run the P5800X with --gpu=0 and the 980 PROs with --gpu=2 (commit
+#: 6d3bb8e, "gpu number in asplosaoe log fixed", later rewrote those command lines to --gpu=0,
+#: the printed results unchanged); and each log prints the bus address of the GPU memory its
+#: drives write into (pages_dma): 0x580... in every P5800X log, 0x3f020410000 and
+#: 0x3f040410000 in the 980 PRO block-bench logs, 1.6 TiB apart, more than one GPU's BAR spans.
+#: So the GPU-initiated path to the 980 PROs there is another path through the platform's PCIe
+#: topology. Its per-command cost per drive is fitted to the one-drive 980 PRO log (the drive's
+#: data-sheet rate, 1 M IOPS, against 798,519 measured: 1e9 / 798,519 - 1e9 / 1e6 = 252 ns);
+#: the two-drive log is held out. The logs cannot tell this path cost from a slower drive (a
+#: 500 GB 980 PRO is rated 800 K IOPS) or a slower drive link: they name neither the capacity
+#: nor the slots.
 _BAM_980PRO_ONE_DRIVE_IOPS = 798519.0
 BAM_GPU2 = HostPath(
     name="gpu-initiated-gpu2",
-    description="GPU threads submit NVMe commands directly (BaM), from GPU 2 of BaM's "
-                "artifact-evaluation testbed to its 980 PROs",
+    description="GPU threads submit NVMe commands directly (BaM), from the GPU of BaM's "
+                "artifact-evaluation testbed that its 980 PRO block-bench logs ran on (GPU 2 "
+                "in the logs as first committed)",
     command_ns=0.0,
     path_command_ns=1e9 / _BAM_980PRO_ONE_DRIVE_IOPS - 1e9 / 1.0e6,
     fitted_to=f"{_BAM}nvm_block_bench_1_sam.log (Ops/sec: 798519), one 980 PRO at 4 KiB "
@@ -228,7 +234,8 @@ HELD_OUT = (
         queue_depth=262144, n_requests=262144, max_in_flight=2 * 128 * 1023,
         source=_BAM + "nvm_block_bench_2_sam.log (Ops/sec: 1.52355e+06)",
         conditions=_BAM_CONDITIONS.format(size="4 KiB", drives="2 Samsung 980 PRO "
-                                          "(requests spread over both), GPU 2 (--gpu=2)"),
+                                          "(requests spread over both), from GPU 2 (pages_dma "
+                                          "0x3f040410000)"),
         host=BAM_GPU2),
     Measurement(
         profile="p5800x", metric="latency_us_mean", value=3.4, n_ssd=1, nbytes=512,
@@ -329,8 +336,8 @@ HOST_PATH_FITS = {
         profile="980pro", metric="iops", value=_BAM_980PRO_ONE_DRIVE_IOPS, n_ssd=1, nbytes=4096,
         queue_depth=262144, n_requests=262144, max_in_flight=1 * 128 * 1023,
         source=_BAM + "nvm_block_bench_1_sam.log (Ops/sec: 798519)",
-        conditions=_BAM_CONDITIONS.format(size="4 KiB", drives="1 Samsung 980 PRO, GPU 2 "
-                                          "(--gpu=2)"),
+        conditions=_BAM_CONDITIONS.format(size="4 KiB", drives="1 Samsung 980 PRO, from GPU 2 "
+                                          "(pages_dma 0x3f020410000)"),
         host=BAM_GPU2),
     IO_URING_POLLED.name: Measurement(
         profile="p5800x", metric="iops", value=2.58e6, n_ssd=1, nbytes=512,
