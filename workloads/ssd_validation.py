@@ -52,6 +52,7 @@ _BAM_CONDITIONS = ("BaM nvm-block-bench (Qureshi et al., ASPLOS'23, artifact-eva
 _PATTERN_READS = 131072
 _PATTERN_SECONDS = 536870912 / (5.942330 * 2**30)
 
+
 @dataclass(frozen=True)
 class HostPath:
     """How the measuring host issued its reads, and what that costs per command.
@@ -215,10 +216,11 @@ HELD_OUT = (
                    "--impl_type=3 (sequential_warp_pc: each of 131,072 warps reads one 4 KiB "
                    "page through BaM's GPU page cache, pages in order), --n_ctrls=1 with 135 "
                    "queue pairs of depth 1024 on a controller reporting 'SQs: 135', as the "
-                   "testbed's P5800X does (nvm_block_bench.log); its 980 PRO reports 'SQs: 129' "
-                   "(nvm_block_bench_1_sam.log), too few for 135 queue pairs; cold cache (every access "
-                   "a miss), GPU-initiated, timed by CUDA events around the one kernel launch: "
-                   "131,072 reads in 512 MiB / 5.942330 GiB/s = 84.14 ms",
+                   "testbed's P5800X does (nvm_block_bench.log; its 980 PRO reports 'SQs: 129', "
+                   "too few for 135 queue pairs), from the P5800X runs' GPU (pages_dma "
+                   "0x58022010000); cold cache (every access a miss), GPU-initiated, timed by "
+                   "CUDA events around the one kernel launch: 131,072 reads in 512 MiB / "
+                   "5.942330 GiB/s = 84.14 ms",
         host=GPU_INITIATED),
     Measurement(
         profile="p5800x", metric="iops", value=74875.0, n_ssd=1, nbytes=4096,
@@ -526,8 +528,9 @@ def format_table(names, results) -> str:
     two = next((r for r in results if r["host"]["name"] == BAM_GPU2.name and r["n_ssd"] == 2),
                None)
     if two:
-        lines.append(f"980pro scaling 1 -> 2 drives: model {two['model'] / model_value(one)[0]:.3f}x,"
-                     f" measured {two['value'] / one.value:.3f}x (the one-drive log is the "
+        scaling = two["model"] / model_value(one)[0]
+        lines.append(f"980pro scaling 1 -> 2 drives: model {scaling:.3f}x, measured "
+                     f"{two['value'] / one.value:.3f}x (the one-drive log is the "
                      f"{BAM_GPU2.name} path's fit)")
     within = sum(r["within"] for r in results)
     alike = [r for r in results if r["like_for_like"]]
