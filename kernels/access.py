@@ -596,7 +596,7 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
 
         # 5. lanes still waiting back off within their deadline, or give up. A leader that
         # failed in this round has told its group in the shuffle above (they are done), so
-        # only a leader still waiting gets here.
+        # only a leader still waiting, and its lanes, get here.
         rounds += 1
         if not done and is_leader:
             if expired(h, deadline, rounds):
@@ -611,6 +611,12 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
             else:
                 nanosleep(pause)
                 pause = min(pause * 2, WAIT_MAX_NS)
+        elif not done and now_ns() > deadline + h.timeout_ns:
+            # A leader answers its group by its deadline, in a round's shuffle, whatever
+            # happens: a lane still without an answer a timeout later has no leader among
+            # these lanes. It stops, with an error, instead of spinning for good.
+            record_error(h, L.ERR_TIMEOUT_LOADER, page, L.DETAIL_NO_LEADER)
+            done = True
         if ballot_sync(mask, not done) == 0:
             break
 
