@@ -616,10 +616,11 @@ def _access_slow(h, mask, i, in_range, gpage, peers, is_write, new_value, keep, 
             else:
                 nanosleep(pause)
                 pause = min(pause * 2, WAIT_MAX_NS)
-        elif not done and now_ns() > deadline + h.timeout_ns:
-            # A leader answers its group by its deadline, in a round's shuffle, whatever
-            # happens: a lane still without an answer a timeout later has no leader among
-            # these lanes. It stops, with an error, instead of spinning for good.
+        elif not done and now_ns() > deadline + 2 * h.timeout_ns:
+            # A leader answers its group in the round that passes its deadline (a round's own
+            # waits end within a timeout of it), in a shuffle: a lane still without an answer
+            # two timeouts later has no leader among these lanes. It stops, with an error,
+            # instead of spinning for good.
             record_error(h, L.ERR_TIMEOUT_LOADER, page, L.DETAIL_NO_LEADER)
             done = True
         if ballot_sync(mask, not done) == 0:
