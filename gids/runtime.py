@@ -1218,6 +1218,8 @@ class Runtime:
                                  f"read-only ({name}); open it with mode='r+' to write")
         if code in _TIMEOUT_WHAT:
             what = self._io.waits_for if code == L.ERR_TIMEOUT_IO else _TIMEOUT_WHAT[code]
+            if code == L.ERR_TIMEOUT_LOADER and detail == L.DETAIL_NO_LEADER:
+                what = "the lane of its warp that looks the page up (it was not among the lanes)"
             cls = CacheExhaustedError if code == L.ERR_TIMEOUT_SLOT else GidsTimeoutError
             hint = (f" (the cache has {self.cache_slots} slots: too few for the pages in use at "
                     "once)" if code == L.ERR_TIMEOUT_SLOT else "")

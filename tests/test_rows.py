@@ -467,6 +467,10 @@ def test_streams_accepted_in_simulator():
 
 # ------------------------------------------------------------------ on the GPU
 
+#: A GPU gather that has not ended after this long is stopped and fails its test (a hang was
+#: seen: docs/design-notes.md, row gathers); each takes well under a second.
+GPU_SYNC_S = 120
+
 @pytest.mark.gpu
 def test_gpu_torch_out_on_a_torch_stream():
     torch_ = pytest.importorskip("torch")
@@ -488,12 +492,14 @@ def test_gpu_torch_out_on_a_torch_stream():
 
 
 @pytest.mark.gpu
-def test_gpu_cupy_out_and_indices():
+@pytest.mark.parametrize("resident_first", [False, True])
+def test_gpu_cupy_out_and_indices(resident_first):
     cp = pytest.importorskip("cupy")
     rng = np.random.default_rng()
     data = rng.standard_normal((3000, 300)).astype(np.float32)   # rows span pages
     rows = cp.asarray(rng.integers(0, 3000, size=2000).astype(np.uint32))
-    with gids.Runtime(cache_bytes=1 << 20) as rt:
+    with gids.defaults.set(rows_resident_first=resident_first), \
+            gids.Runtime(cache_bytes=1 << 20) as rt:
         a = rt.open_array(data)
         out = cp.full((2000, 300), cp.nan, dtype=cp.float32)
         s = cp.cuda.Stream(non_blocking=True)
@@ -505,21 +511,23 @@ def test_gpu_cupy_out_and_indices():
             time.sleep(0.001)
         np.testing.assert_array_equal(cp.asnumpy(out), data[cp.asnumpy(rows)])
         got = cp.from_dlpack(rt.gather_rows(a, rows))
-        rt.sync()
+        rt.sync(timeout=GPU_SYNC_S)
         np.testing.assert_array_equal(cp.asnumpy(got), data[cp.asnumpy(rows)])
         from numba import cuda
         ns = cuda.stream()
         again = rt.gather_rows(a, rows, stream=ns)
-        rt.sync()
+        rt.sync(timeout=GPU_SYNC_S)
         np.testing.assert_array_equal(again.copy_to_host(), data[cp.asnumpy(rows)])
 
 
 #: The GPU's row-gather configurations, one test each so that a failure names its own: (row
 #: width in float32, cache bytes); 8000 rows, 4 KiB pages. Gathered twice (the rows, then
-#: reversed): a whole cache (the second gather misses nothing), a quarter, rows across pages.
+#: reversed): a whole cache (the second gather misses nothing), a quarter, rows across pages
+#: (whose warps split in the copy loops: the hang of docs/design-notes.md, row gathers).
 GPU_CONFIGS = {"page_rows_whole_cache": (1024, 48 << 20),
                "page_rows_quarter_cache": (1024, 4 << 20),
-               "rows_across_pages": (300, 2 << 20)}
+               "rows_across_pages": (300, 2 << 20),
+               "rows_across_pages_4mib": (300, 4 << 20)}
 
 
 @pytest.mark.gpu
@@ -543,12 +551,12 @@ def test_gpu_rows_config_one_launch(config, keep_first):
             del first
             gc.collect()
             cuda.current_context().deallocations.clear()
-        rt.sync()
+        rt.sync(timeout=GPU_SYNC_S)
         if keep_first:
             np.testing.assert_array_equal(first.copy_to_host(), data[rows])
         before = rt.stats()
         got = rt.gather_rows(a, rows[::-1].copy())
-        rt.sync()
+        rt.sync(timeout=GPU_SYNC_S)
         np.testing.assert_array_equal(got.copy_to_host(), data[rows[::-1]])
         if cache > data.nbytes:
             assert rt.stats().misses == before.misses
