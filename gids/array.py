@@ -1,5 +1,7 @@
 """``StorageArray``: an array whose elements live in a store and are read (and written) through
 the cache."""
+import math
+
 import numpy as np
 
 from gids import layout as L
@@ -41,7 +43,7 @@ class StorageArray:
 
     @property
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)   # Python ints: np.prod costs a call's worth per call
 
     @property
     def nbytes(self):

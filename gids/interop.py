@@ -291,6 +291,38 @@ def as_numba_on(obj):
     return cuda.as_cuda_array(obj, sync=False), device_of(obj)
 
 
+def launch_array_on(obj):
+    """``(array, device)`` of a CUDA array object, as a launch through
+    :func:`kernels.launch.launch` takes it: on a GPU a :class:`kernels.launch.RawArray` (its
+    pointer, shape and strides; no Numba array is made, which costs more than the launch), in
+    the simulator the array itself (:func:`as_numba_on`). ``device`` is None where the object
+    does not say."""
+    if SIMULATOR:
+        return as_numba_on(obj)
+    from kernels.launch import RawArray
+    if isinstance(obj, DeviceArray):
+        obj = obj.device_array
+    if _torch_tensor(obj):
+        dtype = _numpy_dtype(obj.dtype)
+        if dtype is None:
+            raise ConfigError(f"gids: no numpy type for a tensor of {obj.dtype}")
+        size = dtype.itemsize
+        return RawArray(obj.data_ptr(), tuple(obj.shape), tuple(s * size for s in obj.stride()),
+                        dtype), obj.get_device()
+    if _numba_device_array(obj):
+        ptr = obj.device_ctypes_pointer.value or 0
+        return RawArray(ptr, obj.shape, obj.strides, obj.dtype), None
+    cai = obj.__cuda_array_interface__
+    dtype, shape = np.dtype(cai["typestr"]), tuple(cai["shape"])
+    strides = cai.get("strides")
+    if strides is None:     # C order
+        strides, step = [], dtype.itemsize
+        for n in reversed(shape):
+            strides.insert(0, step)
+            step *= n
+    return RawArray(cai["data"][0], shape, tuple(strides), dtype), device_of(obj)
+
+
 def as_host(obj):
     """A numpy view of a host array object (numpy, a CPU tensor through DLPack, a list)."""
     if isinstance(obj, np.ndarray):

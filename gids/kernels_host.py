@@ -31,33 +31,36 @@ def scatter_kernel(h, indices, values):
 # counters take one reduction per warp (``_count``), not one per page.
 
 @jit
-def hold_kernel(h, pages, at):
-    """Pin each page of ``pages`` once and keep the pin (``at[k]``: gids.pin_page's index, or
-    -1 where it failed: the error is recorded)."""
+def hold_kernel(h, buf, n):
+    """Pin each page of ``buf[:n]`` once and keep the pin in ``buf[n + k]`` (gids.pin_page's
+    index, or -1 where it failed: the error is recorded)."""
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
-    for k in range(start, pages.size, stride):
-        pin = pin_page(h, pages[k] << h.elem_shift)
-        at[k] = pin
+    for k in range(start, n, stride):
+        pin = pin_page(h, buf[k] << h.elem_shift)
+        buf[n + k] = pin
         _count(h, activemask(), L.STAT_HELD_PAGES, pin >= 0)
 
 
 @jit
-def release_kernel(h, pages, at):
-    """Give back the pins :func:`hold_kernel` kept."""
+def release_kernel(h, buf, n):
+    """Give back the pins :func:`hold_kernel` kept in ``buf[n:2 * n]``."""
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
-    for k in range(start, pages.size, stride):
-        unpin_page(h, pages[k] << h.elem_shift, at[k])
+    for k in range(start, n, stride):
+        unpin_page(h, buf[k] << h.elem_shift, buf[n + k])
 
 
 @jit
-def prefetch_kernel(h, elems):
-    """Load the page of each element of ``elems`` (a pin given back at once)."""
+def prefetch_kernel(h, elems, n):
+    """Load the page of each element of ``elems[:n]`` (a pin given back at once); an element
+    on the same page as the one before it is skipped (sorted indices: each page once)."""
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
-    for k in range(start, elems.size, stride):
+    for k in range(start, n, stride):
         i = elems[k]
-        at = pin_page(h, i)
-        unpin_page(h, i, at)
-        _count(h, activemask(), L.STAT_PREFETCHED, True)
+        first = k == 0 or (elems[k - 1] >> h.elem_shift) != (i >> h.elem_shift)
+        if first:
+            at = pin_page(h, i)
+            unpin_page(h, i, at)
+        _count(h, activemask(), L.STAT_PREFETCHED, first)

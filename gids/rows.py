@@ -24,10 +24,11 @@ from gids.interop import (
     as_numba_on,
     current_device_id,
     is_cuda_array,
+    launch_array_on,
     numba_stream,
     stream_handle,
 )
-from kernels.launch import launch
+from kernels.launch import RawArray, launch
 from kernels.platform import SIMULATOR
 
 #: Threads per block of the launch; blocks: enough warps for the rows, at most this many.
@@ -48,11 +49,11 @@ def resident_first(n_rows):
 
 
 def _row_indices(rows, on_host, n_rows, device):
-    """``rows`` checked: a 1-D integer device array as it is, or host indices (range-checked
-    here) as a 1-D numpy array, for :func:`_upload`. ``on_host``: ``not is_cuda_array(rows)``;
-    ``device``: the Runtime's."""
+    """``rows`` checked: a 1-D integer device array as a launch takes it
+    (:func:`gids.interop.launch_array_on`), or host indices (range-checked here) as a 1-D numpy
+    array, to upload. ``on_host``: ``not is_cuda_array(rows)``; ``device``: the Runtime's."""
     if not on_host:
-        d, on = as_numba_on(rows)
+        d, on = launch_array_on(rows)
         if d.ndim != 1 or d.dtype.kind not in "iu":
             raise ConfigError(f"gids: gather_rows takes a 1-D array of integer row indices, "
                               f"got a {d.ndim}-D array of {d.dtype}")
@@ -65,30 +66,43 @@ def _row_indices(rows, on_host, n_rows, device):
         raise ConfigError(f"gids: gather_rows takes a 1-D array of integer row indices, got a "
                           f"{host.ndim}-D array of {host.dtype}")
     host = host.reshape(-1)
-    # No temporary: int64 rows (torch's, numpy's) in one pass, as uint64 (a negative row is
-    # then above any row count); others by their least and greatest. The mask only to name
-    # the first bad row (compared as Python ints: a uint64 above 2**63 - 1 stays itself).
-    if host.dtype == np.int64:
-        bad_any = host.size and int(host.view(np.uint64).max()) >= n_rows
-    else:
-        bad_any = host.size and (int(host.min()) < 0 or int(host.max()) >= n_rows)
-    if bad_any:
-        bad = (host >= n_rows) if host.dtype.kind == "u" else (host < 0) | (host >= n_rows)
-        first = int(np.flatnonzero(bad)[0])
+    first = first_out_of_range(host, n_rows)
+    if first >= 0:
         raise IndexOutOfRangeError(f"gids: row {int(host[first])} (position {first}) is out of "
                                    f"range for an array of {n_rows} rows")
     return host
 
 
-def output_array(out, shape, dtype, device=None):
-    """``(numba array to write, what to return)`` for ``out`` (``rt.gather``'s and
+def first_out_of_range(host, n):
+    """The position of the first index of ``host`` (a 1-D numpy integer array) outside
+    ``[0, n)``, or -1. No temporary where all are in range: int64 indices (torch's, numpy's)
+    in one pass, as uint64 (a negative index is then above any count); others by their least
+    and greatest. The mask only to name the first bad one (compared as Python ints: a uint64
+    above 2**63 - 1 stays itself)."""
+    if not host.size:
+        return -1
+    if host.dtype == np.int64:
+        bad_any = int(host.view(np.uint64).max()) >= n
+    else:
+        bad_any = int(host.min()) < 0 or int(host.max()) >= n
+    if not bad_any:
+        return -1
+    bad = (host >= n) if host.dtype.kind == "u" else (host < 0) | (host >= n)
+    return int(np.flatnonzero(bad)[0])
+
+
+def output_array(out, shape, dtype, device=None, for_launch=False):
+    """``(array to write, what to return)`` for ``out`` (``rt.gather``'s and
     ``rt.gather_rows``'s): the caller's CUDA array (CUDA Array Interface: torch, CuPy, Numba,
     a :class:`DeviceArray`) checked for ``shape`` (a tuple), ``dtype`` and ``device`` (None:
-    the current one), or a new :class:`DeviceArray` if None."""
+    the current one), or a new :class:`DeviceArray` if None. The array to write is a Numba
+    array, or with ``for_launch`` what :func:`kernels.launch.launch` takes
+    (:func:`gids.interop.launch_array_on`)."""
+    view_on = launch_array_on if for_launch else as_numba_on
     if out is None:
         from numba import cuda
         d = cuda.device_array(shape, dtype=dtype)
-        return d, DeviceArray(d)
+        return (view_on(d)[0] if for_launch else d), DeviceArray(d)
     if not is_cuda_array(out):
         if SIMULATOR:   # host memory stands for GPU memory there: numpy, a CPU tensor
             d = as_host(out)
@@ -98,7 +112,7 @@ def output_array(out, shape, dtype, device=None):
             raise ConfigError(f"gids: out must be a CUDA array (with __cuda_array_interface__: "
                               f"torch, CuPy, Numba), got {type(out).__name__}")
     else:
-        d, on = as_numba_on(out)
+        d, on = view_on(out)
         if on is not None:
             if device is None:
                 device = current_device_id()
@@ -117,7 +131,7 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     if len(shape) != 2:
         raise ConfigError(f"gids: gather_rows needs a 2-D array, got shape {shape}")
     n_rows, width = shape
-    device = current_device_id()
+    device = rt._device_id
     handle, stream_device = stream_handle(stream)
     if stream_device is not None and stream_device != device:
         raise ConfigError(f"gids: the stream is on device {stream_device}, the Runtime on "
@@ -126,7 +140,7 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     on_host = not is_cuda_array(rows)
     d_rows = _row_indices(rows, on_host, n_rows, device)
     n = d_rows.size
-    target, result = output_array(out, (n, width), array.dtype, device)
+    target, result = output_array(out, (n, width), array.dtype, device, for_launch=True)
     if n == 0:
         return result
     buf = None
@@ -134,27 +148,29 @@ def gather_rows(rt, array, rows, out=None, stream=None):
         # Host rows go down on the launch's stream from a pooled pinned buffer (gids/staging.py):
         # no allocation, no copy the host waits for; the buffer is reused once the launch ends.
         buf = rt._staging.take(n)
-        d_rows = buf.upload(d_rows, s)
+        d_rows = launch_array_on(buf.upload(d_rows, s))[0]
     # A warp holds up to ROWS_PER_WARP pages pinned at once: the grid's pins stay within half
     # the cache, so that the pages its warps wait for can still be evicted into.
     rows_per_block = (THREADS // 32) * row_kernels.ROWS_PER_WARP
     pin_cap = max(1, rt.cache_slots // (2 * rows_per_block))
     blocks = max(1, min(-(-n // rows_per_block), MAX_BLOCKS, pin_cap))
-    args = (array.handle, d_rows, np.int64(width), target)
+    words = _words_of(target, width, array.dtype.itemsize)
+    wide = words is not None
+    args = (array.handle, d_rows, np.int64(width), words if wide else target)
     # What the launch reads or writes that the caller may drop: device row indices, the
     # output made here (a caller that drops the returned array frees it while the kernel
     # writes it: a stream-ordered or pooled allocator hands the memory on at once), and the
     # caller's arrays (their views do not hold them).
-    keep = (d_rows, target, rows, out)
+    keep = (d_rows, target, rows, out, result)
     if resident_first(n):
         # The resident rows first, without a miss path; then the rows it set aside.
-        aside, n_aside = _aside_list(rt, n, (device, handle), s)
-        resident, set_aside = row_kernels.resident_rows_kernels()
+        aside, n_aside, lists = _aside_list(rt, n, (device, handle), s)
+        resident, set_aside = row_kernels.resident_rows_kernels(wide)
         launch(resident, blocks, THREADS, s, *args, aside, n_aside)
         launch(set_aside, blocks, THREADS, s, *args, aside, n_aside)
-        keep += (aside, n_aside)
+        keep += (lists,)
     else:
-        launch(row_kernels.gather_rows_kernel(), blocks, THREADS, s, *args)
+        launch(row_kernels.gather_rows_kernel(wide), blocks, THREADS, s, *args)
     if buf is not None:
         rt._staging.give_back(buf, s)
     ready = note_launch(rt, s, keep)
@@ -163,14 +179,30 @@ def gather_rows(rt, array, rows, out=None, stream=None):
     return result
 
 
+def _words_of(target, width, itemsize):
+    """``target`` (the output, as a launch takes it) as a 1-D array of 8-byte words, where the
+    rows can be copied 16 bytes at a time into it (:func:`kernels.rows.wide_rows`); else None."""
+    if type(target) is RawArray:
+        if not row_kernels.wide_rows(width, itemsize, target.ptr,
+                                     target.numba_type.layout == "C"):
+            return None
+        return RawArray(target.ptr, (target.size * itemsize // 8,), (8,), np.uint64)
+    # the simulator: a numpy array or Numba's stand-in for a device array (alignment: numpy's)
+    if not row_kernels.wide_rows(width, itemsize, 0, target.flags["C_CONTIGUOUS"]):
+        return None
+    return target.reshape(target.size).view(np.uint64)
+
+
 #: Streams a Runtime keeps a set-aside list for (the oldest one's is dropped beyond).
 MAX_ASIDE_LISTS = 8
 _ZERO = np.zeros(1, dtype=np.int64)
 
 
 def _aside_list(rt, n, key, stream):
-    """``(aside, n_aside)`` for a resident-first gather of ``n`` rows on ``stream`` (``key``:
-    its device and handle): the stream's list, its count zeroed on the stream. Kept per
+    """``(aside, n_aside, arrays)`` for a resident-first gather of ``n`` rows on ``stream``
+    (``key``: its device and handle): the stream's list and its count as a launch takes them
+    (:func:`gids.interop.launch_array_on`), the count zeroed on the stream, and the arrays
+    themselves for the launch to keep. Kept per
     stream, not allocated per gather (a ``cudaFree`` waits for the whole device), and reused
     with no wait on the host: the stream runs the last gather's launches before the zeroing.
     A list outgrown or dropped stays alive through its last launch's ``keep``."""
@@ -181,16 +213,16 @@ def _aside_list(rt, n, key, stream):
         lists.pop(key, None)
         if len(lists) >= MAX_ASIDE_LISTS:
             lists.pop(next(iter(lists), None), None)
-        kept = (cuda.device_array(1 << max(10, (n - 1).bit_length()), dtype=np.int64),
-                cuda.device_array(1, dtype=np.int64))
-        lists[key] = kept
-    aside, n_aside = kept
+        arrays = (cuda.device_array(1 << max(10, (n - 1).bit_length()), dtype=np.int64),
+                  cuda.device_array(1, dtype=np.int64))
+        kept = lists[key] = (*(launch_array_on(a)[0] for a in arrays), arrays)
+    arrays = kept[2]
     if SIMULATOR:
-        n_aside.copy_to_device(_ZERO, stream=stream)
+        arrays[1].copy_to_device(_ZERO, stream=stream)
     else:   # a memset is queued as is; a copy from pageable memory is staged by the driver
         from numba.cuda.cudadrv.driver import device_memset
-        device_memset(n_aside, 0, n_aside.nbytes, stream=stream)
-    return aside, n_aside
+        device_memset(arrays[1], 0, arrays[1].nbytes, stream=stream)
+    return kept
 
 
 def note_launch(rt, stream, keep=()):
@@ -217,4 +249,4 @@ def check(rt):
     return True
 
 
-__all__ = ["check", "gather_rows", "note_launch", "output_array"]
+__all__ = ["check", "first_out_of_range", "gather_rows", "note_launch", "output_array"]

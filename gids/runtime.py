@@ -25,6 +25,7 @@ from gids.errors import (
     StorageIOError,
 )
 from gids.host_tier import HostTier
+from gids.interop import current_device_id
 from gids.staging import Staging
 from gids.stats import FileStats, Stats
 from gids.waiting import KernelWaiter
@@ -357,6 +358,7 @@ class Runtime:
         # an allocation.
         self._err_host = cuda.pinned_array(L.ERR_WORDS, dtype=np.int64)
         self._kernels = KernelWaiter()   # what sync() polls (gids.rows adds its streams)
+        self._device_id = current_device_id()   # where its memory is (0 in the simulator)
         self._rows_aside_lists = {}       # gids.rows' lists of rows set aside, per stream
         self._stats = self._to_device(np.zeros(L.N_STAT_SHARDS * L.N_STATS, dtype=np.uint64))
         self._no_zero_copy = self._to_device(np.zeros(1, dtype=np.uint64))
@@ -862,10 +864,9 @@ class Runtime:
         if host_idx.dtype.kind not in "iu":
             raise ConfigError(f"gids: indices must be integers, got {host_idx.dtype}")
         # Checked before the conversion to int64, which would wrap a uint64 above 2**63 - 1.
-        bad = (host_idx >= array.size) if host_idx.dtype.kind == "u" else \
-            (host_idx < 0) | (host_idx >= array.size)
-        if bad.any():
-            first = int(np.flatnonzero(bad)[0])
+        from gids.rows import first_out_of_range
+        first = first_out_of_range(host_idx, array.size)
+        if first >= 0:
             raise IndexOutOfRangeError(
                 f"gids: index {int(host_idx[first])} (position {first}) is out of range for "
                 f"an array of {array.size} elements")
@@ -1217,6 +1218,8 @@ class Runtime:
                                  f"read-only ({name}); open it with mode='r+' to write")
         if code in _TIMEOUT_WHAT:
             what = self._io.waits_for if code == L.ERR_TIMEOUT_IO else _TIMEOUT_WHAT[code]
+            if code == L.ERR_TIMEOUT_LOADER and detail == L.DETAIL_NO_LEADER:
+                what = "the lane of its warp that looks the page up (it was not among the lanes)"
             cls = CacheExhaustedError if code == L.ERR_TIMEOUT_SLOT else GidsTimeoutError
             hint = (f" (the cache has {self.cache_slots} slots: too few for the pages in use at "
                     "once)" if code == L.ERR_TIMEOUT_SLOT else "")

@@ -28,19 +28,30 @@ class Buffer:
         self.host = cuda.pinned_array(n, dtype=np.int64)
         self.device = cuda.device_array(n, dtype=np.int64)
         self.done = None if SIMULATOR else cuda.event(timing=False)
+        self._host_address = self.host.ctypes.data
 
     @property
     def size(self):
         return self.device.size
 
+    def send(self, stream, n, at=0):
+        """Queue on ``stream`` the copy of ``host[at:at + n]`` to ``device[at:at + n]`` (the
+        host's part is done on return). On the GPU by the driver's call itself: no device view
+        made (numba-cuda's slicing and ``copy_to_device`` cost more than the copy's queueing)."""
+        if SIMULATOR:
+            self.device[at:at + n].copy_to_device(self.host[at:at + n], stream=stream)
+            return
+        from numba.cuda.cudadrv import driver
+        dst = self.device if at == 0 else self.device.gpu_data.view(8 * at)
+        driver.host_to_device(dst, self._host_address + 8 * at, 8 * n, stream=stream)
+
     def upload(self, values, stream, at=0):
-        """``device[at:at + values.size]``, holding ``values`` once ``stream`` has run the
-        copy queued here (the host's part is done on return)."""
+        """``device[at:at + values.size]`` (a view), holding ``values`` once ``stream`` has run
+        the copy queued here (the host's part is done on return)."""
         n = values.size
         self.host[at:at + n] = values
-        view = self.device[at:at + n]
-        view.copy_to_device(self.host[at:at + n], stream=stream)
-        return view
+        self.send(stream, n, at)
+        return self.device[at:at + n]
 
 
 class Staging:

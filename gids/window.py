@@ -13,18 +13,30 @@ cache full and hang it. A prefetch pins nothing past its own kernel.
 the cache is emptied under them. Releasing such a hold again raises ``NotHeldError``; leaving a
 ``with hold:`` block does not.
 
-The host's part of a call is numpy over the whole batch and no wait: the page list goes to the
-GPU by a copy queued on the call's stream from a pooled pinned buffer (:mod:`gids.staging`); a
-hold keeps that buffer (its pages, and its pins' slots) for its release. The holds of each
-page are counted in an int32 array indexed by global page (half the GPU's own page table, and
-grown only as far as the highest page held), read and written by fancy indexing.
+The host's part of a call is one pass over the batch and no wait. A prefetch range-checks its
+indices (their least and greatest), copies them into a pooled pinned buffer
+(:mod:`gids.staging`) and queues their copy to the GPU on the call's stream; its kernel finds
+the pages and loads each run of neighbouring indices on one page once (sorted indices: each page
+once; a page named again later is only a second hit). A hold must know its distinct pages before
+any kernel runs, to refuse one over the limit: one compiled pass (:func:`distinct_unheld`) writes
+them, first occurrences in order, straight into the pinned buffer, and counts those no hold holds
+yet, marking each page's hold count as it goes (no sort, no temporary); the hold keeps that
+buffer (its pages, then its pins' slots) for its release. The holds of each page are counted in
+an int32 array indexed by global page (half the GPU's own page table at most, grown to the end of
+the arrays held). Every kernel is launched with the buffer itself and a count, not a view of it:
+the same device array each call, whose launch arguments numba-cuda (and :mod:`kernels.launch`)
+need not work out again.
 """
+import threading
+
 import numpy as np
-from numba import cuda
+from numba import cuda, njit
 
 from gids import defaults
 from gids.errors import HoldLimitError, NotHeldError
 from gids.interop import is_cuda_array, numba_stream, stream_handle
+from gids.rows import note_launch
+from kernels.launch import launch
 from kernels.platform import SIMULATOR, WARP_SIZE
 
 
@@ -51,16 +63,20 @@ class Hold:
     def __init__(self, window, array, pages, buffer, stream):
         self._window = window
         self.array = array
-        self.pages = pages          # distinct page numbers of the array (host, sorted)
-        # Device: the pages, then each page's pin (gids.pin_page's k, -1 if none); None for
-        # no page.
+        # The distinct pages (array-local, first occurrences in order): host[:n] of the
+        # buffer, whose device part holds them and then each page's pin (gids.pin_page's k,
+        # -1 if none); None for no page.
+        self._pages = pages
+        self.n_pages = int(pages.size)
         self._buffer = buffer
         self._stream = stream       # the Numba stream of the hold's launch and its release
         self.held = True
 
     @property
-    def n_pages(self):
-        return int(self.pages.size)
+    def pages(self):
+        """The distinct pages held (array-local, in the order first named; a copy), empty
+        once released."""
+        return self._pages.copy() if self.held else np.zeros(0, dtype=np.int64)
 
     def wait(self):
         """Wait until the pages are in the cache; raise what the hold's kernel met (as
@@ -84,19 +100,42 @@ class Hold:
         return f"Hold({self.n_pages} pages of {self.array.store.name}, {state})"
 
 
-def distinct_pages(elems, elem_shift):
-    """The sorted distinct pages of int64 element indices ``elems``: ``np.unique``'s answer by
-    a sort (none if sorted already) and a compare of neighbours, several times faster than
-    numpy 2's ``np.unique`` for a batch's pages."""
-    pages = elems >> elem_shift
-    if pages.size < 2:
-        return pages
-    if not (pages[1:] >= pages[:-1]).all():
-        pages.sort()
-    first = np.empty(pages.size, dtype=bool)
-    first[0] = True
-    np.not_equal(pages[1:], pages[:-1], out=first[1:])
-    return pages[first]
+#: Set in a page's hold count while the hold being counted has named it already (cleared by
+#: :func:`settle` before the call returns): counts stay far below it.
+SEEN = 1 << 30
+
+
+@njit(nogil=True, cache=True)
+def distinct_unheld(elems, shift, base, counts, out):
+    """Write the distinct pages of int64 element indices ``elems`` (``elems >> shift``, first
+    occurrences in order) to ``out``, marking each one's hold count ``counts[base + page]``
+    with :data:`SEEN`. Returns ``(pages written, of those the ones no hold holds)``."""
+    m = 0
+    new = 0
+    for k in range(elems.size):
+        page = elems[k] >> shift
+        c = counts[base + page]
+        if not c & SEEN:
+            counts[base + page] = c | SEEN
+            out[m] = page
+            m += 1
+            if c == 0:
+                new += 1
+    return m, new
+
+
+@njit(nogil=True, cache=True)
+def settle(pages, base, counts, step):
+    """Add ``step`` to the hold count of each page of ``pages`` (distinct), its :data:`SEEN`
+    mark cleared. Returns how many counts are 0 after."""
+    zero = 0
+    for k in range(pages.size):
+        g = base + pages[k]
+        c = (counts[g] & ~SEEN) + step
+        counts[g] = c
+        if c == 0:
+            zero += 1
+    return zero
 
 
 class Window:
@@ -110,6 +149,7 @@ class Window:
         self._counts = np.zeros(0, dtype=np.int32)   # global page -> holds that hold it
         self._n_held = 0                              # pages whose count is not 0
         self._staging = rt._staging   # the Runtime's pool of index buffers
+        self._lock = threading.Lock()   # the counts, for calls from several threads
 
     @property
     def held_pages(self):
@@ -121,31 +161,38 @@ class Window:
         from gids.kernels_host import hold_kernel
         rt = self.rt
         rt._check_array(array, "hold")
-        pages = self._pages(array, indices)
-        gpages = pages + array.page_base
-        if gpages.size and gpages[-1] >= self._counts.size:
-            self._grow(int(gpages[-1]) + 1)
-        counts = self._counts[gpages]
-        new = int(np.count_nonzero(counts == 0))
-        if self.held_pages + new > self.hold_limit:
-            raise HoldLimitError(
-                f"gids: holding {pages.size} pages ({new} not held yet) would hold "
-                f"{self.held_pages + new} of the cache's {rt.cache_slots}; at most "
-                f"{self.hold_limit} may be held (hold_fraction="
-                f"{defaults.get('hold_fraction')}): release a hold first")
+        elems = self._host_elems(array, indices)
         s = self._launch_stream(stream)
-        buf = None
-        if pages.size:
-            n = pages.size
-            buf = self._staging.take(2 * n)
-            d_pages = buf.upload(pages, s)
-            blocks, threads = rt._grid(n)
-            hold_kernel[blocks, threads, s](array.handle, d_pages, buf.device[n:2 * n])
-            self._note(s)
-        self._counts[gpages] = counts + 1
-        self._n_held += new
-        hold = Hold(self, array, pages, buf, s)
-        self._holds.append(hold)
+        if elems.size == 0:
+            hold = Hold(self, array, np.zeros(0, dtype=np.int64), None, s)
+            self._holds.append(hold)
+            return hold
+        base = array.page_base
+        buf = self._staging.take(2 * elems.size)   # the pages, then their pins
+        with self._lock:
+            if self._counts.size < base + array.n_pages:
+                self._grow(base + array.n_pages)
+            m, new = distinct_unheld(elems, array.elem_shift, base, self._counts, buf.host)
+            pages = buf.host[:m]
+            try:
+                if self._n_held + new > self.hold_limit:
+                    raise HoldLimitError(
+                        f"gids: holding {m} pages ({new} not held yet) would hold "
+                        f"{self._n_held + new} of the cache's {rt.cache_slots}; at most "
+                        f"{self.hold_limit} may be held (hold_fraction="
+                        f"{defaults.get('hold_fraction')}): release a hold first")
+                buf.send(s, m)
+                blocks, threads = rt._grid(m)
+                launch(hold_kernel, blocks, threads, s, array.handle, buf.device, np.int64(m))
+            except BaseException:
+                settle(pages, base, self._counts, 0)     # the marks only
+                self._staging.give_back(buf, s)   # after the copy, if one was queued
+                raise
+            settle(pages, base, self._counts, 1)
+            self._n_held += new
+            hold = Hold(self, array, pages, buf, s)
+            self._holds.append(hold)
+        note_launch(rt, s)
         return hold
 
     def release(self, hold):
@@ -154,14 +201,18 @@ class Window:
             raise NotHeldError(f"gids: {hold!r} is not held by this Runtime (released already, "
                                "or by invalidate(), close() or recovery after an error)")
         self.rt._check_open()
-        if hold.pages.size:
-            n = hold.pages.size
-            s, dev = hold._stream, hold._buffer.device
+        if hold._buffer is not None:
+            n, s, buf = hold.n_pages, hold._stream, hold._buffer
             blocks, threads = self.rt._grid(n)
-            release_kernel[blocks, threads, s](hold.array.handle, dev[:n], dev[n:2 * n])
-            self._note(s)
-            self._staging.give_back(hold._buffer, s)
-        self._forget(hold)
+            launch(release_kernel, blocks, threads, s, hold.array.handle, buf.device,
+                   np.int64(n))
+            note_launch(self.rt, s)
+        with self._lock:
+            hold.held = False
+            self._holds.remove(hold)
+            self._n_held -= settle(hold._pages, hold.array.page_base, self._counts, -1)
+        if hold._buffer is not None:
+            self._staging.give_back(hold._buffer, hold._stream)
 
     def _grow(self, n):
         """Counts for global pages up to ``n`` (doubling; np.zeros' pages are the OS's zero
@@ -170,62 +221,57 @@ class Window:
         counts[:self._counts.size] = self._counts
         self._counts = counts
 
-    def _forget(self, hold):
-        hold.held = False
-        self._holds.remove(hold)
-        gpages = hold.pages + hold.array.page_base
-        counts = self._counts[gpages] - 1
-        self._counts[gpages] = counts
-        self._n_held -= int(np.count_nonzero(counts == 0))
-
     def drop_all(self):
         """The cache was emptied (invalidate, recovery, close: after every launch has ended):
         no hold holds anything now."""
-        for hold in self._holds:
-            hold.held = False
-            self._counts[hold.pages + hold.array.page_base] = 0
-            if hold._buffer is not None:
-                self._staging.give_back(hold._buffer)
-        self._holds = []
-        self._n_held = 0
+        with self._lock:
+            for hold in self._holds:
+                hold.held = False
+                if hold._buffer is not None:
+                    self._staging.give_back(hold._buffer)
+            self._holds = []
+            self._counts[:] = 0
+            self._n_held = 0
 
     # ------------------------------------------------------------------ prefetch
     def prefetch(self, array, indices, stream=None):
         from gids.kernels_host import prefetch_kernel
         rt = self.rt
         rt._check_array(array, "prefetch")
-        buf = None
         if is_cuda_array(indices):
-            elems = rt._device_indices(array, indices)   # pages found in the kernel
+            elems = rt._device_index_array(indices)   # checked by the kernel
             if elems.size == 0:
                 return
             s = self._launch_stream(stream)
-        else:
-            pages = self._pages(array, indices)
-            if pages.size == 0:
-                return
-            s = self._launch_stream(stream)
-            buf = self._staging.take(pages.size)
-            elems = buf.upload(pages << array.elem_shift, s)
-        blocks, threads = rt._grid(elems.size)
-        prefetch_kernel[blocks, threads, s](array.handle, elems)
-        if buf is None:
-            self._note(s, (elems,))     # the caller's array, kept until the launch ends
-        else:
-            self._note(s)
-            self._staging.give_back(buf, s)
+            blocks, threads = rt._grid(elems.size)
+            launch(prefetch_kernel, blocks, threads, s, array.handle, elems,
+                   np.int64(elems.size))
+            note_launch(rt, s, (elems,))     # the caller's array, kept until the launch ends
+            return
+        elems = rt._host_indices(array, indices)
+        n = elems.size
+        if n == 0:
+            return
+        s = self._launch_stream(stream)
+        buf = self._staging.take(n)
+        buf.host[:n] = elems
+        buf.send(s, n)
+        blocks, threads = rt._grid(n)
+        try:
+            launch(prefetch_kernel, blocks, threads, s, array.handle, buf.device, np.int64(n))
+        except BaseException:
+            self._staging.give_back(buf, s)   # after the copy queued
+            raise
+        note_launch(rt, s)
+        self._staging.give_back(buf, s)
 
     # ------------------------------------------------------------------ helpers
-    def _pages(self, array, indices):
-        """Distinct page numbers of host (or, copied back, device) element indices, checked."""
+    def _host_elems(self, array, indices):
+        """Host (or, copied back, device) element indices as checked int64 numpy."""
         if is_cuda_array(indices):
             indices = self.rt._device_index_array(indices).copy_to_host()
-        return distinct_pages(self.rt._host_indices(array, indices), array.elem_shift)
+        return self.rt._host_indices(array, indices)
 
     def _launch_stream(self, stream):
         handle, _ = stream_handle(stream)
         return numba_stream(handle)
-
-    def _note(self, s, keep=()):
-        from gids.rows import note_launch
-        note_launch(self.rt, s, keep)

@@ -15,7 +15,8 @@ time its completion may be posted. Two users call it:
 The model (equations in ``docs/ssd_models.md``): a request is split by the array's striping into
 one command per drive (optionally after a host-side submission cost per command, serialised
 across the array); each command holds the drive controller's command slot (a FIFO server) for a
-fixed time plus its bytes at the controller's data path, pays a fixed controller latency, then
+fixed time plus its bytes at the controller's data path (plus an optional per-command cost of
+the drive's path to the issuer), pays a fixed controller latency, then
 each flash page it touches is read by its die/plane (FIFO per unit, busy for that page type's
 tR), moved over its flash channel, and over the drive's PCIe link; the whole request also
 crosses the host's link (the GPU's PCIe port). Channels and links are bandwidth resources
@@ -234,7 +235,8 @@ class SsdProfile:
 
     def model_params(self, stripe_bytes: int = DEFAULT_STRIPE_BYTES,
                      host_link_GBps: float | None = DEFAULT_HOST_LINK_GBPS,
-                     host_command_ns: float = 0.0, seed: int = 0) -> "ModelParams":
+                     host_command_ns: float = 0.0, seed: int = 0,
+                     path_command_ns: float = 0.0) -> "ModelParams":
         """The scalar parameters :func:`model_submit` reads, for this drive in an array.
 
         Parameters
@@ -248,11 +250,18 @@ class SsdProfile:
             handling), serialised across the array; 0: free.
         seed : int
             Seed of the media read-time jitter (``read_jitter``).
+        path_command_ns : float
+            Per-command cost of the path between each drive and the issuer (SQE fetches,
+            completion posts and doorbells across the platform's PCIe topology), served one
+            command at a time by each drive: it holds the drive's command slot that much longer.
+            0: free.
         """
         if stripe_bytes <= 0:
             raise ValueError(f"stripe_bytes must be positive, got {stripe_bytes}")
         if host_command_ns < 0:
             raise ValueError(f"host_command_ns must be >= 0, got {host_command_ns}")
+        if path_command_ns < 0:
+            raise ValueError(f"path_command_ns must be >= 0, got {path_command_ns}")
         levels = np.asarray(self.read_levels, dtype=np.float64)
         if not 1 <= len(levels) <= MAX_PAGE_TYPES or (levels <= 0).any():
             raise ValueError(f"read_levels needs 1 to {MAX_PAGE_TYPES} positive values, got "
@@ -294,6 +303,7 @@ class SsdProfile:
             read_jitter=float(self.read_jitter),
             seed=np.uint64(seed & (2**64 - 1)),
             host_command_ns=float(host_command_ns),
+            path_command_ns=float(path_command_ns),
         )
 
 
@@ -316,6 +326,7 @@ ModelParams = namedtuple("ModelParams", [
     "read_jitter",          # float: +- fraction of uniform read-time jitter
     "seed",                 # uint64: seed of the jitter
     "host_command_ns",      # float: host-side submission cost per command, serialised
+    "path_command_ns",      # float: per-command cost of each drive's path to the issuer
 ])
 
 #: Columns of a drive's row in ``ModelState.busy`` (its channels and units follow).
@@ -376,7 +387,7 @@ def _drive_command(busy, params, drive, now, lo, hi):
     last byte has crossed the drive's link."""
     work = busy.shape[0] - 1
     start = max(now, busy[drive, COMMAND_COLUMN])
-    slot = params.command_ns + (hi - lo) * params.command_ns_per_byte
+    slot = params.command_ns + (hi - lo) * params.command_ns_per_byte + params.path_command_ns
     busy[drive, COMMAND_COLUMN] = start + slot
     busy[work, WORK_COMMAND] += slot
     start += params.ctrl_latency_ns
@@ -726,6 +737,9 @@ class SsdModel:
         Bandwidth of the link the whole array shares (the GPU's PCIe port); None: unlimited.
     host_command_ns : float
         Host-side cost of submitting one command, serialised across the array (0: free).
+    path_command_ns : float
+        Per-command cost of each drive's path to the issuer, served by each drive's command
+        slot (0: free; :meth:`SsdProfile.model_params`).
     seed : int
         Seed of the media read-time jitter (profiles with ``read_jitter > 0``).
 
@@ -739,14 +753,16 @@ class SsdModel:
 
     def __init__(self, profile, n_ssd: int = 1, stripe_bytes: int = DEFAULT_STRIPE_BYTES,
                  host_link_GBps: float | None = DEFAULT_HOST_LINK_GBPS,
-                 host_command_ns: float = 0.0, seed: int = 0):
+                 host_command_ns: float = 0.0, seed: int = 0, path_command_ns: float = 0.0):
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         self.n_ssd = int(n_ssd)
         self.stripe_bytes = int(stripe_bytes)
         self.host_link_GBps = host_link_GBps
         self.host_command_ns = float(host_command_ns)
+        self.path_command_ns = float(path_command_ns)
         self.params = self.profile.model_params(self.stripe_bytes, host_link_GBps,
-                                                self.host_command_ns, int(seed))
+                                                self.host_command_ns, int(seed),
+                                                self.path_command_ns)
         self.state = new_state(self.n_ssd, self.params)
 
     def submit(self, now_ns: int, offset: int, nbytes: int) -> int:
@@ -808,4 +824,5 @@ class SsdModel:
     def __repr__(self) -> str:
         return (f"SsdModel({self.profile.name!r}, n_ssd={self.n_ssd}, "
                 f"stripe_bytes={self.stripe_bytes}, host_link_GBps={self.host_link_GBps}, "
-                f"host_command_ns={self.host_command_ns})")
+                f"host_command_ns={self.host_command_ns}, "
+                f"path_command_ns={self.path_command_ns})")

@@ -541,7 +541,7 @@ def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
            stripe_bytes: int | None = None,
            host_link_GBps: float | None = DEFAULT_HOST_LINK_GBPS,
            max_in_flight: int | None = None, host_command_ns: float = 0.0,
-           seed: int = 0) -> ReplayReport:
+           seed: int = 0, path_command_ns: float = 0.0) -> ReplayReport:
     """Replay ``trace`` through a fresh model of ``n_ssd`` drives of ``profile``.
 
     Parameters
@@ -550,7 +550,7 @@ def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
         Reads only (the model times reads); any order (sorted by issue time here). Each
         request's host part and post delay are kept as recorded (see the module docstring).
     profile : str or SsdProfile
-    n_ssd, stripe_bytes, host_link_GBps, host_command_ns, seed
+    n_ssd, stripe_bytes, host_link_GBps, host_command_ns, seed, path_command_ns
         The array, as for :class:`~host_daemon.ssd_model.SsdModel`. ``stripe_bytes`` None:
         the trace's most common request size (a run's cache page: ``gids.Runtime`` stripes
         its emulated array by its page size).
@@ -581,7 +581,8 @@ def replay(trace: np.ndarray, profile, n_ssd: int = 1, mode: str = "closed",
     if stripe_bytes is None:
         stripe_bytes = common_request_bytes(trace)
     model = SsdModel(profile, n_ssd=n_ssd, stripe_bytes=stripe_bytes,
-                     host_link_GBps=host_link_GBps, host_command_ns=host_command_ns, seed=seed)
+                     host_link_GBps=host_link_GBps, host_command_ns=host_command_ns, seed=seed,
+                     path_command_ns=path_command_ns)
 
     ordered = trace[np.argsort(trace["issue_ns"], kind="stable")]
     issue = ordered["issue_ns"].astype(np.int64)
@@ -701,6 +702,10 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host-command-ns", type=_number_at_least(0.0, float), default=0.0,
                         metavar="NS",
                         help="host-side submission cost per command, serialised (default 0)")
+    parser.add_argument("--path-command-ns", type=_number_at_least(0.0, float), default=0.0,
+                        metavar="NS",
+                        help="per-command cost of each drive's path to the issuer, served by "
+                             "each drive (default 0)")
 
 
 def trace_engine_depth(path) -> int | None:
@@ -722,7 +727,8 @@ def run_simulate(args: argparse.Namespace) -> str:
         depth = trace_engine_depth(args.trace)
     report = replay(trace, profile, n_ssd=args.n_ssd, mode=args.mode,
                     stripe_bytes=stripe, host_link_GBps=args.host_link_GBps or None,
-                    max_in_flight=depth, host_command_ns=args.host_command_ns)
+                    max_in_flight=depth, host_command_ns=args.host_command_ns,
+                    path_command_ns=args.path_command_ns)
     return f"trace       {args.trace}\nstripe      {stripe} B\n{report.format()}"
 
 

@@ -73,7 +73,7 @@ from kernels.queue import (
     take_tickets,
     wait_turn,
 )
-from kernels.sync import atomic_cas, ld_weak_l2, now_ns, red_add, zero_of
+from kernels.sync import atomic_cas, ld_pair_l2, ld_weak_l2, now_ns, red_add, zero_of
 from kernels.tier import (
     copy_from_tier,
     forget_tier_page,
@@ -455,22 +455,27 @@ def _access(h, i, is_write, new_value, keep):
             _count(h, mask, L.STAT_HITS, is_leader and pinned)
             _count(h, mask, L.STAT_TIER_DIRECT, is_leader and direct)
             return value, at
-    return _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value, at,
-                        done, old, pinned, deadline)
+    return _access_slow(h, mask, i, in_range, gpage, peers, is_write, new_value, keep, value,
+                        at, done, old, pinned, deadline)
 
 
 @out_of_line
-def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value, at, done, old,
-                 hit, deadline):
+def _access_slow(h, mask, i, in_range, gpage, peers, is_write, new_value, keep, value, at, done,
+                 old, hit, deadline):
     """Rounds 2 on of the module docstring's loop, for a warp some of whose lanes' pages were
-    not resident in :func:`_access` (collective over the same lanes). A leader that found its
-    page not resident (``old``, its state then) still holds the reference it took; a leader
-    that ``hit`` is done, as are its lanes.
+    not resident in :func:`_access` (collective over ``mask``, the lanes that matched their
+    pages there). A leader that found its page not resident (``old``, its state then) still
+    holds the reference it took; a leader that ``hit`` is done, as are its lanes.
+
+    ``mask`` is passed, not taken again with ``activemask``: lanes converged at the match need
+    not be converged at the call (CUDA promises convergence only at the synchronising
+    intrinsics), and a smaller mask here could leave out a lane's leader. Its lanes would then
+    shuffle their slot from a lane outside the mask (undefined: a stale slot, read and later
+    unpinned without a reference) or spin for good (only leaders count down a deadline).
 
     Compiled as a call (:func:`~kernels.platform.out_of_line`), so that its registers and
     spills stay out of the hit path. Returns ``(value, at)`` as :func:`_access`.
     """
-    mask = activemask()
     lane = laneid()
     page = gpage - h.page_base
     leader = lowest_lane(peers)
@@ -596,7 +601,7 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
 
         # 5. lanes still waiting back off within their deadline, or give up. A leader that
         # failed in this round has told its group in the shuffle above (they are done), so
-        # only a leader still waiting gets here.
+        # only a leader still waiting, and its lanes, get here.
         rounds += 1
         if not done and is_leader:
             if expired(h, deadline, rounds):
@@ -611,6 +616,13 @@ def _access_slow(h, i, in_range, gpage, peers, is_write, new_value, keep, value,
             else:
                 nanosleep(pause)
                 pause = min(pause * 2, WAIT_MAX_NS)
+        elif not done and now_ns() > deadline + 2 * h.timeout_ns:
+            # A leader answers its group in the round that passes its deadline (a round's own
+            # waits end within a timeout of it), in a shuffle: a lane still without an answer
+            # two timeouts later has no leader among these lanes. It stops, with an error,
+            # instead of spinning for good.
+            record_error(h, L.ERR_TIMEOUT_LOADER, page, L.DETAIL_NO_LEADER)
+            done = True
         if ballot_sync(mask, not done) == 0:
             break
 
@@ -774,6 +786,13 @@ def pinned(h, k):
     (:func:`pin_page`): ``ld.global.cg`` (:data:`~kernels.sync.ld_weak_l2`), served by L2, not
     by this SM's L1, which may hold lines of the slot's previous page."""
     return ld_weak_l2(h.cache, k)
+
+
+@cuda.jit(device=True)
+def pinned_pair(h, w):
+    """Words ``w`` and ``w + 1`` (``w`` even) of ``h.cache_words``, within a page this warp
+    has pinned: as :func:`pinned`, 16 bytes at once (``ld.global.cg.v2.b64``)."""
+    return ld_pair_l2(h.cache_words, w)
 
 
 @cuda.jit(device=True)

@@ -133,7 +133,8 @@ STATUS_SHORT_WRITE = -4   # the store took fewer bytes than the page holds (disk
 ERR_CODE = 0
 ERR_ARRAY = 1
 ERR_PAGE = 2     # page index within the array, or -1
-ERR_DETAIL = 3   # element index for ERR_INDEX, completion status for ERR_IO and ERR_WRITE_IO
+ERR_DETAIL = 3   # element index for ERR_INDEX, completion status for ERR_IO and ERR_WRITE_IO,
+#                  DETAIL_NO_LEADER for an ERR_TIMEOUT_LOADER of a lane whose leader never answered
 ERR_WORDS = 4
 
 ERR_NONE = 0
@@ -145,6 +146,10 @@ ERR_TIMEOUT_SLOT = 5     # found no evictable cache slot in time (too many pages
 ERR_TIMEOUT_LOADER = 6   # waited too long for another thread to load a page
 ERR_WRITE_IO = 7         # the store could not take a dirty page written back on eviction
 ERR_READ_ONLY = 8        # gids.write on an array opened read-only
+
+#: ERR_DETAIL of an ERR_TIMEOUT_LOADER recorded by a lane of a pin's slow path whose group's
+#: leader never answered (it was not among the lanes of the call: kernels/access.py).
+DETAIL_NO_LEADER = -2
 
 # --- Statistics counters (uint64, sharded [N_STAT_SHARDS, N_STATS] to spread atomics) ---------
 STAT_HITS = 0        # page lookups that found the page resident

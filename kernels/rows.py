@@ -25,6 +25,7 @@ import numpy as np
 from numba import cuda
 
 from kernels.platform import device_helper, jit
+from kernels.sync import st_pair
 from kernels.warp import activemask, syncwarp
 
 #: Lanes of a warp (also in the simulator, where each thread pins for itself).
@@ -61,10 +62,16 @@ def _room(page_elems, i):
 
 
 @lru_cache(maxsize=None)
-def _row_loop(pin, value, unpin_after, page_elems, mode):
+def _row_loop(pin, value, unpin_after, page_elems, mode, pairs=None):
     """The row loop ``(h, rows, width, out, aside, n_aside)`` as a device function, for one
     :data:`ALL_ROWS` / :data:`RESIDENT_ROWS` / :data:`SET_ASIDE_ROWS` ``mode`` (``aside`` and
-    ``n_aside[0]``: the positions set aside and their count; unused by ALL_ROWS)."""
+    ``n_aside[0]``: the positions set aside and their count; unused by ALL_ROWS).
+
+    ``pairs``: None, or ``(value_pair, elem_bytes)`` for 16-byte copies: ``value_pair(h, w)``
+    the reader's 8-byte words ``w`` and ``w + 1`` (``w`` even), ``elem_bytes(h)`` the array's
+    element size; ``out`` is then the output's bytes as a 1-D array of 8-byte words (rows of
+    ``width`` elements one after another) and every row a multiple of 16 bytes
+    (:func:`wide_rows`)."""
     step = LOADS_IN_FLIGHT
 
     @cuda.jit(device=True)
@@ -98,6 +105,56 @@ def _row_loop(pin, value, unpin_after, page_elems, mode):
             used += v
             j += lanes
         return used
+
+    if pairs is not None:
+        value_pair, elem_bytes = pairs
+
+        @cuda.jit(device=True)
+        def copy_page_pairs(h, k, r, e, m, sub, lanes, out, width):
+            """:func:`copy_page` 16 bytes a load and a store: the ``m`` elements from the
+            pinned ``k`` as pairs of words into row ``r``'s words from its element ``e`` on."""
+            b = elem_bytes(h)
+            src = (k * b) >> 3
+            dst = ((r * width + e) * b) >> 3
+            q = (m * b) >> 4
+            used = np.uint64(0)
+            j = sub
+            while j + (step - 1) * lanes < q:
+                a0, b0 = value_pair(h, src + 2 * j)
+                a1, b1 = value_pair(h, src + 2 * (j + lanes))
+                a2, b2 = value_pair(h, src + 2 * (j + 2 * lanes))
+                a3, b3 = value_pair(h, src + 2 * (j + 3 * lanes))
+                a4, b4 = value_pair(h, src + 2 * (j + 4 * lanes))
+                a5, b5 = value_pair(h, src + 2 * (j + 5 * lanes))
+                a6, b6 = value_pair(h, src + 2 * (j + 6 * lanes))
+                a7, b7 = value_pair(h, src + 2 * (j + 7 * lanes))
+                st_pair(out, dst + 2 * j, a0, b0)
+                st_pair(out, dst + 2 * (j + lanes), a1, b1)
+                st_pair(out, dst + 2 * (j + 2 * lanes), a2, b2)
+                st_pair(out, dst + 2 * (j + 3 * lanes), a3, b3)
+                st_pair(out, dst + 2 * (j + 4 * lanes), a4, b4)
+                st_pair(out, dst + 2 * (j + 5 * lanes), a5, b5)
+                st_pair(out, dst + 2 * (j + 6 * lanes), a6, b6)
+                st_pair(out, dst + 2 * (j + 7 * lanes), a7, b7)
+                used ^= ((a0 ^ b0) ^ (a1 ^ b1)) ^ ((a2 ^ b2) ^ (a3 ^ b3)) ^ \
+                    ((a4 ^ b4) ^ (a5 ^ b5)) ^ ((a6 ^ b6) ^ (a7 ^ b7))
+                j += step * lanes
+            while j < q:
+                a0, b0 = value_pair(h, src + 2 * j)
+                st_pair(out, dst + 2 * j, a0, b0)
+                used ^= a0 ^ b0
+                j += lanes
+            return used
+
+        copy = copy_page_pairs
+        nothing_read = np.uint64(0)
+    else:
+        @cuda.jit(device=True)
+        def copy_page_elements(h, k, r, e, m, sub, lanes, out, width):
+            return copy_page(h, k, r, e, m, sub, lanes, out)
+
+        copy = copy_page_elements
+        nothing_read = 0.0
 
     @cuda.jit(device=True)
     def row_loop(h, rows, width, out, aside, n_aside):
@@ -137,9 +194,9 @@ def _row_loop(pin, value, unpin_after, page_elems, mode):
                 if mode == RESIDENT_ROWS and k < 0:
                     missed = True
                 m = min(_room(pe, i), width - e)
-                used = 0.0
+                used = nothing_read
                 if k >= 0 and live and not missed:
-                    used = copy_page(h, k, r, e, m, sub, lanes, out)
+                    used = copy(h, k, r, e, m, sub, lanes, out, width)
                 unpin_after(h, i, k, used)
                 e += m
             if mode == RESIDENT_ROWS and missed and live and sub == 0:
@@ -148,7 +205,7 @@ def _row_loop(pin, value, unpin_after, page_elems, mode):
 
 
 @lru_cache(maxsize=None)
-def rows_template(pin, value, unpin_after, page_elems):
+def rows_template(pin, value, unpin_after, page_elems, pairs=None):
     """The row-gather kernel ``(h, rows, width, out)`` over a reader's page functions.
 
     ``pin(h, i) -> k`` (``k < 0``: the page could not be had, the reader recorded why),
@@ -168,7 +225,7 @@ def rows_template(pin, value, unpin_after, page_elems):
     after the timeout otherwise, never a hang). Launch it 1-D in whole warps (threads per block
     a multiple of 32): a warp's lanes meet at each pin.
     """
-    loop = _row_loop(pin, value, unpin_after, page_elems, ALL_ROWS)
+    loop = _row_loop(pin, value, unpin_after, page_elems, ALL_ROWS, pairs)
 
     @jit
     def gather_rows(h, rows, width, out):
@@ -182,15 +239,37 @@ def _cache_page_elems(h):
     return np.int64(1) << h.elem_shift
 
 
+@device_helper
+def _cache_elem_bytes(h):
+    return (h.page_words << 3) >> h.elem_shift
+
+
+def _cache_pairs(wide):
+    """The gids cache's 16-byte reader for :func:`_row_loop` (None unless ``wide``)."""
+    if not wide:
+        return None
+    from kernels.access import pinned_pair
+    return (pinned_pair, _cache_elem_bytes)
+
+
+def wide_rows(width, itemsize, out_ptr, out_contiguous):
+    """Whether a gather of rows of ``width`` elements of ``itemsize`` bytes into an output at
+    ``out_ptr`` (C-contiguous or not) can copy 16 bytes at a time: every row, and so every
+    part of a row within a page, starts and ends on 16 bytes in the cache and in the output."""
+    return out_contiguous and (width * itemsize) % 16 == 0 and out_ptr % 16 == 0
+
+
 @lru_cache(maxsize=None)
-def gather_rows_kernel():
-    """The kernel for arrays read through the gids cache (compiled on first launch)."""
+def gather_rows_kernel(wide=False):
+    """The kernel for arrays read through the gids cache (compiled on first launch); ``wide``:
+    16-byte copies into ``out`` given as words (:func:`wide_rows`)."""
     from kernels.access import pin_page, pinned, unpin_page_after
-    return rows_template(pin_page, pinned, unpin_page_after, _cache_page_elems)
+    return rows_template(pin_page, pinned, unpin_page_after, _cache_page_elems,
+                         _cache_pairs(wide))
 
 
 @lru_cache(maxsize=None)
-def resident_rows_kernels():
+def resident_rows_kernels(wide=False):
     """``(resident, set_aside)``: the two launches of a resident-first gather through the gids
     cache, each ``(h, rows, width, out, aside, n_aside)`` on one stream, in that order.
 
@@ -201,9 +280,11 @@ def resident_rows_kernels():
     missing and records what cannot be had (an out-of-range row: raised by the host).
     """
     from kernels.access import pin_page, pin_page_if_resident, pinned, unpin_page_after
+    pairs = _cache_pairs(wide)
     first = _row_loop(pin_page_if_resident, pinned, unpin_page_after, _cache_page_elems,
-                      RESIDENT_ROWS)
-    second = _row_loop(pin_page, pinned, unpin_page_after, _cache_page_elems, SET_ASIDE_ROWS)
+                      RESIDENT_ROWS, pairs)
+    second = _row_loop(pin_page, pinned, unpin_page_after, _cache_page_elems, SET_ASIDE_ROWS,
+                       pairs)
 
     @jit(max_registers=RESIDENT_REGISTERS)
     def gather_resident_rows(h, rows, width, out, aside, n_aside):

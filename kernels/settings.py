@@ -66,11 +66,12 @@ Name (environment variable, when; default on a GPU / in the simulator): what it 
   launch below: registers and spills of the hit path vs a second launch's host cost per gather.
   Off by default: on the H200, a resident-first gather of rows spanning pages through a small
   cache on a CuPy stream did not finish (tests/test_rows.py, test_gpu_cupy_out_and_indices).
-- ``launch_past_dispatcher`` (GIDS_LAUNCH_PAST_DISPATCHER, import; 0): 1: ``gather_rows``
-  launches its compiled kernel directly where every argument's type is known, and Numba device
-  arrays keep their marshalled kernel arguments (:func:`kernels.launch.launch`): numba-cuda's
-  per-launch typing and dispatch vs relying on more of its internals. Off until a GPU run has
-  checked it (tests/test_launch.py, test_launch_past_the_dispatcher_reads_right).
+- ``launch_past_dispatcher`` (GIDS_LAUNCH_PAST_DISPATCHER, import; 1): ``gather_rows``
+  launches its compiled kernel through the driver (``cuLaunchKernel``) where every argument's
+  type is known, the handle's parameters written once and the arrays' from their pointers,
+  shapes and strides (:func:`kernels.launch.launch`); 0: numba-cuda's dispatcher at each launch
+  (its per-launch typing and marshalling of ~150 parameters, vs relying on more of its
+  internals).
 - ``hold_fraction`` (GIDS_HOLD_FRACTION, run; 0.5): the most of the cache that
   ``Runtime.hold`` may pin (``0 < f <= 0.9``): pages kept for the next batches vs room for
   everything else.
@@ -183,7 +184,7 @@ _TABLE = {
     "bfs_touch": ("auto", _one_of("auto", "always"), "import"),
     "bfs_resident_first": (True, _flag, "import"),
     "rows_resident_first": (False, _auto_or_flag, "run"),
-    "launch_past_dispatcher": (False, _flag, "import"),
+    "launch_past_dispatcher": (True, _flag, "import"),
     "commit": (None, str, "run"),
     "hold_fraction": (0.5, _fraction, "run"),
 }

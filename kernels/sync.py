@@ -100,6 +100,8 @@ if SIMULATOR:
     def ld_pair(arr, i):
         return arr[i], arr[i + 1]
 
+    ld_pair_l2 = ld_pair
+
     atomic_cas_acquire_gpu = atomic_cas
 
     def fence_proxy_async():
@@ -313,6 +315,10 @@ else:
     #: host's writes happen before it, and for the warp's other lanes the ``syncwarp`` after
     #: the acquire carries that order on (causality order is transitive in the PTX model).
     ld_pair = _make_pair_load("ld.global")
+
+    #: ``ld.global.cg.v2.b64``: a 16-byte load served by L2, not by this SM's L1 (which may
+    #: hold lines of a cache slot's previous page): the row gather's copy out of a pinned page.
+    ld_pair_l2 = _make_pair_load("ld.global.cg")
 
     @intrinsic
     def atomic_cas_acquire_gpu(typingctx, arr, idx, expected, value):

@@ -38,9 +38,11 @@ if SIMULATOR and WARP_SIZE == 1:
         return bin(x).count("1")
 
 elif SIMULATOR:
-    # Emulated 32-lane warps: each collective is a rendezvous of the warp's simulator threads
-    # (one Python thread per CUDA thread) that swaps their values. Every existing lane of the
-    # warp must reach the same collectives in the same order, as on the GPU with a full mask.
+    # Emulated 32-lane warps: each collective is a rendezvous of the lanes of its mask (one
+    # Python thread per CUDA thread) that swaps their values. Every lane of a mask must reach
+    # the same collectives in the same order, as on the GPU. A lane is converged with its whole
+    # warp unless a test splits it off (:func:`diverge`): then the lanes of each part meet only
+    # each other, as the parts of a diverged warp do on the GPU.
     import threading
 
     _warps = {}
@@ -51,11 +53,22 @@ elif SIMULATOR:
     # waited for so often that each of its rendezvous took up to a second (two warps on one
     # queue of 32 entries: 40 to 90 s per kernel; 9 s with this floor).
     _MIN_SLEEP_S = 1e-2
+    _parts = threading.local()    # the masks this thread's next activemask() calls return
 
     class _Warp:
         def __init__(self, n_lanes):
-            self.barrier = threading.Barrier(n_lanes, timeout=_RENDEZVOUS_TIMEOUT)
-            self.values = [None] * n_lanes
+            self.lanes = (1 << n_lanes) - 1
+            self.lock = threading.Lock()
+            self.groups = {}   # mask -> (barrier of its lanes, their values)
+
+        def group(self, mask):
+            with self.lock:
+                g = self.groups.get(mask)
+                if g is None:
+                    g = self.groups[mask] = (
+                        threading.Barrier(popc(mask), timeout=_RENDEZVOUS_TIMEOUT),
+                        [None] * 32)
+                return g
 
     def _me():
         t = threading.current_thread()
@@ -71,17 +84,31 @@ elif SIMULATOR:
                 w = _warps[key] = _Warp(min(32, n_block - warp * 32))
         return w, t.thread_id % 32
 
-    def _exchange(value):
+    def _exchange(mask, value):
+        """The values of ``mask``'s lanes (a list by lane; None for the others)."""
         w, lane = _me()
-        w.values[lane] = value
-        w.barrier.wait()
-        values = list(w.values)
-        w.barrier.wait()   # nobody writes the next round's value before all have read
-        return values
+        mask = int(mask) & w.lanes
+        if not mask >> lane & 1:
+            raise AssertionError(f"lane {lane} in a collective whose mask {mask:#x} lacks it")
+        barrier, values = w.group(mask)
+        values[lane] = value
+        barrier.wait()
+        got = [v if mask >> k & 1 else None for k, v in enumerate(values)]
+        barrier.wait()   # nobody writes the next round's value before all have read
+        return got
+
+    def diverge(masks):
+        """Emulation only, for tests: this thread's next ``activemask()`` calls return
+        ``masks`` in turn, then the last one until ``diverge(())`` (the whole warp again): a
+        warp split into parts at a point CUDA allows (convergence is promised only at the
+        synchronising intrinsics)."""
+        _parts.masks = list(masks)
 
     def activemask():
-        w, _ = _me()
-        return (1 << len(w.values)) - 1
+        masks = getattr(_parts, "masks", None)
+        if masks:
+            return masks.pop(0) if len(masks) > 1 else masks[0]
+        return _me()[0].lanes
 
     def laneid():
         return _me()[1]
@@ -90,18 +117,22 @@ elif SIMULATOR:
         return (1 << laneid()) - 1
 
     def match_any_sync(mask, value):
-        values = _exchange(value)
-        return sum(1 << k for k, v in enumerate(values) if v == value)
+        values = _exchange(mask, value)
+        return sum(1 << k for k, v in enumerate(values) if v is not None and v == value)
 
     def ballot_sync(mask, predicate):
-        values = _exchange(bool(predicate))
+        values = _exchange(mask, bool(predicate))
         return sum(1 << k for k, v in enumerate(values) if v)
 
     def shfl_sync(mask, value, src_lane):
-        return _exchange(value)[src_lane]
+        # Undefined on the GPU for a source lane outside the mask (a stale register): an error.
+        src_lane = int(src_lane)
+        if not int(mask) >> src_lane & 1:
+            raise AssertionError(f"shfl_sync from lane {src_lane}, outside its mask {int(mask):#x}")
+        return _exchange(mask, value)[src_lane]
 
     def syncwarp(mask):
-        _exchange(None)
+        _exchange(mask, None)
 
     def nanosleep(ns):
         time.sleep(max(ns * 1e-9, _MIN_SLEEP_S))

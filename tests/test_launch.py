@@ -174,7 +174,7 @@ def test_launch_keeps_the_dispatchers_path_where_it_does_more(direct, monkeypatc
 @skip_on_simulator
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("kernels.settings", fromlist=["get"]).get(
-    "launch_past_dispatcher"), reason="opt-in: run with GIDS_LAUNCH_PAST_DISPATCHER=1")
+    "launch_past_dispatcher"), reason="GIDS_LAUNCH_PAST_DISPATCHER=0")
 def test_launch_past_the_dispatcher_reads_right():
     # The direct path (from the second launch on) gives what the dispatcher's gives, with the
     # device arrays' arguments kept on them.
@@ -234,3 +234,143 @@ def test_device_arrays_kernel_arguments_kept_like_a_handles(monkeypatch):
 def types_ns(**fields):
     import types
     return types.SimpleNamespace(**fields)
+
+
+# ------------------------------------------------------------------ the driver's launch
+
+def test_raw_array_type_and_arguments_follow_numbas_rule():
+    # C where C-contiguous (size-1 axes ignored) and not broadcast, else A; the arguments are
+    # numba-cuda's for an array: meminfo, parent, size, itemsize, pointer, shape, strides.
+    from numpy.lib.stride_tricks import as_strided
+    base = np.zeros(4096, dtype=np.float32)
+    cases = [base[:24].reshape(4, 6), base[:40].reshape(4, 10)[:, :6], base[:24].reshape(4, 6).T,
+             base[:6].reshape(1, 6), base[:24:2], as_strided(base, (4, 6), (0, 4)),
+             base[:0].reshape(0, 6), base[:8]]
+    for a in cases:
+        raw = launch.RawArray(a.ctypes.data, a.shape, a.strides, a.dtype)
+        broadcast = 0 in a.strides and a.size != 0
+        assert raw.numba_type.layout == ("C" if a.flags.c_contiguous and not broadcast else "A")
+        assert raw.numba_type.ndim == a.ndim and raw.size == a.size and raw.ndim == a.ndim
+        assert raw.args == (0, 0, a.size, 4, a.ctypes.data, *a.shape, *a.strides)
+
+
+class _FakeDriver:
+    """Stands for libcuda: records each cuLaunchKernel with the bytes its parameters point to."""
+
+    def __init__(self, n_params, result=0):
+        self.n_params, self.result, self.calls = n_params, result, []
+
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        import ctypes
+        values = [ctypes.string_at(params[k], 8) for k in range(self.n_params)]
+        self.calls.append((function, (gx, gy, gz), (bx, by, bz), shared, stream, values))
+        return self.result
+
+
+def test_driver_launch_writes_the_kept_and_the_new_parameters(monkeypatch):
+    import ctypes
+    import struct
+    kept = [0, 0, 7, 8, 0x7F0000001000, 7, 8, ctypes.c_int64(-5), True, ctypes.c_int32(3)]
+    fixed = b"".join(launch._fixed_bytes(v) for v in kept)
+    rows = launch.RawArray(0x7F0000200000, (5,), (8,), np.int64)
+    out = launch.RawArray(0x7F0000300000, (5, 4), (16, 4), np.float32)
+    args = ("handle", rows, np.int64(4), out, np.int32(-2))
+    fmt = launch._var_format(args[1:])
+    assert fmt == "q" * 7 + "q" + "q" * 9 + "i4x"
+    n = len(kept) + 7 + 1 + 9 + 1
+    fake = _FakeDriver(n)
+    monkeypatch.setattr(launch, "_libcuda", [fake])
+    driver = launch._DriverLaunch(ctypes.c_void_p(0xABC), fixed, fmt)
+    stream = types_ns(handle=0x55)
+    assert driver((3, 1, 1), (64, 1, 1), stream, args) is True
+    function, grid, block, shared, stream, values = fake.calls[0]
+    assert (function.value, grid, block, shared, stream) == (0xABC, (3, 1, 1), (64, 1, 1), 0, 0x55)
+    q = lambda v: struct.pack("<q", v)   # noqa: E731
+    expect = [q(0), q(0), q(7), q(8), q(0x7F0000001000), q(7), q(8), q(-5),
+              b"\x01" + bytes(7), struct.pack("<i", 3) + bytes(4),
+              *(q(v) for v in rows.args), q(4), *(q(v) for v in out.args),
+              struct.pack("<i", -2) + bytes(4)]
+    assert values == expect
+    # the next launch writes its own arrays in the same buffer
+    other = launch.RawArray(0x7F0000400000, (5,), (8,), np.int64)
+    assert driver((3, 1, 1), (64, 1, 1), stream, ("handle", other, np.int64(4), out,
+                                                  np.int32(1)))
+    assert fake.calls[1][5][len(kept) + 4] == q(0x7F0000400000)
+    fake.result = 1     # refused by the driver: the caller takes numba-cuda's launch
+    assert driver((3, 1, 1), (64, 1, 1), 0, args) is False
+
+
+def test_launch_through_the_driver_only_where_it_can(direct, monkeypatch):
+    from tests.helpers import fake_handle
+    h = fake_handle(np.float32)
+    h.__dict__[launch._TYPE_KEY] = (direct, "handle type")
+    rows = launch.RawArray(0x1000, (5,), (8,), np.int64)
+    d = _Dispatcher()
+    kernel = d.overloads[("handle type", rows.numba_type, "int64")] = _Kernel()
+    made = []
+
+    class _Driver:
+        def __init__(self, ok):
+            self.ok, self.calls = ok, []
+
+        def __call__(self, griddim, blockdim, stream, args):
+            self.calls.append((griddim, blockdim, stream, args))
+            return self.ok
+
+    # not installed for the driver: numba-cuda's kernel launch (with Numba arrays made)
+    monkeypatch.setattr(launch, "_DRIVER_ON", False)
+    monkeypatch.setattr(launch.RawArray, "as_numba", lambda self: ("numba array", self.ptr))
+    launch.launch(d, 3, 64, "stream", h, rows, np.int64(8))
+    assert kernel.launched[-1][0] == (h, ("numba array", 0x1000), np.int64(8))
+    # on, but the handle's arguments not kept yet: the same
+    monkeypatch.setattr(launch, "_DRIVER_ON", True)
+    launch.launch(d, 3, 64, "stream", h, rows, np.int64(8))
+    assert len(kernel.launched) == 2
+    # kept: the driver's launch, made once per kernel and argument format
+    ok = _Driver(True)
+    monkeypatch.setattr(launch, "_make_driver_launch",
+                        lambda kernel, handle, fmt: made.append(fmt) or ok)
+    h.__dict__[launch._ARGS_KEY] = ("handle type", [0, 1])
+    for _ in range(3):
+        launch.launch(d, 3, 64, "stream", h, rows, np.int64(8))
+    assert len(kernel.launched) == 2 and len(ok.calls) == 3 and made == ["q" * 7 + "q"]
+    # found again by the signatures alone, past the dispatcher: a new array of the same kind
+    d.overloads.clear()
+    again = launch.RawArray(0x2000, (9,), (8,), np.int64)
+    launch.launch(d, 3, 64, "stream", h, again, np.int64(8))
+    assert ok.calls[-1] == ((3, 1, 1), (64, 1, 1), "stream", (h, again, np.int64(8)))
+    # a closed Runtime's handle: its guard refuses the launch before the driver sees it
+    h.__dict__[launch.GUARD_KEY] = lambda: (_ for _ in ()).throw(RuntimeError("closed"))
+    with pytest.raises(RuntimeError, match="closed"):
+        launch.launch(d, 3, 64, "stream", h, rows, np.int64(8))
+    assert len(ok.calls) == 4
+    h.__dict__.pop(launch.GUARD_KEY)
+    # refused by the driver: numba-cuda's launch, which raises what is wrong
+    d.overloads[("handle type", rows.numba_type, "int64")] = kernel
+    ok.ok = False
+    launch.launch(d, 3, 64, "stream", h, rows, np.int64(8))
+    assert len(kernel.launched) == 3
+
+
+@skip_on_simulator
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("kernels.settings", fromlist=["get"]).get(
+    "launch_past_dispatcher"), reason="GIDS_LAUNCH_PAST_DISPATCHER=0")
+def test_gather_rows_through_the_driver_reads_right():
+    # From the second gather on, launches go through cuLaunchKernel with the handle's kept
+    # parameters and the tensors' own pointers: fresh tensors each time, poisoned outputs,
+    # 16-byte and element copies, against numpy.
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng()
+    for width in (64, 37):
+        data = rng.standard_normal((3000, width)).astype(np.float32)
+        with gids.Runtime(cache_bytes=2 << 20) as rt:
+            a = rt.open_array(data)
+            for k in range(4):
+                rows = torch.from_numpy(rng.integers(0, 3000, 500 + k)).cuda()
+                out = torch.full((rows.numel(), width), float("nan"), device="cuda")
+                rt.gather_rows(a, rows, out=out)
+                rt.sync()
+                np.testing.assert_array_equal(out.cpu().numpy(), data[rows.cpu().numpy()])
+            driven = a.handle.__dict__.get(launch._DRIVER_KEY, {})
+            assert any(d is not None for d in driven.values())

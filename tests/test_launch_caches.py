@@ -190,10 +190,10 @@ def test_set_aside_list_per_stream_grows_and_is_bounded():
     from gids.rows import MAX_ASIDE_LISTS, _aside_list
     rt = types.SimpleNamespace(_rows_aside_lists={})
     s = cuda.default_stream()
-    aside, n_aside = _aside_list(rt, 10, (0, 1), s)
+    aside, n_aside, arrays = _aside_list(rt, 10, (0, 1), s)
     assert _aside_list(rt, 1000, (0, 1), s)[0] is aside       # reused while it fits
-    assert n_aside.copy_to_host()[0] == 0
-    bigger, _ = _aside_list(rt, 5000, (0, 1), s)
+    assert arrays[1].copy_to_host()[0] == 0
+    bigger, _, _ = _aside_list(rt, 5000, (0, 1), s)
     assert bigger is not aside and bigger.size >= 5000
     assert _aside_list(rt, 10, (0, 2), s)[0] is not bigger    # another stream, its own
     for h in range(3, 3 + 2 * MAX_ASIDE_LISTS):
@@ -206,9 +206,9 @@ def test_count_is_zeroed_on_each_take():
 
     from gids.rows import _aside_list
     rt = types.SimpleNamespace(_rows_aside_lists={})
-    _, n_aside = _aside_list(rt, 10, (0, 1), cuda.default_stream())
+    _, _, (_, n_aside) = _aside_list(rt, 10, (0, 1), cuda.default_stream())
     n_aside.copy_to_device(np.array([7], dtype=np.int64))
-    _, again = _aside_list(rt, 10, (0, 1), cuda.default_stream())
+    _, _, (_, again) = _aside_list(rt, 10, (0, 1), cuda.default_stream())
     assert again is n_aside and again.copy_to_host()[0] == 0
 
 

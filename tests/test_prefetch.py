@@ -8,7 +8,7 @@ from numba import cuda
 
 import gids
 from gids.staging import Staging
-from gids.window import distinct_pages
+from gids.window import SEEN, distinct_unheld, settle
 from tests.helpers import random_file
 
 PAGE = 512
@@ -94,6 +94,99 @@ def test_hold_limit_and_errors(data):
         assert not (state & gids.layout.PAGE_REF_MASK).any()   # every pin given back
 
 
+def _launched(monkeypatch):
+    """Record the window kernels' launches (names) from now on; they still run."""
+    import gids.kernels_host as kh
+    launched = []
+    for name in ("hold_kernel", "release_kernel", "prefetch_kernel"):
+        kernel = getattr(kh, name)
+
+        class Recorded:
+            def __getitem__(self, config, kernel=kernel, name=name):
+                launched.append(name)
+                return kernel[config]
+        monkeypatch.setattr(kh, name, Recorded())
+    return launched
+
+
+@pytest.mark.parametrize("bad", [[3, 64 * ELEMS], [3, -1], np.array([3, 2**63 + 5], np.uint64),
+                                 np.array([5, -2], np.int8)])
+def test_errors_before_any_kernel(data, monkeypatch, bad):
+    """An index out of range (any integer dtype: a uint64 above 2**63 - 1 is not wrapped) and a
+    hold over the limit are raised before a kernel is launched, leaving the counts as they
+    were (no page left marked)."""
+    path, _ = data
+    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        kept = rt.hold(a, np.arange(3) * ELEMS)
+        counts = rt._window._counts.copy()
+        launched = _launched(monkeypatch)
+        for call in (rt.hold, rt.prefetch):
+            with pytest.raises(gids.IndexOutOfRangeError, match=f"index {int(bad[1])} "):
+                call(a, bad)
+        with pytest.raises(gids.HoldLimitError):
+            rt.hold(a, np.r_[np.arange(20, 26), np.arange(20, 26)][::-1] * ELEMS)
+        assert launched == [] and rt.held_pages == 3
+        np.testing.assert_array_equal(rt._window._counts, counts)
+        kept.release()
+        assert launched == ["release_kernel"]
+
+
+def test_unsorted_repeated_indices(data):
+    """Holds and prefetches of unsorted indices naming pages again: a hold's pages are the
+    distinct ones in the order first named, each pinned once; values read through the cache
+    match the file; a prefetch loads each page (its kernel skips a page named by the index
+    before it, so sorted indices count each page once)."""
+    path, ref = data
+    rng = np.random.default_rng()
+    with gids.Runtime(cache_pages=32, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        pages = rng.choice(64, 12, replace=False)
+        named = pages[rng.integers(0, 12, 40)]
+        named = np.r_[pages, named][rng.permutation(52)]
+        idx = named * ELEMS + rng.integers(0, ELEMS, named.size)
+        _, first = np.unique(named, return_index=True)
+        with rt.hold(a, idx).wait() as hold:
+            np.testing.assert_array_equal(hold.pages, named[np.sort(first)])
+            assert hold.n_pages == 12 and rt.held_pages == 12
+            assert rt.stats().held_pages == 12
+            assert _pages_read(rt, a, ref, pages).misses == 0
+        assert rt.held_pages == 0 and hold.pages.size == 0
+        assert not (rt._window._counts).any()
+        rt.invalidate()
+        rt.reset_stats()
+        rt.prefetch(a, np.sort(idx))
+        rt.sync()
+        assert rt.stats().prefetched == 12
+        assert _pages_read(rt, a, ref, pages).misses == 0
+        rt.invalidate()
+        rt.reset_stats()
+        rt.prefetch(a, idx.astype(np.uint32))
+        rt.sync()
+        assert 12 <= rt.stats().prefetched <= idx.size
+        assert _pages_read(rt, a, ref, pages).misses == 0
+        assert not (rt._page_state.copy_to_host()[:64] & gids.layout.PAGE_REF_MASK).any()
+
+
+def test_hold_pins_land_in_its_buffer(data):
+    """The hold kernel writes each page's pin after the pages in its buffer (poisoned first):
+    every slot a pin (>= 0), and release gives every one back."""
+    path, _ = data
+    with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
+        a = rt.open_array(path, np.int64)
+        buf = rt._staging.take(2 * 5)
+        buf.device.copy_to_device(np.full(buf.size, -99, dtype=np.int64))
+        rt._staging.give_back(buf)
+        hold = rt.hold(a, np.array([9, 3, 9, 1, 7, 3, 2]) * ELEMS).wait()
+        assert hold._buffer is buf
+        got = buf.device.copy_to_host()
+        np.testing.assert_array_equal(got[:5], [9, 3, 1, 7, 2])
+        assert (got[5:10] >= 0).all() and (got[10:] == -99).all()
+        hold.release()
+        rt.sync()
+        assert not (rt._page_state.copy_to_host()[:64] & gids.layout.PAGE_REF_MASK).any()
+
+
 def test_invalidate_releases_every_hold(data):
     path, ref = data
     with gids.Runtime(cache_pages=16, page_size=PAGE) as rt:
@@ -130,16 +223,34 @@ def test_hold_fraction_setting(data):
 
 
 @settings(max_examples=60, deadline=None)
-@given(values=st.lists(st.integers(0, 2**40), max_size=200), shift=st.integers(0, 9),
-       shuffle=st.booleans())
-def test_distinct_pages_is_numpys_unique(values, shift, shuffle):
+@given(values=st.lists(st.integers(0, 2**12), max_size=200), shift=st.integers(0, 9),
+       base=st.integers(0, 50), held=st.lists(st.integers(0, 2**12), max_size=40))
+def test_distinct_unheld_against_numpy(values, shift, base, held):
+    """The hold's one pass: the distinct pages in first-occurrence order, how many no hold
+    holds, and the counts unchanged but for marks that settle clears (and +1 / -1 after)."""
     elems = np.array(values, dtype=np.int64)
-    if not shuffle:
-        elems.sort()
     keep = elems.copy()
-    got = distinct_pages(elems, shift)
-    np.testing.assert_array_equal(got, np.unique(keep >> shift))
+    counts = np.zeros(base + (2**12 >> shift) + 1, dtype=np.int32)
+    np.add.at(counts, base + (np.array(held, dtype=np.int64) >> shift), 1)
+    before = counts.copy()
+    out = np.full(elems.size + 1, -7, dtype=np.int64)       # poisoned
+    m, new = distinct_unheld(elems, shift, base, counts, out)
+    pages = elems >> shift
+    _, first = np.unique(pages, return_index=True)
+    want = pages[np.sort(first)]
+    np.testing.assert_array_equal(out[:m], want)
+    assert (out[m:] == -7).all()
+    assert new == int(np.count_nonzero(before[base + want] == 0))
     np.testing.assert_array_equal(elems, keep)           # the caller's indices untouched
+    assert ((counts & SEEN) != 0).sum() == m
+    assert settle(out[:m], base, counts, 0) == new       # marks cleared, nothing added
+    np.testing.assert_array_equal(counts, before)
+    assert settle(out[:m], base, counts, 1) == 0
+    after = before.copy()
+    after[base + want] += 1
+    np.testing.assert_array_equal(counts, after)
+    assert settle(out[:m], base, counts, -1) == new
+    np.testing.assert_array_equal(counts, before)
 
 
 def test_holds_of_two_arrays_counted_per_page(data, tmp_path):
@@ -202,6 +313,28 @@ def test_staging_buffers_are_reused():
     pool.give_back(big, s)
     s.synchronize()
     assert pool.take(1000) is first and pool.take(1000) is big
+
+
+@pytest.mark.gpu
+def test_gpu_staging_copies_land_where_asked():
+    """On the GPU a buffer's copy is the driver's call on the buffer itself (no view): at 0
+    and at an offset, on a side stream, only the asked-for elements change."""
+    pool = Staging()
+    s = gids.side_stream()
+    buf = pool.take(3000)
+    buf.device.copy_to_device(np.full(buf.size, -5, dtype=np.int64))
+    rng = np.random.default_rng()
+    first = rng.integers(-2**62, 2**62, 1000)
+    second = rng.integers(-2**62, 2**62, 333)
+    buf.host[:1000] = first
+    buf.send(s, 1000)
+    view = buf.upload(second, s, at=1500)
+    s.synchronize()
+    got = buf.device.copy_to_host()
+    np.testing.assert_array_equal(got[:1000], first)
+    np.testing.assert_array_equal(got[1500:1833], second)
+    np.testing.assert_array_equal(view.copy_to_host(), second)
+    assert (got[1000:1500] == -5).all() and (got[1833:] == -5).all()
 
 
 def test_hold_and_prefetch_reuse_their_buffers(data):
@@ -392,3 +525,18 @@ class WindowMachine(RuleBasedStateMachine):
 
 WindowMachine.TestCase.settings = settings(max_examples=15, stateful_step_count=10, deadline=None)
 test_window_state_machine = WindowMachine.TestCase
+
+
+def test_window_host_harness_runs_and_puts_the_kernels_back(capsys):
+    """``python -m workloads.window_host`` (the calls' Python cost, kernels and copies
+    stubbed) runs, and leaves the kernels and the simulator's copy as they were."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    import gids.kernels_host as kh
+    from workloads import window_host
+    before = [getattr(kh, name) for name in window_host.KERNELS], FakeCUDAArray.copy_to_device
+    assert window_host.main(["--calls", "4", "--batch-pages", "8,16"]) == 0
+    out = capsys.readouterr().out
+    assert "prefetch, 16 pages:" in out and "hold + release, 8 pages:" in out
+    assert ([getattr(kh, name) for name in window_host.KERNELS],
+            FakeCUDAArray.copy_to_device) == before

@@ -312,8 +312,8 @@ WINDOW_SCRIPT = textwrap.dedent('''
     from tests.helpers import fake_handle
     h = typeof(fake_handle(np.int64))
     i64s = types.int64[::1]
-    for kernel, sig in ((hold_kernel, (h, i64s, i64s)), (release_kernel, (h, i64s, i64s)),
-                        (prefetch_kernel, (h, i64s))):
+    for kernel in (hold_kernel, release_kernel, prefetch_kernel):
+        sig = (h, i64s, types.int64)
         cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
     print("WINDOW_OK")
 ''')

@@ -212,20 +212,43 @@ def test_update_reads_a_gather_only_gnn_report_with_its_hit_rate():
 
 
 def test_update_reads_the_prefetch_bench(tmp_path):
-    row = lambda mode, e, vs_max: {"mode": mode, "emulation": e, "vs_max": vs_max,  # noqa: E731
-                                   "per_batch_ms": 1.0, "correct": True}
-    report = {"version": 1, "sweep": "prefetch", "simulator": False, "target_vs_max": 1.15,
+    """Rows of each batch size are figures of their own; the prefetch and hold loops' host
+    time in calls too; a version 1 file (no size in its rows) takes its config's."""
+    def row(size, mode, e, vs_max):
+        return {"batch_pages": size, "mode": mode, "emulation": e, "vs_max": vs_max,
+                "per_batch_ms": 2.0, "host_calls_ms": 0.5 if mode != "none" else 0.0,
+                "correct": True}
+    report = {"version": 2, "sweep": "prefetch", "simulator": False, "target_vs_max": 1.15,
               "command": "gids bench prefetch --n-ssd 1 --out /x",
-              "rows": [row("none", None, 1.9), row("prefetch", None, 1.1),
-                       row("hold", {"ssd": "p5800x", "n_ssd": 4}, 1.05)]}
+              "config": {"batch_pages": [8192, 32768]},
+              "rows": [row(8192, "none", None, 1.9), row(8192, "prefetch", None, 1.1),
+                       row(32768, "prefetch", None, 1.02),
+                       row(8192, "hold", {"ssd": "p5800x", "n_ssd": 4}, 1.05)]}
     recs = {r["figure"]: r for r in results.from_json(report)}
-    fig = recs["batch loop, compute = I/O, RAM store, prefetch: per batch / max(I/O, compute)"]
+    fig = recs["batch loop of 8192 pages, compute = I/O, RAM store, prefetch: per batch / "
+               "max(I/O, compute)"]
     assert fig["value"] == 1.1 and fig["target"] == "<= 1.15x" and fig["area"] == results.PREFETCH
     assert fig["command"] == "gids bench prefetch --n-ssd 1"
-    assert "batch loop, compute = I/O, emulated p5800x x4, hold: per batch / max(I/O, compute)" \
-        in recs
+    assert recs["batch loop of 32768 pages, compute = I/O, RAM store, prefetch: per batch / "
+                "max(I/O, compute)"]["value"] == 1.02
+    assert "batch loop of 8192 pages, compute = I/O, emulated p5800x x4, hold: per batch / " \
+        "max(I/O, compute)" in recs
+    host = recs["batch loop of 8192 pages, compute = I/O, RAM store, prefetch: host time in "
+                "its calls per batch"]
+    assert host["value"] == 0.5 and host["unit"] == "ms" and host["ratio"] == 0.25
+    assert not any("none: host time" in f for f in recs)
+    assert len(recs) == 4 + 3
+    old = {"version": 1, "sweep": "prefetch", "simulator": False, "config": {"batch_pages": 8192},
+           "rows": [{k: v for k, v in row(0, "prefetch", None, 1.2).items()
+                     if k != "batch_pages"}]}
+    assert results.from_json(old)[0]["figure"] == \
+        "batch loop of 8192 pages, compute = I/O, RAM store, prefetch: per batch / max(I/O, compute)"
     with pytest.raises(ValueError, match="simulator"):
         results.from_json({**report, "simulator": True})
+    store = {"areas": [{"name": results.PREFETCH, "reference": ""}], "changes": [],
+             "figures": []}
+    assert len(results.merge(store, results.from_json(report))) == 7
+    assert "batch loop of 32768 pages, compute = I/O, RAM store, prefetch" in results.render(store)
 
 
 def test_a_search_in_query_batches_is_figures_of_its_own():

@@ -247,6 +247,22 @@ def test_host_command_cost_serialises_the_array():
     assert iops == pytest.approx(2e6, rel=0.01)
 
 
+def test_path_command_cost_is_served_by_each_drive():
+    """A path cost of p ns per command holds each drive's command slot p ns longer: one drive's
+    saturated rate falls to 1 / (slot + p), and unlike the host's cost it does not serialise
+    the array, so two drives serve twice that."""
+    slot_ns = 1e9 / get_profile("980pro").iops_cap
+    trace = synthetic_trace(60_000, 1024)
+    one = replay(trace, "980pro", n_ssd=1, path_command_ns=250.0).iops
+    two = replay(trace, "980pro", n_ssd=2, path_command_ns=250.0).iops
+    assert one == pytest.approx(1e9 / (slot_ns + 250.0), rel=0.01)
+    assert two == pytest.approx(2 * one, rel=0.02)
+    alone = SsdModel("980pro").submit(0, 0, 4096)
+    assert SsdModel("980pro", path_command_ns=250.0).submit(0, 0, 4096) == alone
+    with pytest.raises(ValueError, match="path_command_ns"):
+        SsdModel("980pro", path_command_ns=-1.0)
+
+
 def test_utilisation_names_the_saturated_resource():
     saturated = replay(synthetic_trace(50_000, 512), "980pro")
     assert saturated.utilisation["controller"] == pytest.approx(1.0, abs=0.02)

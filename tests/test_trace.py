@@ -313,6 +313,22 @@ def test_cli_simulate_prints_the_table(trace_file, capsys):
         assert word in out
 
 
+def test_cli_simulate_takes_each_drives_path_cost(tmp_path, capsys):
+    """--path-command-ns reaches the replay: a saturated drive serves 1 / (slot + path)."""
+    path = tmp_path / "saturating.trace"
+    with TraceWriter(path) as writer:
+        writer.append(synthetic_trace(20_000, 512))
+    rates = []
+    for cost in ("0", "1000"):
+        assert main(["simulate", str(path), "--ssd", "980pro", "--path-command-ns", cost]) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("IOPS"))
+        rates.append(float(line.split()[1]))
+    assert rates[1] == pytest.approx(rates[0] / 2, rel=0.02)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", str(path), "--ssd", "980pro", "--path-command-ns=-1"])
+    assert exit_info.value.code == 2
+
+
 def test_cli_reports_bad_input_without_a_traceback(trace_file, tmp_path, capsys):
     path, _ = trace_file
     assert main(["simulate", str(path), "--ssd", "nope"]) == 2

@@ -67,7 +67,8 @@ Stages, in order of priority (default: all, in this order):
   the default picks one launch for these gathers of ~32 k rows);
 - ``prefetch``: ``gids bench prefetch --n-ssd 1,4``: a batch loop whose compute per batch is
   its I/O time, with the next batch prefetched (``Runtime.prefetch`` on a side stream) or held
-  (``Runtime.hold``) against neither, on a RAM store and emulated drives (prefetch.json);
+  (``Runtime.hold``) against neither, on a RAM store and emulated drives, batches of 8192 and
+  of 32768 pages side by side (prefetch.json);
 - ``prefetch-demos``: ``gids search --query-batch 1000`` with the next query batch's probed
   lists prefetched (``Runtime.prefetch``), then ``--no-prefetch`` on the same index
   (search_prefetch.json, search_no_prefetch.json);
@@ -335,11 +336,12 @@ STAGES = {
                        "--batches", "16", "--cache-fractions", "1", "--data-path", "gids,memory",
                        "--storage", "memory", "--dir", "/var/tmp/gnn", "--json",
                        "{dir}/gnn_resident_first.json"]], 150),
-    # Issue 23's prefetch target: a batch loop (8192 pages a batch, compute = its I/O time)
-    # with the next batch prefetched or held, against none; RAM store, then emulated P5800X
-    # x1 and x4. 41 s on the H200, most of it compiling and the 800 MiB of data.
+    # Issue 23's prefetch target: a batch loop (8192, then 32768 pages a batch, compute = its
+    # I/O time) with the next batch prefetched or held, against none; RAM store, then emulated
+    # P5800X x1 and x4. 41 s on the H200 for 8192 pages alone, most of it compiling and the
+    # 800 MiB of data; 32768 pages add 3.2 GiB of data and ~4x the I/O (estimated ~50 s more).
     "prefetch": ([[*GIDS, "bench", "prefetch", "--n-ssd", "1,4", "--no-progress",
-                   "--out", "{dir}"]], 120),
+                   "--out", "{dir}"]], 180),
     # The search demo's use of it, with and without: gids search over 200 k vectors (dim 96,
     # 512 lists, a cache of 25 %) in query batches of 1000, the next batch's probed lists
     # prefetched. The index is made once, in /var/tmp. About 55 s (an estimate: not yet run on
@@ -363,9 +365,9 @@ STAGES = {
 #: estimated), printed before it runs; stages not listed print their limit only.
 ESTIMATES = {"diagnose": 240, "tests": 300, "hits": 60, "bench": 165, "bfs": 175,
              "bfs-warm": 185, "bfs-targets": 285, "bfs-ssd": 240,
-             # measured: tier 51 s, prefetch 41 s (before its warm-up ran all three loops),
-             # regress 81 s
-             "tier": 60, "prefetch": 60, "regress": 90,
+             # measured: tier 51 s, prefetch 41 s (8192 pages alone, before its warm-up ran
+             # all three loops; 32768 pages estimated ~50 s more), regress 81 s
+             "tier": 60, "prefetch": 100, "regress": 90,
              # estimated: the tier stage's 51 s and 8 emulated Zipf points
              "tier-emulated": 90,
              # estimated, not yet run: ~30 s to make the data set, ~25 s compiling, the mmap

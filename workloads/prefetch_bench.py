@@ -19,13 +19,17 @@ The host queues launches and event waits, and waits for nothing but batch k - 2'
 it issues batch k (a loader's bounded queue: the GPU always has the next batch queued). The
 events are made before the clock starts, and so is the first batch's prefetch or hold (the
 pipeline's fill): the figure is the loop's steady state.
-Columns: per batch (ms), I/O and compute per batch, per batch over max(I/O, compute) and over
+Every batch size of ``--batch-pages`` (default 8192 and 32768 pages on a GPU) runs all of this on
+data of its own: the calls' host cost is about fixed per call, so side by side the sizes show
+where it stops mattering (each row says its size).
+Columns: batch pages, per batch (ms), I/O and compute per batch, per batch over max(I/O, compute) and over
 their sum, and the host's time per batch inside the ``prefetch``, ``hold`` and ``release``
 calls (``host_calls_ms``: where it nears the per batch time, the loop waits for the host, not
 the GPU). ``--n-ssd 1,4`` adds rows under real-time emulation of that many modelled drives
 (``--profile``), their compute calibrated to their own I/O. Every value read is checked
 against the data (a row with a wrong value is marked and the command fails).
 """
+import argparse
 import os
 import sys
 import time
@@ -73,7 +77,7 @@ def _event():
 def _config(quick, o):
     sim = gids.SIMULATOR
     c = {"page_size": 512 if sim else 4096,
-         "batch_pages": 8 if sim else (2048 if quick else 8192),
+         "batch_pages": [8] if sim else ([2048] if quick else [8192, 32768]),
          "batches": 3 if sim else (12 if quick else 24),
          "reps": 1 if sim else 3,
          "n_ssd": [], "profile": DEFAULT_PROFILE, "store": "memory", "dir": None, "seed": 0}
@@ -81,12 +85,13 @@ def _config(quick, o):
     return c
 
 
-def _batches(c, rng):
-    """Element indices of each batch (one element of each of its distinct pages), and the data."""
-    n_pages = (c["batches"] + 1) * c["batch_pages"]
+def _batches(c, batch_pages, rng):
+    """Element indices of each batch of ``batch_pages`` pages (one element of each of its
+    distinct pages), and the data."""
+    n_pages = (c["batches"] + 1) * batch_pages
     elems = c["page_size"] // 8
     data = rng.integers(0, 2**62, n_pages * elems, dtype=np.int64)
-    pages = rng.permutation(n_pages).reshape(c["batches"] + 1, c["batch_pages"])
+    pages = rng.permutation(n_pages).reshape(c["batches"] + 1, batch_pages)
     idx = pages * elems + rng.integers(0, elems, pages.shape)
     return data, [np.sort(b).astype(np.int64) for b in idx]
 
@@ -183,9 +188,21 @@ def _io_seconds(rt, a, batches):
 def run_prefetch(o, command="gids bench prefetch", progress=True):
     c = _config(o.pop("quick", False), o)
     rng = np.random.default_rng(c["seed"])
-    data, batches = _batches(c, rng)
+    rows = []
+    for batch_pages in c["batch_pages"]:
+        rows += _run_size(c, batch_pages, rng, progress)
+    return {"version": 2, "sweep": "prefetch", "command": command,
+            "simulator": gids.SIMULATOR, "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "config": {k: c[k] for k in ("page_size", "batch_pages", "batches", "reps",
+                                         "profile", "store")},
+            "target_vs_max": 1.15, "rows": rows}
+
+
+def _run_size(c, batch_pages, rng, progress):
+    """The rows of one batch size: each loop, on the RAM store and under each emulation."""
+    data, batches = _batches(c, batch_pages, rng)
     ref = [data[b] for b in batches[:-1]]
-    cache_pages = 4 * c["batch_pages"]     # two batches held or loading, room for the rest
+    cache_pages = 4 * batch_pages     # two batches held or loading, room for the rest
     source = _source(c, data)
     rows = []
     emulations = [None] + [n for n in c["n_ssd"]]
@@ -211,7 +228,8 @@ def run_prefetch(o, command="gids bench prefetch", progress=True):
                     s = rt.stats()
                     compute_s = compute_ns / 1e9
                     rows.append({
-                        "mode": mode, "emulation": None if n_ssd is None else
+                        "batch_pages": batch_pages, "mode": mode,
+                        "emulation": None if n_ssd is None else
                         {"ssd": c["profile"], "n_ssd": n_ssd},
                         "per_batch_ms": best * 1e3, "io_ms": io_s * 1e3,
                         "compute_ms": compute_s * 1e3, "host_calls_ms": best_host * 1e3,
@@ -225,27 +243,31 @@ def run_prefetch(o, command="gids bench prefetch", progress=True):
     finally:
         if isinstance(source, str):
             os.unlink(source)
-    return {"version": 1, "sweep": "prefetch", "command": command, "simulator": gids.SIMULATOR,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "config": {k: c[k] for k in ("page_size", "batch_pages", "batches", "reps",
-                                         "profile", "store")},
-            "target_vs_max": 1.15, "rows": rows}
+    return rows
 
 
 def _label(row):
     e = row["emulation"]
-    return row["mode"] + ("" if e is None else f" ({e['n_ssd']} x {e['ssd']})")
+    return f"{row['batch_pages']} pages, {row['mode']}" + \
+        ("" if e is None else f" ({e['n_ssd']} x {e['ssd']})")
 
 
 def format_prefetch(result):
+    """The report: one table, the rows of each batch size together (a blank-celled separator
+    row between sizes), then the target per prefetch row."""
     lines = ["gids bench prefetch" + (" (simulator: times mean nothing)" if result["simulator"]
                                       else ""),
-             "", ("| loop | SSDs | per batch ms | I/O ms | compute ms | / max(I/O, compute) "
-                  "| / sum | host ms in calls | misses | correct |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "", ("| batch pages | loop | SSDs | per batch ms | I/O ms | compute ms "
+                  "| / max(I/O, compute) | / sum | host ms in calls | misses | correct |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    size = None
     for r in result["rows"]:
         e = r["emulation"]
-        lines.append(f"| {r['mode']} | {'-' if e is None else str(e['n_ssd']) + ' x ' + e['ssd']} "
+        if size is not None and r["batch_pages"] != size:
+            lines.append("| | | | | | | | | | | |")
+        size = r["batch_pages"]
+        lines.append(f"| {size} | {r['mode']} "
+                     f"| {'-' if e is None else str(e['n_ssd']) + ' x ' + e['ssd']} "
                      f"| {r['per_batch_ms']:.3f} | {r['io_ms']:.3f} | {r['compute_ms']:.3f} "
                      f"| {r['vs_max']:.2f}x | {r['vs_sum']:.2f}x | {r['host_calls_ms']:.3f} "
                      f"| {r['misses']} "
@@ -259,11 +281,24 @@ def format_prefetch(result):
     return "\n".join(lines) + "\n"
 
 
+def _page_counts(text):
+    """``--batch-pages``: a comma-separated list of page counts, each >= 1."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"pages per batch must be integers >= 1, got {text!r}")
+    return values
+
+
 def add_prefetch_arguments(p):
     """``gids bench prefetch`` options (the bench parser takes them; other sweeps ignore them).
     ``--n-ssd``, ``--profile``, ``--reps``, ``--store``, ``--dir``, ``--seed`` are shared."""
     g = p.add_argument_group("prefetch sweep")
-    g.add_argument("--batch-pages", type=int, help="pages per batch (default 8192)")
+    g.add_argument("--batch-pages", type=_page_counts,
+                   help="pages per batch, a comma-separated list: each size runs every loop "
+                        "(default 8192,32768; --quick 2048)")
     g.add_argument("--batches", type=int, help="batches per timed loop (default 24)")
 
 
@@ -271,7 +306,7 @@ def cmd_prefetch(args):
     o = {"batch_pages": args.batch_pages, "batches": args.batches, "reps": args.reps,
          "n_ssd": args.n_ssd, "profile": args.profile, "store": args.store, "dir": args.dir,
          "seed": args.seed, "quick": args.quick}
-    for name in ("batch_pages", "batches", "reps"):
+    for name in ("batches", "reps"):
         if o[name] is not None and o[name] < 1:
             sys.stderr.write(f"gids bench: error: --{name.replace('_', '-')} must be >= 1\n")
             return 2

@@ -539,16 +539,24 @@ def _gnn(d):
 
 def _prefetch(d):
     """``gids bench prefetch`` (prefetch.json): each loop's time per batch over max(I/O,
-    compute), the next batch prefetched or held against none."""
+    compute), the next batch prefetched or held against none, per batch size; and the host's
+    time in the prefetch / hold calls per batch. A version 1 file (one batch size, in its
+    config) reads as its rows of that size."""
     cmd = re.sub(r" --out \S+", "", d.get("command", "gids bench prefetch"))
+    size = (d.get("config") or {}).get("batch_pages")
     recs = []
     for r in d["rows"]:
         e = r.get("emulation")
         where = "RAM store" if e is None else f"emulated {e['ssd']} x{e['n_ssd']}"
+        loop = f"batch loop of {r.get('batch_pages', size)} pages, compute = I/O, {where}, " \
+               f"{r['mode']}"
         target = f"<= {d.get('target_vs_max', 1.15)}x" if r["mode"] != "none" else ""
-        recs.append(record(PREFETCH, f"batch loop, compute = I/O, {where}, {r['mode']}: per "
-                           "batch / max(I/O, compute)", r["vs_max"], "x", target,
-                           "max(I/O, compute)", r["vs_max"], cmd))
+        recs.append(record(PREFETCH, f"{loop}: per batch / max(I/O, compute)", r["vs_max"], "x",
+                           target, "max(I/O, compute)", r["vs_max"], cmd))
+        if r["mode"] != "none" and "host_calls_ms" in r and "per_batch_ms" in r:
+            recs.append(record(PREFETCH, f"{loop}: host time in its calls per batch",
+                               r["host_calls_ms"], "ms", "", "per batch time",
+                               r["host_calls_ms"] / r["per_batch_ms"], cmd))
     return recs
 
 
