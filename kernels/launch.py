@@ -172,6 +172,7 @@ def launch(dispatcher, griddim, blockdim, stream, *args):
     takes the dispatcher's own path. Either way the same kernel receives the same arguments.
     An argument may be a :class:`RawArray` (a device array as its pointer, shape and strides)."""
     key = _driver_key(dispatcher, args)
+    refused = None
     if key is not None:
         driver = args[0].__dict__.get(_DRIVER_KEY, _NO_LAUNCHES).get(key)
         if driver is not None:
@@ -180,6 +181,7 @@ def launch(dispatcher, griddim, blockdim, stream, *args):
                 guard()
             if driver(_dim3(griddim), _dim3(blockdim), stream, args):
                 return None
+            refused = driver     # not asked twice: numba-cuda's launch says what is wrong
     config = dispatcher[griddim, blockdim, stream]
     if not _ARGUMENT or config.pre_launch_callbacks or \
             getattr(dispatcher, "_launch_config_sensitive", True) or dispatcher.specialized:
@@ -193,7 +195,7 @@ def launch(dispatcher, griddim, blockdim, stream, *args):
     kernel = dispatcher.overloads.get(tuple(arg_types))
     if kernel is None or getattr(kernel, "launch_config_sensitive", False):
         return config(*_dispatchable(args))
-    if key is not None and config.sharedmem == 0:
+    if key is not None and config.sharedmem == 0 and refused is None:
         driver = _driver_launch(kernel, key, args)
         if driver is not None and driver(config.griddim, config.blockdim, config.stream, args):
             return None
@@ -278,7 +280,8 @@ def _dispatchable(args):
 
 # ------------------------------------------------------------------ the driver's launch
 
-#: Where a handle keeps its driver launches, by kernel.
+#: Where a handle keeps its driver launches, by dispatcher and arguments' signatures
+#: (:func:`_driver_key`).
 _DRIVER_KEY = "_gids_driver_launches"
 #: struct format of a parameter by its value's class, one 8-byte slot each (a 4-byte value
 #: padded): numpy scalars among the launch's own arguments.

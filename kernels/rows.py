@@ -75,9 +75,10 @@ def _row_loop(pin, value, unpin_after, page_elems, mode, pairs=None):
     step = LOADS_IN_FLIGHT
 
     @cuda.jit(device=True)
-    def copy_page(h, k, r, e, m, sub, lanes, out):
+    def copy_page(h, k, r, e, m, sub, lanes, out, width):
         """Elements ``sub, sub + lanes, ...`` below ``m`` of the pinned ``k`` into ``out[r, e +
-        ...]``, :data:`LOADS_IN_FLIGHT` loads before their stores; the sum of what was read."""
+        ...]``, :data:`LOADS_IN_FLIGHT` loads before their stores; the sum of what was read.
+        (``width``: unused; the 16-byte copy's signature, so the loop calls either.)"""
         used = 0.0
         j = sub
         while j + (step - 1) * lanes < m:
@@ -149,11 +150,7 @@ def _row_loop(pin, value, unpin_after, page_elems, mode, pairs=None):
         copy = copy_page_pairs
         nothing_read = np.uint64(0)
     else:
-        @cuda.jit(device=True)
-        def copy_page_elements(h, k, r, e, m, sub, lanes, out, width):
-            return copy_page(h, k, r, e, m, sub, lanes, out)
-
-        copy = copy_page_elements
+        copy = copy_page
         nothing_read = 0.0
 
     @cuda.jit(device=True)
