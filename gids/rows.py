@@ -2,10 +2,10 @@
 asynchronously on the caller's stream.
 
 The kernel (:mod:`kernels.rows`) copies a row per warp, a page at a time through
-``pin_page`` / ``pinned`` / ``unpin_page``. Resident first (``rows_resident_first``; off by
-default, "auto": for gathers of :data:`RESIDENT_FIRST_ROWS` rows or more) a gather is two launches on the
-stream: the rows whose pages are resident, by a kernel with no miss path, then the rows it set
-aside (a list the Runtime keeps per stream), through ``pin_page``. Everything a caller can get wrong is checked here,
+``pin_page`` / ``pinned`` / ``unpin_page``. Resident first (``rows_resident_first``: by
+default "auto", for gathers of :data:`RESIDENT_FIRST_ROWS` rows or more) a gather is two
+launches on the stream: the rows whose pages are resident, by a kernel with no miss path, then
+the rows it set aside (a list the Runtime keeps per stream), through ``pin_page``. Everything a caller can get wrong is checked here,
 before any kernel: the array (2-D, this Runtime's), host row indices (range), ``out`` (shape,
 dtype, on the GPU, on this device), the stream (its device). Device row indices are checked by
 the kernel (an out-of-range row is recorded and raised by the next :meth:`Runtime.sync`).
@@ -35,8 +35,10 @@ from kernels.platform import SIMULATOR
 THREADS = 32 if SIMULATOR else 256
 MAX_BLOCKS = 2 if SIMULATOR else 132 * 16
 #: ``rows_resident_first="auto"`` makes two launches from this many rows up: there the GPU's
-#: time (~0.7 ms at HBM speed for 4 KiB rows) dwarfs the host's for a second launch.
-RESIDENT_FIRST_ROWS = 1 << 18
+#: time (~0.15 ms at HBM speed for 4 KiB rows) hides the host's for a second launch. On the
+#: H200, whole-cache gathers of 4 KiB rows: at 32 k rows one launch and two take the same
+#: time, at 262 k two take 8 % less (1.74 TB/s against 1.61; index_select 1.87).
+RESIDENT_FIRST_ROWS = 1 << 16
 
 
 def resident_first(n_rows):
@@ -149,11 +151,6 @@ def gather_rows(rt, array, rows, out=None, stream=None):
         # no allocation, no copy the host waits for; the buffer is reused once the launch ends.
         buf = rt._staging.take(n)
         d_rows = launch_array_on(buf.upload(d_rows, s))[0]
-    # A warp holds up to ROWS_PER_WARP pages pinned at once: the grid's pins stay within half
-    # the cache, so that the pages its warps wait for can still be evicted into.
-    rows_per_block = (THREADS // 32) * row_kernels.ROWS_PER_WARP
-    pin_cap = max(1, rt.cache_slots // (2 * rows_per_block))
-    blocks = max(1, min(-(-n // rows_per_block), MAX_BLOCKS, pin_cap))
     words = _words_of(target, width, array.dtype.itemsize)
     wide = words is not None
     args = (array.handle, d_rows, np.int64(width), words if wide else target)
@@ -166,17 +163,30 @@ def gather_rows(rt, array, rows, out=None, stream=None):
         # The resident rows first, without a miss path; then the rows it set aside.
         aside, n_aside, lists = _aside_list(rt, n, (device, handle), s)
         resident, set_aside = row_kernels.resident_rows_kernels(wide)
-        launch(resident, blocks, THREADS, s, *args, aside, n_aside)
-        launch(set_aside, blocks, THREADS, s, *args, aside, n_aside)
+        launch(resident, _blocks(rt, n, row_kernels.RESIDENT_ROWS), THREADS, s, *args, aside,
+               n_aside)
+        launch(set_aside, _blocks(rt, n, row_kernels.SET_ASIDE_ROWS), THREADS, s, *args, aside,
+               n_aside)
         keep += (lists,)
     else:
-        launch(row_kernels.gather_rows_kernel(wide), blocks, THREADS, s, *args)
+        launch(row_kernels.gather_rows_kernel(wide), _blocks(rt, n, row_kernels.ALL_ROWS),
+               THREADS, s, *args)
     if buf is not None:
         rt._staging.give_back(buf, s)
     ready = note_launch(rt, s, keep)
     if isinstance(result, DeviceArray):
         result.ready = ready
     return result
+
+
+def _blocks(rt, n, mode):
+    """Blocks of a ``mode`` launch over ``n`` rows: enough for the rows, at most
+    :data:`MAX_BLOCKS`, and few enough that the grid's pins (a warp holds up to
+    :func:`kernels.rows.rows_per_warp` at once) stay within half the cache, so that the pages
+    its warps wait for can still be evicted into."""
+    rows_per_block = (THREADS // 32) * row_kernels.rows_per_warp(mode)
+    pin_cap = max(1, rt.cache_slots // (2 * rows_per_block))
+    return max(1, min(-(-n // rows_per_block), MAX_BLOCKS, pin_cap))
 
 
 def _words_of(target, width, itemsize):

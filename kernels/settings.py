@@ -60,12 +60,11 @@ Name (environment variable, when; default on a GPU / in the simulator): what it 
   when every page is resident, to measure what they cost.
 - ``bfs_resident_first`` (GIDS_BFS_RESIDENT_FIRST, import; 1): 0 keeps the miss path in the
   BFS's top-down step over a resident graph, to measure what leaving it out gains.
-- ``rows_resident_first`` (GIDS_ROWS_RESIDENT_FIRST, run; 0): 1: ``Runtime.gather_rows``
+- ``rows_resident_first`` (GIDS_ROWS_RESIDENT_FIRST, run; auto): 1: ``Runtime.gather_rows``
   copies the rows whose pages are resident in a launch without a miss path, then the others
-  with it; 0: one launch with it; auto: resident first for gathers of at least 2**18 rows, one
-  launch below: registers and spills of the hit path vs a second launch's host cost per gather.
-  Off by default: on the H200, a resident-first gather of rows spanning pages through a small
-  cache on a CuPy stream did not finish (tests/test_rows.py, test_gpu_cupy_out_and_indices).
+  with it; 0: one launch with it; auto: resident first for gathers of at least 2**16 rows, one
+  launch below: registers, occupancy and pins a warp holds in the hit path vs a second launch's
+  host cost per gather.
 - ``launch_past_dispatcher`` (GIDS_LAUNCH_PAST_DISPATCHER, import; 1): ``gather_rows``
   launches its compiled kernel through the driver (``cuLaunchKernel``) where every argument's
   type is known, the handle's parameters written once and the arrays' from their pointers,
@@ -183,7 +182,7 @@ _TABLE = {
     "whole_cache_registers": (64, _registers, "import"),
     "bfs_touch": ("auto", _one_of("auto", "always"), "import"),
     "bfs_resident_first": (True, _flag, "import"),
-    "rows_resident_first": (False, _auto_or_flag, "run"),
+    "rows_resident_first": ("auto", _auto_or_flag, "run"),
     "launch_past_dispatcher": (True, _flag, "import"),
     "commit": (None, str, "run"),
     "hold_fraction": (0.5, _fraction, "run"),

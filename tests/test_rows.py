@@ -302,11 +302,11 @@ def test_one_launch_rows_in_emulated_warps():
     check_warp32(ROWS_ONE_LAUNCH_WARP32_RUN.result(), "ROWS_ONE_LAUNCH_OK")
 
 
-@pytest.mark.parametrize("setting, n, two", [("auto", 5, False), ("auto", 1 << 18, True),
+@pytest.mark.parametrize("setting, n, two", [("auto", (1 << 16) - 1, False), ("auto", 1 << 16, True),
                                              (True, 5, True), (False, 1 << 20, False)])
 def test_resident_first_auto_by_rows(setting, n, two):
     from gids.rows import RESIDENT_FIRST_ROWS, resident_first
-    assert RESIDENT_FIRST_ROWS == 1 << 18
+    assert RESIDENT_FIRST_ROWS == 1 << 16
     with gids.defaults.set(rows_resident_first=setting):
         assert resident_first(n) is two
 

@@ -121,5 +121,5 @@ def test_a_bad_value_is_one_clear_error(variable, value):
 @pytest.mark.parametrize("text, value", [("auto", "auto"), ("1", True), ("0", False)])
 def test_rows_resident_first_is_auto_or_a_flag(text, value):
     default, parse, _ = settings._TABLE["rows_resident_first"]
-    assert default is False   # resident first is opt-in (see the settings table)
+    assert default == "auto"   # two launches for large gathers only (the settings table)
     assert parse(text) == value and type(parse(text)) is type(value)
