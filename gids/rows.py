@@ -34,6 +34,11 @@ from kernels.platform import SIMULATOR
 #: Threads per block of the launch; blocks: enough warps for the rows, at most this many.
 THREADS = 32 if SIMULATOR else 256
 MAX_BLOCKS = 2 if SIMULATOR else 132 * 16
+#: Blocks of a resident-first gather's second launch at most: it reads its row count on the
+#: device, so it is sized for every row, but what it copies waits on loads; a grid the GPU
+#: runs at once (2 blocks a SM at 128 registers) serves those as fast, and an empty list then
+#: costs 264 blocks that exit, not 2112.
+SET_ASIDE_BLOCKS = 2 if SIMULATOR else 132 * 2
 #: ``rows_resident_first="auto"`` makes two launches from this many rows up: there the GPU's
 #: time (~0.15 ms at HBM speed for 4 KiB rows) hides the host's for a second launch. On the
 #: H200, whole-cache gathers of 4 KiB rows: at 32 k rows one launch and two take the same
@@ -186,7 +191,8 @@ def _blocks(rt, n, mode):
     its warps wait for can still be evicted into."""
     rows_per_block = (THREADS // 32) * row_kernels.rows_per_warp(mode)
     pin_cap = max(1, rt.cache_slots // (2 * rows_per_block))
-    return max(1, min(-(-n // rows_per_block), MAX_BLOCKS, pin_cap))
+    most = SET_ASIDE_BLOCKS if mode == row_kernels.SET_ASIDE_ROWS else MAX_BLOCKS
+    return max(1, min(-(-n // rows_per_block), most, pin_cap))
 
 
 def _words_of(target, width, itemsize):

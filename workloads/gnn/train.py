@@ -7,6 +7,7 @@ model's initial weights all come from the seed, and the feature rows are the sam
 epoch's time is split into sampling, feature gather and training, each phase timed to its end
 on the GPU (a synchronisation between phases, on every path alike).
 """
+import math
 import time
 
 import numpy as np
@@ -164,7 +165,15 @@ def evaluate(data, path, graph, model, seeds, batch_size):
     return right / max(1, seeds.size)
 
 
-def gather_benchmark(data, path, node_lists, warm_lists, *, repeats=1, warm_timed=False):
+#: A timed gather shorter than this is timed again over as many passes of its node lists as
+#: fill it, where passing again changes nothing but the time (a path without a cache, or a
+#: cache warmed with the timed lists): a few ms of batches is mostly a launch's and a sync's
+#: fixed cost.
+MIN_GATHER_SECONDS = 0.2
+
+
+def gather_benchmark(data, path, node_lists, warm_lists, *, repeats=1, warm_timed=False,
+                     min_seconds=MIN_GATHER_SECONDS):
     """Rows/s of ``path`` over the batches' node lists, after an untimed pass over other
     batches (``warm_lists``: it compiles and fills a cache to its steady state without
     holding the timed batches' rows). ``warm_timed``: the untimed pass also gathers the timed
@@ -172,7 +181,8 @@ def gather_benchmark(data, path, node_lists, warm_lists, *, repeats=1, warm_time
     of its first touch). A path with ``stats()`` (gids) reports its hit rate over the timed
     batches (``hit_rate``; None for the others). A path with nothing to warm
     (``path.cacheless``: the direct loader, whose every read goes to the drive) gets the first
-    of the warm lists only."""
+    of the warm lists only. ``repeats`` passes over the node lists are timed, more where they
+    took under ``min_seconds`` and a pass more changes nothing but the time (``passes``)."""
     if getattr(path, "cacheless", False):
         warm_lists, warm_timed = warm_lists[:1], False
     width = data.dim
@@ -183,19 +193,32 @@ def gather_benchmark(data, path, node_lists, warm_lists, *, repeats=1, warm_time
     _sync()
     path.check()
     before = path.stats() if hasattr(path, "stats") else None
-    rows = 0
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        for nodes in node_lists:
-            path.gather(nodes, out[:int(nodes.numel())])
-            rows += int(nodes.numel())
-    _sync()
-    path.check()
-    seconds = time.perf_counter() - t0
+    rows, seconds = _timed_passes(path, node_lists, out, repeats)
+    if seconds < min_seconds and (warm_timed or before is None):
+        again = repeats * max(2, math.ceil(min_seconds / max(seconds, 1e-6)))
+        if before is not None:
+            before = path.stats()
+        rows, seconds = _timed_passes(path, node_lists, out, again)
+        repeats = again
     hit_rate = None
     if before is not None:
         after = path.stats()
         hits, misses = (after[k] - before[k] for k in ("hits", "misses"))
         hit_rate = hits / (hits + misses) if hits + misses else None
     return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds,
-            "gb_per_s": rows * width * 4 / seconds / 1e9, "hit_rate": hit_rate}
+            "gb_per_s": rows * width * 4 / seconds / 1e9, "hit_rate": hit_rate,
+            "passes": repeats, "batch_rows": rows / (repeats * len(node_lists))}
+
+
+def _timed_passes(path, node_lists, out, passes):
+    """(rows, seconds) of ``passes`` passes of ``path.gather`` over the node lists, from the
+    first launch to the end of the last gather and the path's check."""
+    rows = 0
+    t0 = time.perf_counter()
+    for _ in range(passes):
+        for nodes in node_lists:
+            path.gather(nodes, out[:int(nodes.numel())])
+            rows += int(nodes.numel())
+    _sync()
+    path.check()
+    return rows, time.perf_counter() - t0
