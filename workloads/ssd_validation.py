@@ -373,9 +373,20 @@ NOT_USED = (
      "random writes, which the model does not time"),
     ("Axboe's queue-depth sweep of one Gen2 Optane drive through interrupt-driven io_uring "
      "(QD1-64, 512 B, Linux 5.19-rc3; io-uring list, 2022-06-22, lore.kernel.org/io-uring/"
-     "57061b21-f31a-13b3-5311-7f250c87fd53@kernel.dk): that kernel's interrupt path has no "
-     "fitted cost; its QD1 median, 4.04 us with the interrupt path included, agrees with the "
-     "polled QD1 row that the drive is faster than the profile's latency anchor"),
+     "57061b21-f31a-13b3-5311-7f250c87fd53@kernel.dk): that kernel's interrupt-driven io_uring "
+     "path has no fitted cost of its own. XRP's layers other than ext4 (1,042 ns, another "
+     "kernel and CPU) with the drive's 3.22 us would put its QD1 median (4.04 us) at 4.27 us; "
+     "not a row, since the stored copies did not show the run's conditions again (a raw "
+     "device or a file) to say which layers it crossed"),
+    ("XRP's Table 3, io_uring column (7.14 us per dependent 512 B read through io_uring on "
+     "ext4, within 1 % of read()'s): no breakdown of io_uring's own layers to give it a path "
+     "of its own, and read()'s path would count the same table twice; its XRP column: measured "
+     "under an older XRP kernel (the repository's README), through a resubmission path the "
+     "model does not have"),
+    ("Level1Techs forum, 'Toward 20 Million I/Ops - Part 1' (2021-04-29): one P5800X, fio with "
+     "6 jobs at QD32, 512 B random reads, 2.589 M IOPS at 60 % system CPU: six cores' host "
+     "path bounds it (the drive serves 5.09 M/s), and neither the engine nor a per-read cost "
+     "of that path is given"),
     ("Micron's blog figure of 2.9 M IOPS for the 9550 training a GNN through BaM: the rate a "
      "training workload asked for, not what the drive can serve"),
     ("a survey note in a public repository quoting a PM1743 at 118 MB/s with 1 thread and "
@@ -604,7 +615,7 @@ def format_table(names, results) -> str:
                  f"({sum(r['within'] for r in alike)} of {len(alike)} like for like, their "
                  f"host path modelled)")
     lines.append("")
-    lines.append("fitted to (data sheets; not validation):")
+    lines.append("fitted to (data sheets and the measurements named; not validation):")
     for name in names:
         for item in fitting_sources(name):
             lines.append(f"  {name:<10} {item}")
