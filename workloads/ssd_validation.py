@@ -3,11 +3,11 @@ fitted to, each replayed as a synthetic trace of its own conditions through the 
 where the measuring host was a loop of batched calls, timed as that loop: :func:`issuer_loop`).
 
 Every profile is fitted to its data sheet (``SsdProfile.published``: QD1 latency, 4 KiB random
-IOPS, sequential bandwidth, and for the P5800X a measured 512 B rate; ``SsdProfile.sources``
-says which parameter each figure sets). The
-rows below are other people's measurements of the same drives, under other conditions (512 B
-reads, several drives, thousands of GPU threads, one thread at QD1 and QD16), with the source
-and its exact conditions. Where no such measurement could be found for a profile,
+IOPS, sequential bandwidth; for the P5800X a measured 512 B rate and latency instead of a QD1
+figure; ``SsdProfile.sources`` says which parameter each figure sets). The rows below are other
+people's measurements of the same drives, under other conditions (512 B reads, several drives,
+thousands of GPU threads, one thread at QD1 and QD16, chains of dependent reads), with the
+source and its exact conditions. Where no such measurement could be found for a profile,
 :data:`NOT_FOUND` says so instead of inventing one.
 
 Each row also names the host I/O path it was measured through (:class:`HostPath`): a read
