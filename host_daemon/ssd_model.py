@@ -65,6 +65,11 @@ PCIE_ENCODING = 128.0 / 130.0
 PCIE_TLP_EFFICIENCY = 256.0 / 280.0
 
 
+def pcie_payload_GBps(gen: int, lanes: int) -> float:
+    """Payload bandwidth of a PCIe link of generation ``gen`` and ``lanes`` lanes, GB/s."""
+    return PCIE_GT_PER_LANE[gen] * lanes * PCIE_ENCODING / 8.0 * PCIE_TLP_EFFICIENCY
+
+
 @dataclass(frozen=True)
 class Figure:
     """One published number and where it comes from."""
@@ -205,8 +210,7 @@ class SsdProfile:
         """Usable payload bandwidth of the drive's PCIe link (inf when unlimited)."""
         if self.pcie_gen is None:
             return math.inf
-        raw = PCIE_GT_PER_LANE[self.pcie_gen] * self.pcie_lanes * PCIE_ENCODING / 8.0
-        return raw * PCIE_TLP_EFFICIENCY
+        return pcie_payload_GBps(self.pcie_gen, self.pcie_lanes)
 
     @property
     def interface_GBps(self) -> float:
@@ -701,9 +705,10 @@ _register(SsdProfile(
     description="Intel Optane SSD DC P5800X: PCIe 4 x4, 3D XPoint media",
     media=XPointMedia(units=32, read_us=XPOINT_READ_US, access_bytes=4096),
     pcie_gen=4, pcie_lanes=4, max_read_GBps=None, iops_cap=1.5e6,
-    # What the media read and the 512 B transfer over the 7.20 GB/s link leave of the
-    # device's measured 512 B latency.
-    ctrl_latency_us=P5800X_DEVICE_READ_512B_US - XPOINT_READ_US - 512 / 7.2e3,
+    # What the media read and the 512 B transfer over the link leave of the device's measured
+    # 512 B latency.
+    ctrl_latency_us=(P5800X_DEVICE_READ_512B_US - XPOINT_READ_US
+                     - SMALL_REQUEST_BYTES / (pcie_payload_GBps(4, 4) * 1e3)),
     published=PublishedFigures(
         # Intel's brief bounds the QD1 latency ("< 6 us", GPU_NOTES.md: "about 5-6 us") rather
         # than stating a typical figure, so the profile is fitted to the measured 512 B device
