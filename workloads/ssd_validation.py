@@ -347,7 +347,10 @@ HELD_OUT = (
 #: stored copies of reviews, papers and repositories this project can read), and why.
 NOT_FOUND = {
     "pm1743": "no review or paper with PM1743 random-read IOPS or latency numbers was found; "
-              "only Samsung's announcement (the fitting source)",
+              "only Samsung's announcement (the fitting source). Papers that ran PM1743s "
+              "report their systems' figures, not the drives': GustANN (SIGMOD'25, six "
+              "drives under an A100: searches/s and 'up to 86.7 % SSD utilization'), "
+              "BoostX-NTI (16 drives behind an NVMe/TCP target: network line rate)",
     "micron9550": "only two rows (Micron's own GPU-initiated run and a review's sequential "
                   "peak); StorageReview's 9550 MAX and TweakTown's 9550 PRO E1.S reviews were "
                   "found, but their stored copies give only the specification table (the "
