@@ -644,6 +644,7 @@ CALIBRATION_RUNS = {
     "rand_read_iops": (200_000, 512, 4096, "random"),
     "seq_read_GBps": (20_000, 32, 128 * 1024, "sequential"),
     "small_read_iops": (100_000, 512, 512, "random"),
+    "small_read_latency_us": (2_000, 1, 512, "random"),
 }
 
 
@@ -654,7 +655,8 @@ def calibrate(profile) -> dict[str, float]:
     -------
     dict
         ``qd1_read_latency_us`` (mean), ``rand_read_iops``, ``seq_read_GBps``,
-        ``small_read_iops`` (512 B): the keys of :class:`~host_daemon.ssd_model.PublishedFigures`.
+        ``small_read_iops`` (512 B), ``small_read_latency_us`` (512 B, mean): the keys of
+        :class:`~host_daemon.ssd_model.PublishedFigures`.
     """
     results = {}
     for metric, (n, depth, nbytes, pattern) in CALIBRATION_RUNS.items():
@@ -662,7 +664,8 @@ def calibrate(profile) -> dict[str, float]:
         results[metric] = {"qd1_read_latency_us": report.latency_us_mean,
                            "rand_read_iops": report.iops,
                            "seq_read_GBps": report.bandwidth_GBps,
-                           "small_read_iops": report.iops}[metric]
+                           "small_read_iops": report.iops,
+                           "small_read_latency_us": report.latency_us_mean}[metric]
     return results
 
 
@@ -735,7 +738,8 @@ def run_simulate(args: argparse.Namespace) -> str:
 def calibration_table(names) -> str:
     """Model vs published figures for each profile in ``names``, as a text table."""
     units = {"qd1_read_latency_us": (1.0, "us"), "rand_read_iops": (1e6, "M IOPS"),
-             "seq_read_GBps": (1.0, "GB/s"), "small_read_iops": (1e6, "M IOPS")}
+             "seq_read_GBps": (1.0, "GB/s"), "small_read_iops": (1e6, "M IOPS"),
+             "small_read_latency_us": (1.0, "us")}
     lines = [f"{'profile':<11} {'metric':<20} {'model':>9} {'published':>9} {'error':>7}"]
     for name in names:
         profile = get_profile(name)

@@ -14,7 +14,9 @@ from workloads.ssd_validation import (
     HOST_PATH_FITS,
     HOST_PATHS,
     NOT_FOUND,
+    READ_EXT4,
     TOLERANCE,
+    XRP_LOOKUP_US,
     format_table,
     in_waves,
     issuer_loop,
@@ -84,6 +86,20 @@ def test_the_host_path_adds_its_cost_to_a_qd1_read():
     device, _ = model_value(dataclasses.replace(row, metric="latency_us_mean",
                                                 host=GPU_INITIATED))
     assert with_host - device == pytest.approx(row.host.command_ns / 1e3, rel=0.02)
+
+
+def test_xrp_breakdown_is_the_drive_and_the_read_path_and_its_rows_are_per_read():
+    """XRP's 6.27 us read() splits into the P5800X's fitted 512 B latency and the read-ext4
+    path's layers; its lookup rows are one more index level's latency (one dependent read),
+    (six levels - one level) / 5, never the fitted total."""
+    device_ns = get_profile("p5800x").published.small_read_latency_us.value * 1e3
+    assert device_ns + READ_EXT4.command_ns == pytest.approx(6270, abs=5)  # "6.27 us", rounded
+    rows = [row for row in HELD_OUT if "Table 3" in row.source]
+    assert {row.host.name for row in rows} == {"read-ext4", "spdk"}
+    for row in rows:
+        one, six = XRP_LOOKUP_US["read" if row.host is READ_EXT4 else "spdk"]
+        assert row.value == pytest.approx((six - one) / 5)
+        assert row.nbytes == 512 and row.queue_depth == 1
 
 
 def test_profiles_short_of_three_rows_say_why():
