@@ -247,7 +247,7 @@ def note_launch(rt, stream, keep=()):
     holds, kept until then. Returns the event (None in the simulator)."""
     if SIMULATOR:
         return None
-    return rt._kernels.record(stream, keep)
+    return rt._kernels.record(stream, keep, ahead_timeout=rt.timeout)
 
 
 def check(rt):

@@ -184,6 +184,39 @@ def test_an_event_not_seen_done_is_never_reused(monkeypatch):
     assert len({id(e) for e in events}) == 20
 
 
+def test_a_host_far_ahead_waits_for_its_oldest_launch(monkeypatch):
+    # With MOST_AHEAD launches in flight, a record waits for the oldest (here: seen done
+    # after a few polls) before it records; the launches in flight never exceed the limit.
+    from numba import cuda
+    monkeypatch.setattr(cuda, "event", lambda timing=True: _Event(), raising=False)
+    polls = []
+
+    def done(e):
+        polls.append(e)
+        if polls.count(e) >= 3:
+            e.done = True
+        return e.done
+    monkeypatch.setattr(waiting, "event_done", done)
+    monkeypatch.setattr(waiting.KernelWaiter, "MOST_AHEAD", 4)
+    w = waiting.KernelWaiter()
+    for n in range(10):
+        w.record("s")
+        assert len(w._on_streams) <= 4
+    # launches 5-10 each waited for the oldest: 3 polls apiece (done at the third)
+    assert len(polls) >= 6 * 3
+
+
+def test_the_wait_for_the_oldest_launch_is_bounded(monkeypatch):
+    from numba import cuda
+    monkeypatch.setattr(cuda, "event", lambda timing=True: _Event(), raising=False)
+    monkeypatch.setattr(waiting, "event_done", lambda e: False)   # a launch that never ends
+    monkeypatch.setattr(waiting.KernelWaiter, "MOST_AHEAD", 2)
+    w = waiting.KernelWaiter()
+    for _ in range(4):
+        w.record("s", ahead_timeout=0.01)   # waits 10 ms each, then records anyway
+    assert len(w._on_streams) == 4
+
+
 def test_set_aside_list_per_stream_grows_and_is_bounded():
     from numba import cuda
 
