@@ -56,6 +56,7 @@ from gids.host import (
     IORING_OP_READ,
     T_COLUMNS,
     HostDaemon,
+    SsdModel,
     UringRing,
     ring_consume,
     ring_cqe,
@@ -280,7 +281,7 @@ def _last_reads_correct(path, sq, cq, staging, sample=1000):
 
 def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=256,
                     engine="io_uring", direct=True, seed=0, fixed_buffers=None, reps=1,
-                    between=None):
+                    between=None, ssd=None, n_ssd=1):
     """The daemon alone, no GPU: ``reps`` timed runs of ``pages`` random 4 KiB reads of file
     ``path`` through a :class:`HostDaemon` on ``queues`` x ``depth`` queues, a host thread
     playing the GPU as ``workloads.emulation_bench.drive`` does (a warp's 32 tickets at a time
@@ -289,7 +290,8 @@ def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=
     page (``/proc``'s schedstat), the engine's counts per page, and whether its rings used
     registered buffers (``fixed_buffers``: None, the setting). ``between()``, if given, is
     called before the first run and after each (the daemon idle), its results kept in
-    ``probes``."""
+    ``probes``. ``ssd``, ``n_ssd``: emulate those drives in real time, as ``Runtime(ssd=...)``
+    does (the reads still go to the file)."""
     from workloads.emulation_bench import drive
     store = FileStore(path, direct=direct)
     nbytes = os.path.getsize(path) - os.path.getsize(path) % PAGE
@@ -304,8 +306,9 @@ def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=
     mine = np.arange(queues, dtype=np.int64)
     state, times = np.zeros((queues, 2), dtype=np.int64), np.zeros(4, dtype=np.int64)
     drive(mine, sq, cq, depth, n_pages, 0, state, times, seed)   # compile before timing
-    daemon = HostDaemon(sq, cq, staging, table, queues, depth, PAGE, threads, engine=engine,
-                        engine_depth=engine_depth, fixed_buffers=fixed_buffers)
+    model = None if ssd is None else SsdModel(ssd, n_ssd=n_ssd, stripe_bytes=PAGE)
+    daemon = HostDaemon(sq, cq, staging, table, queues, depth, PAGE, threads, model=model,
+                        engine=engine, engine_depth=engine_depth, fixed_buffers=fixed_buffers)
     try:
         with daemon:
             ids = [t.native_id for t in daemon._threads]
@@ -329,7 +332,8 @@ def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=
     cpu_ns = (None if None in cpu or None in cpu0
               else sum(b[0] - a[0] for a, b in zip(cpu0, cpu)))
     secs, total = float(np.median(runs)), pages * reps
-    return {"kind": "host", "engine": daemon.engine, "threads": threads, "store": "file O_DIRECT",
+    return {"kind": "host", "engine": daemon.engine, "threads": threads,
+            "store": "file O_DIRECT" if direct else "file page cache", "ssd": ssd, "n_ssd": n_ssd,
             "queues": queues, "depth": depth, "pages": pages, "seconds": secs,
             "pages_per_s": pages / secs, "rep_pages_per_s": [pages / t for t in runs],
             "probes": probes, "correct": _last_reads_correct(path, sq, cq, staging),
