@@ -103,3 +103,18 @@ def test_results_read_version_2_fractions_and_bounds():
     bound = recs["emulated 980pro x4, io_uring, 4 threads, of the host's ceiling"]
     assert bound["ratio"] == pytest.approx(1.5 / 1.6) and "bound: host" in bound["reference"]
     assert recs["emulated 980pro x4, io_uring, 4 threads"]["ratio"] == 0.39
+
+
+@pytest.mark.parametrize("ssd", [None, "980pro"])
+def test_host_daemon_run_reads_the_files_pages_between_its_probes(tmp_path, ssd):
+    """The daemon driven from the host, page-cached, with and without emulated drives: each
+    run's reads checked against the file's bytes, a probe before and after each run."""
+    path = str(tmp_path / "data.bin")
+    fb._write_file(path, 64 * fb.PAGE, int(np.random.default_rng().integers(1 << 30)))
+    calls = []
+    row = fb.host_daemon_run(path, 40, 1, queues=2, depth=32, engine_depth=8, direct=False,
+                             reps=2, between=lambda: calls.append(1) or len(calls),
+                             ssd=ssd, n_ssd=4, fixed_buffers=False)
+    assert row["correct"] and row["probes"] == [1, 2, 3] and len(row["rep_pages_per_s"]) == 2
+    assert row["store"] == "file page cache" and row["ssd"] == ssd
+    assert row["seconds"] == pytest.approx(np.median([40 / r for r in row["rep_pages_per_s"]]))
