@@ -199,6 +199,11 @@ def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
             assert host["threads"] == r["threads"] and host["correct"]
             assert r["of_host"] == r["pages_per_s"] / host["pages_per_s"]
             assert r["bound"] in ("model", "host", "engine")
+    # And with the GPU taken out: no model, then each drive count, its reads checked.
+    alone = [r for r in result["rows"] if r["kind"] == "host emulated"]
+    assert [r["ssd"] for r in alone] == [None, "980pro"] and all(r["correct"] for r in alone)
+    assert alone[1]["of_host"] == alone[1]["pages_per_s"] / alone[0]["pages_per_s"]
+    assert "host, no model" in table and "host emulated 980pro x1" in table
     assert "| bound |" in table
     for r in result["rows"]:
         if r["kind"] in ("direct", "cached", "emulated"):

@@ -86,10 +86,15 @@ def test_results_read_version_2_fractions_and_bounds():
                 "n_ssd": 4, "pages_per_s": 1.5e6, "of_model": 0.39,
                 **fb.what_bounds({"pages_per_s": 1.5e6, "of_model": 0.39},
                                  {"pages_per_s": 1.6e6})}
+    alone = {"kind": "host emulated", "engine": "io_uring", "threads": 4, "ssd": None,
+             "n_ssd": 1, "pages_per_s": 2.5e6}
+    driven = {"kind": "host emulated", "engine": "io_uring", "threads": 4, "ssd": "980pro",
+              "profile": "980pro", "n_ssd": 4, "pages_per_s": 3.6e6, "of_model": 0.95,
+              **fb.what_bounds({"pages_per_s": 3.6e6, "of_model": 0.95}, alone)}
     d = {"sweep": "files", "version": 2, "command": "gids bench files --out /x",
          "simulator": False, "ceiling_pages_per_s": float(np.median(ceiling)),
          "probe_pages_per_s": float(np.median(ceiling)), "probes": _probes(ceiling),
-         "rows": [host, direct, emulated]}
+         "rows": [host, direct, emulated, alone, driven]}
     recs = {r["figure"]: r for r in results.from_json(d)}
     what = "gids all-miss from an O_DIRECT file, io_uring, 1 daemon thread(s)"
     assert recs[what]["ratio"] == direct["of_ceiling"]          # its own probes, not the median
@@ -103,6 +108,11 @@ def test_results_read_version_2_fractions_and_bounds():
     bound = recs["emulated 980pro x4, io_uring, 4 threads, of the host's ceiling"]
     assert bound["ratio"] == pytest.approx(1.5 / 1.6) and "bound: host" in bound["reference"]
     assert recs["emulated 980pro x4, io_uring, 4 threads"]["ratio"] == 0.39
+    # The GPU taken out: the same drives reached from the host alone, so the GPU side bounds.
+    what = "emulated 980pro x4, io_uring, 4 threads, driven from the host (no GPU)"
+    assert recs[what]["ratio"] == 0.95
+    assert "bound: model" in recs[f"{what}, of the host's ceiling"]["reference"]
+    assert not any("no model" in f and "driven" in f for f in recs)   # no row of its own
 
 
 @pytest.mark.parametrize("ssd", [None, "980pro"])

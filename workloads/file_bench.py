@@ -12,7 +12,7 @@ Rows (4 KiB random reads of distinct pages: every read a miss):
   (:func:`host_daemon_run`): the daemon's own cost beside the probe's, without the GPU's;
 - ``ceiling``: the disk alone, O_DIRECT, no GPU: io_uring at high depth from several threads
   (one ring per thread) and synchronous ``pread`` from many threads; the largest of these and
-  the probe is the disk's ceiling that every ``direct`` row is a fraction of;
+  the probe is the disk's ceiling;
 - ``direct``: ``rt.gather`` all-miss through an O_DIRECT ``FileStore``, each engine at each
   daemon thread count (1, 2, 4, 8);
 - ``cached``: the same file read through the page cache (``FileStore(direct=False)``, warmed),
@@ -21,9 +21,21 @@ Rows (4 KiB random reads of distinct pages: every read a miss):
 - ``emulated``: ``ssd="980pro"`` with ``n_ssd`` 1 and 4, a page-cached file behind the model
   (so the disk is not the limit), each engine, beside the model's own IOPS for that load (a
   closed-loop replay at the run's concurrency: the engine's capacity, at most the GPU queues'
-  entries);
+  entries) and beside ``host ceiling``, the same engine and threads on the same pages with no
+  model: ``of_host`` and ``bound`` (:func:`what_bounds`: model, host or engine);
+- ``host emulated``: the same with the GPU taken out (io_uring daemon threads driven from a
+  host thread, no model and each drive count): where these reach the model and the GPU rows
+  do not, the GPU's side bounds those;
 - ``kvikio``: KvikIO (``CuFile.pread`` per page, all in flight) reading the same pages into GPU
   memory, where ``import kvikio`` works; otherwise the row says why not.
+
+A virtual disk's rate moves between runs by more than the differences measured here, so the
+``host`` and ``direct`` rows are not held against one ceiling taken at the start: each of their
+timed runs lies between two probes of the disk (the probe and the ceiling rows again,
+``--probe-pages`` reads each; all in ``result['probes']``, each row's own in ``probes``), and a
+row's ``of_ceiling`` and ``of_probe`` are the median over its runs of the run's rate over the
+mean of the two probes around it (:func:`bracketed`); each run's rate is kept
+(``rep_pages_per_s``), and the run's ceiling is the median of its probes.
 
 Each gids row also says, over its timed runs: the engine's mean I/O time (``engine I/O us``:
 from the daemon taking a request to its CQE, or to its copy or ``pread`` returning) and the
@@ -343,7 +355,8 @@ def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=
             "daemon_system_share": None if None in cpu else float(np.mean([c[1] for c in cpu])),
             "waits_per_page": counters["waits"] / total,
             "submits_per_page": counters["submits"] / total,
-            "in_flight_peak": max(counters["peak_in_flight"] or [0]), "buffers": buffers}
+            "in_flight_peak": max(counters["peak_in_flight"] or [0]), "buffers": buffers,
+            "capacity": daemon.capacity}
 
 
 def _gids_row(kind, store_or_path, ref, o, engine, threads, label, between=None, **runtime):
@@ -591,6 +604,27 @@ def run_files(o, command="gids bench files", progress=True):
                                        if row["pages_per_s"] else None)
                 row.update(what_bounds(row, host[engine]))
                 rows.append(row)
+        # The same with the GPU taken out: io_uring daemon threads driven from a host thread,
+        # with no model and under each drive count. Where these reach the model and the rows
+        # above do not, the GPU's side (the gather's kernel and its queues) is what bounds them.
+        alone = None
+        for n_ssd in [None, *o["n_ssd"]]:
+            say(f"files: driven from the host, emulated {o['profile']} x{n_ssd}, io_uring x{te}"
+                if n_ssd else f"files: driven from the host, no model, io_uring x{te}")
+            row = host_daemon_run(path, o["pages"], te, queues, defaults.get("queue_depth"),
+                                  engine_depth=defaults.get("engine_depth"), direct=False,
+                                  seed=o["seed"], reps=o["reps"],
+                                  ssd=o["profile"] if n_ssd else None, n_ssd=n_ssd or 1)
+            row["kind"] = "host emulated"
+            if n_ssd is None:
+                alone = row
+            else:
+                load = min(row["capacity"], queue_entries)
+                row.update(profile=o["profile"], model_in_flight=load,
+                           model_pages_per_s=model_iops(o["profile"], n_ssd, load))
+                row["of_model"] = row["pages_per_s"] / row["model_pages_per_s"]
+                row.update(what_bounds(row, alone))
+            rows.append(row)
         say("files: kvikio")
         rows.append(kvikio_row(path, ref, o))
     return result
@@ -617,7 +651,9 @@ def format_files(result):
              "| in flight/thread mean | peak | daemon CPU us/page | daemon busy | correct |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        kind = r["kind"] + (f" {r['profile']} x{r['n_ssd']}" if r["kind"] == "emulated" else "")
+        kind = r["kind"] + (f" {r['profile']} x{r['n_ssd']}" if r.get("profile") else "")
+        if r["kind"] == "host emulated" and not r.get("ssd"):
+            kind = "host, no model"
         engine = r.get("engine_used") or r["engine"]
         if r.get("engine_used") and r["engine_used"] != r["engine"]:
             engine = f"{r['engine']} -> {r['engine_used']}"

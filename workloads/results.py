@@ -460,6 +460,15 @@ def _files(d):
                                    r["pages_per_s"] / 1e3, "k pages/s", "",
                                    f"no model, same engine and threads (bound: {r['bound']})",
                                    r["of_host"], cmd))
+        if r["kind"] == "host emulated" and r.get("ssd") and r.get("pages_per_s"):
+            what = (f"emulated {r['profile']} x{r['n_ssd']}, {r['engine']}, {r['threads']} "
+                    "threads, driven from the host (no GPU)")
+            recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s", "",
+                               "the model at that concurrency", r["of_model"], cmd))
+            recs.append(record(ENGINES, f"{what}, of the host's ceiling",
+                               r["pages_per_s"] / 1e3, "k pages/s", "",
+                               f"no model, same engine and threads (bound: {r['bound']})",
+                               r["of_host"], cmd))
     kvikio = next((r for r in rows if r["kind"] == "kvikio"), None)
     if kvikio and direct.get(("io_uring", most)):
         g = direct[("io_uring", most)]["pages_per_s"]
