@@ -49,6 +49,7 @@ Every gids row is checked against the file's bytes (``correct``). Writes ``files
 ``files.md`` into ``--out``. In the CUDA simulator sizes are tiny and the figures test the
 harness only.
 """
+import itertools
 import os
 import sys
 import tempfile
@@ -401,9 +402,11 @@ def _gids_row(kind, store_or_path, ref, o, engine, threads, label, between=None,
             cpu = rt.daemon.cpu_seconds()
             counters = rt.daemon.engine_counters
         secs = float(np.median(times))
+        if between:
+            row["probes"] = probes
         row.update(seconds=secs, pages_per_s=pages / secs,
                    rep_pages_per_s=[pages / t for t in times], correct=correct,
-                   **({"probes": probes} if between else {}), **engine_figures(stats, counters, sum(times), threads,
+                   **engine_figures(stats, counters, sum(times), threads,
                                     None if cpu is None or cpu_before is None
                                     else cpu - cpu_before))
     except Exception as exc:   # one row's failure is reported, not the end of the sweep
@@ -529,7 +532,7 @@ def run_files(o, command="gids bench files", progress=True):
         # Every O_DIRECT row below is timed between probes of the disk (probe, run, probe, run,
         # ..., probe) and reported against them (:func:`bracketed`): a virtio or cloud disk
         # moves between runs, and a ceiling taken once at the start would move the ratios.
-        t0, seeds = time.perf_counter(), iter(range(o["seed"] * 1000 + 500, 1 << 62))
+        t0, seeds = time.perf_counter(), itertools.count(o["seed"] * 1000 + 500)
         probes = result["probes"] = []
 
         def between():
