@@ -470,7 +470,7 @@ def _files(d):
                                f"no model, same engine and threads (bound: {r['bound']})",
                                r["of_host"], cmd))
     kvikio = next((r for r in rows if r["kind"] == "kvikio"), None)
-    if kvikio and direct.get(("io_uring", most)):
+    if kvikio and kvikio.get("pages_per_s") and direct.get(("io_uring", most)):
         g = direct[("io_uring", most)]["pages_per_s"]
         recs.append(record(ENGINES, "KvikIO (POSIX compat mode), one pread future a page",
                            kvikio["pages_per_s"] / 1e3, "k pages/s", "", "", None, cmd))
