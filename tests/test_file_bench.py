@@ -80,8 +80,9 @@ def test_results_read_version_2_fractions_and_bounds():
     rates = list(rng.uniform(50e3, 90e3, 2))
     direct = fb.of_disk({"kind": "direct", "engine": "io_uring", "threads": 1,
                          "pages_per_s": float(np.median(rates)), "rep_pages_per_s": rates,
-                         "probes": _probes(ceiling, ceiling)})
-    host = dict(direct, kind="host", buffers="registered buffers: yes")
+                         "probes": _probes(ceiling, ceiling),
+                         "buffers": "registered buffers: yes"})
+    host = dict(direct, kind="host")
     emulated = {"kind": "emulated", "engine": "io_uring", "threads": 4, "profile": "980pro",
                 "n_ssd": 4, "pages_per_s": 1.5e6, "of_model": 0.39,
                 **fb.what_bounds({"pages_per_s": 1.5e6, "of_model": 0.39},
@@ -107,6 +108,16 @@ def test_results_read_version_2_fractions_and_bounds():
                  "1 daemon thread(s)")
     assert recs[host_what]["ratio"] == direct["of_ceiling"]
     assert "3 probes" in recs["the disk's ceiling, 4 KiB random O_DIRECT reads"]["reference"]
+    # Registered against plain buffers at one thread, each of its own probes.
+    plain_host = fb.of_disk(dict(host, rep_pages_per_s=[0.5 * r for r in rates],
+                                 buffers="registered buffers: no (off)"))
+    plain = dict(plain_host, kind="direct plain buffers")
+    recs = {r["figure"]: r for r in results.from_json(dict(d, rows=[*d["rows"], plain_host,
+                                                                    plain]))}
+    for how in ("driven from the host (no GPU)", "through the GPU"):
+        pair = recs[f"io_uring, 1 daemon thread, {how}: registered buffers / plain buffers, "
+                    "each of the disk around its runs"]
+        assert pair["value"] == pytest.approx(2.0)
     bound = recs["emulated 980pro x4, io_uring, 4 threads, of the host's ceiling"]
     assert bound["ratio"] == pytest.approx(1.5 / 1.6) and "bound: host" in bound["reference"]
     assert recs["emulated 980pro x4, io_uring, 4 threads"]["ratio"] == 0.39

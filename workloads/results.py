@@ -439,6 +439,20 @@ def _files(d):
             if r.get("daemon_cpu_us_per_page") is not None:
                 recs.append(record(ENGINES, f"{what}: daemon CPU per page",
                                    r["daemon_cpu_us_per_page"], "us", "", "", None, cmd))
+    if bracketed:   # registered against plain buffers, each as a fraction of its own probes
+        pairs = (("host", "host", "driven from the host (no GPU)"),
+                 ("direct", "direct plain buffers", "through the GPU"))
+        for fixed_kind, plain_kind, how in pairs:
+            fixed = next((r for r in rows if r["kind"] == fixed_kind and r["threads"] == 1
+                          and r.get("buffers") == "registered buffers: yes"), None)
+            plain = next((r for r in rows if r["kind"] == plain_kind and r["threads"] == 1
+                          and (r.get("buffers") or "").startswith("registered buffers: no")),
+                         None)
+            if fixed and plain and fixed.get("of_ceiling") and plain.get("of_ceiling"):
+                ratio = fixed["of_ceiling"] / plain["of_ceiling"]
+                recs.append(record(ENGINES, f"io_uring, 1 daemon thread, {how}: registered "
+                                   "buffers / plain buffers, each of the disk around its runs",
+                                   ratio, "x", "", "plain buffers", ratio, cmd))
     cached = {r["engine"]: r for r in rows if r["kind"] == "cached"}
     if "memcpy" in cached:
         for engine in ("io_uring", "threads"):
