@@ -21,8 +21,9 @@ Rows (4 KiB random reads of distinct pages: every read a miss):
 - ``emulated``: ``ssd="980pro"`` with ``n_ssd`` 1 and 4, a page-cached file behind the model
   (so the disk is not the limit), each engine, beside the model's own IOPS for that load (a
   closed-loop replay at the run's concurrency: the engine's capacity, at most the GPU queues'
-  entries) and beside ``host ceiling``, the same engine and threads on the same pages with no
-  model: ``of_host`` and ``bound`` (:func:`what_bounds`: model, host or engine);
+  entries), and beside the ``no model`` row (the same engine and threads on the same pages
+  without the model: the host's own ceiling): ``of_host`` and ``bound`` (:func:`what_bounds`:
+  model, host or engine);
 - ``host emulated``: the same with the GPU taken out (io_uring daemon threads driven from a
   host thread, no model and each drive count): where these reach the model and the GPU rows
   do not, the GPU's side bounds those;
@@ -589,7 +590,7 @@ def run_files(o, command="gids bench files", progress=True):
         host = {}
         for engine in ENGINES:
             say(f"files: no model (the emulated rows' host ceiling), {engine} x{te}")
-            host[engine] = _gids_row("host ceiling", FileStore(path, direct=False), ref, o,
+            host[engine] = _gids_row("no model", FileStore(path, direct=False), ref, o,
                                      engine, te, "file page cache")
             rows.append(host[engine])
         for n_ssd in o["n_ssd"]:
