@@ -50,6 +50,7 @@ Every gids row is checked against the file's bytes (``correct``). Writes ``files
 ``files.md`` into ``--out``. In the CUDA simulator sizes are tiny and the figures test the
 harness only.
 """
+import collections
 import itertools
 import os
 import sys
@@ -639,11 +640,14 @@ def _f(v, fmt="{:,.0f}"):
 
 
 def format_files(result):
-    ceilings = [p["ceiling"] for p in result.get("probes") or []]
+    probes = result.get("probes") or []
+    ceilings = [p["ceiling"] for p in probes]
+    bests = collections.Counter(p["best"] for p in probes).most_common()
     spread = (f" (median of {len(ceilings)} probes between the timed runs, "
-              f"{_f(min(ceilings))} to {_f(max(ceilings))}; each O_DIRECT row's fractions are "
-              "of the probes just before and after each of its runs, the median run's)"
-              if ceilings else "")
+              f"{_f(min(ceilings))} to {_f(max(ceilings))}, best: "
+              f"{', '.join(f'{way} {n}x' for way, n in bests)}; each O_DIRECT row's "
+              "fractions are of the probes just before and after each of its runs, the median "
+              "run's)" if ceilings else "")
     lines = [f"# gids bench files ({result['label']})", "",
              f"command: `{result['command']}`  ",
              f"io_uring: {result['uring']}; O_DIRECT: {result.get('direct')}; disk ceiling "
