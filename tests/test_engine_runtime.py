@@ -217,6 +217,8 @@ def test_bench_files_bad_arguments_exit_2(capsys):
     from gids.cli import main
     assert main(["bench", "files", "--pages", "0"]) == 2
     assert "--pages must be >= 1" in capsys.readouterr().err
+    assert main(["bench", "files", "--probe-pages", "0"]) == 2
+    assert "--probe-pages must be >= 1" in capsys.readouterr().err
     assert main(["bench", "files", "--profile", "nope"]) == 2
     assert main(["bench", "files", "iops"]) == 2
 
