@@ -414,7 +414,7 @@ def _files(d):
     for engine, threads, target in (("io_uring", 1, ">= 0.90x"), ("io_uring", most, ">= 0.95x"),
                                     ("threads", 1, ""), ("threads", most, "")):
         r = direct.get((engine, threads))
-        if r:
+        if r and r.get("pages_per_s"):
             what = f"gids all-miss from an O_DIRECT file, {engine}, {threads} daemon thread(s)"
             recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s",
                                target, disk, of_disk(r), cmd))
@@ -464,7 +464,7 @@ def _files(d):
                                    "MemoryStore copy", r["pages_per_s"] /
                                    cached["memcpy"]["pages_per_s"], cmd))
     for r in rows:
-        if r["kind"] == "emulated":
+        if r["kind"] == "emulated" and r.get("pages_per_s"):   # a row that failed: no figure
             target = ">= 0.90x" if r["engine"] == "io_uring" and r["n_ssd"] == 1 else ""
             what = f"emulated {r['profile']} x{r['n_ssd']}, {r['engine']}, {r['threads']} threads"
             recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s",
