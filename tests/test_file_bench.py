@@ -97,7 +97,9 @@ def test_results_read_version_2_fractions_and_bounds():
          "probe_pages_per_s": float(np.median(ceiling)), "probes": _probes(ceiling),
          "rows": [host, direct, emulated, alone, driven,
                   {"kind": "kvikio", "engine": "kvikio", "skipped": "ImportError: kvikio",
-                   "pages_per_s": None, "correct": True}]}
+                   "pages_per_s": None, "correct": True},
+                  dict(emulated, engine="threads", pages_per_s=None, of_model=None,
+                       error="GidsTimeoutError: ...")]}
     recs = {r["figure"]: r for r in results.from_json(d)}
     what = "gids all-miss from an O_DIRECT file, io_uring, 1 daemon thread(s)"
     assert recs[what]["ratio"] == direct["of_ceiling"]          # its own probes, not the median
@@ -127,6 +129,7 @@ def test_results_read_version_2_fractions_and_bounds():
     assert "bound: model" in recs[f"{what}, of the host's ceiling"]["reference"]
     assert not any("no model" in f and "driven" in f for f in recs)   # no row of its own
     assert not any("KvikIO" in f for f in recs)                          # KvikIO skipped
+    assert not any(f.startswith("emulated 980pro x4, threads") for f in recs)   # it failed
 
 
 @pytest.mark.parametrize("ssd", [None, "980pro"])
