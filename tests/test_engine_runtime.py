@@ -149,10 +149,12 @@ def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
     """``gids bench files`` tiny: ceiling, direct (each engine), cached, emulated and KvikIO
     rows, every gids row checked against the file; JSON and table written."""
     from gids.cli import main
+    from workloads import file_bench as fb
     out = tmp_path / "out"
-    rc = main(["bench", "files", "--file-bytes", str(64 * PAGE), "--pages", "6", "--reps", "1",
+    rc = main(["bench", "files", "--file-bytes", str(64 * PAGE), "--pages", "6", "--reps", "2",
                "--daemon-threads", "1", "--n-ssd", "1", "--ceiling-depth", "4",
-               "--dir", str(tmp_path), "--out", str(out), "--no-progress"])
+               "--probe-pages", "8", "--dir", str(tmp_path), "--out", str(out),
+               "--no-progress"])
     assert rc == 0, capsys.readouterr()
     result = __import__("json").loads((out / "files.json").read_text())
     kinds = [(r["kind"], r["engine"]) for r in result["rows"]]
@@ -180,6 +182,29 @@ def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
         assert plain["buffers"] == "registered buffers: no (off)" and plain["correct"]
         assert ring["buffers"] == "registered buffers: yes" and "(registered buffers)" in table
         assert host["passes_per_page"] > 0 and host["visits_per_page"] > 0
+    # Every O_DIRECT run between two probes of the disk, its fractions from them.
+    assert result["version"] == 2 and all(p["correct"] for p in result["probes"])
+    for r in result["rows"]:
+        if r["kind"] in ("direct", "direct plain buffers", "host"):
+            assert len(r["rep_pages_per_s"]) == 2 and len(r["probes"]) == 3
+            assert r["of_ceiling"] == fb.bracketed(r["rep_pages_per_s"],
+                                                   [p["ceiling"] for p in r["probes"]])
+            assert all(p in result["probes"] for p in r["probes"])
+    assert result["ceiling_pages_per_s"] == np.median([p["ceiling"] for p in result["probes"]])
+    # Each emulated row beside the same engine and threads with no model: what bounds it.
+    for r in result["rows"]:
+        if r["kind"] == "emulated":
+            host = next(h for h in result["rows"]
+                        if h["kind"] == "no model" and h["engine"] == r["engine"])
+            assert host["threads"] == r["threads"] and host["correct"]
+            assert r["of_host"] == r["pages_per_s"] / host["pages_per_s"]
+            assert r["bound"] in ("model", "host", "engine")
+    # And with the GPU taken out: no model, then each drive count, its reads checked.
+    alone = [r for r in result["rows"] if r["kind"] == "host emulated"]
+    assert [r["ssd"] for r in alone] == [None, "980pro"] and all(r["correct"] for r in alone)
+    assert alone[1]["of_host"] == alone[1]["pages_per_s"] / alone[0]["pages_per_s"]
+    assert "host, no model" in table and "host emulated 980pro x1" in table
+    assert "| bound |" in table
     for r in result["rows"]:
         if r["kind"] in ("direct", "cached", "emulated"):
             assert r["gpu_io_us"] > 0 and "io_latency_us" not in r
@@ -192,6 +217,8 @@ def test_bench_files_bad_arguments_exit_2(capsys):
     from gids.cli import main
     assert main(["bench", "files", "--pages", "0"]) == 2
     assert "--pages must be >= 1" in capsys.readouterr().err
+    assert main(["bench", "files", "--probe-pages", "0"]) == 2
+    assert "--probe-pages must be >= 1" in capsys.readouterr().err
     assert main(["bench", "files", "--profile", "nope"]) == 2
     assert main(["bench", "files", "iops"]) == 2
 

@@ -12,7 +12,7 @@ Rows (4 KiB random reads of distinct pages: every read a miss):
   (:func:`host_daemon_run`): the daemon's own cost beside the probe's, without the GPU's;
 - ``ceiling``: the disk alone, O_DIRECT, no GPU: io_uring at high depth from several threads
   (one ring per thread) and synchronous ``pread`` from many threads; the largest of these and
-  the probe is the disk's ceiling that every ``direct`` row is a fraction of;
+  the probe is the disk's ceiling;
 - ``direct``: ``rt.gather`` all-miss through an O_DIRECT ``FileStore``, each engine at each
   daemon thread count (1, 2, 4, 8);
 - ``cached``: the same file read through the page cache (``FileStore(direct=False)``, warmed),
@@ -21,9 +21,22 @@ Rows (4 KiB random reads of distinct pages: every read a miss):
 - ``emulated``: ``ssd="980pro"`` with ``n_ssd`` 1 and 4, a page-cached file behind the model
   (so the disk is not the limit), each engine, beside the model's own IOPS for that load (a
   closed-loop replay at the run's concurrency: the engine's capacity, at most the GPU queues'
-  entries);
+  entries), and beside the ``no model`` row (the same engine and threads on the same pages
+  without the model: the host's own ceiling): ``of_host`` and ``bound`` (:func:`what_bounds`:
+  model, host or engine);
+- ``host emulated``: the same with the GPU taken out (io_uring daemon threads driven from a
+  host thread, no model and each drive count): where these reach the model and the GPU rows
+  do not, the GPU's side bounds those;
 - ``kvikio``: KvikIO (``CuFile.pread`` per page, all in flight) reading the same pages into GPU
   memory, where ``import kvikio`` works; otherwise the row says why not.
+
+A virtual disk's rate moves between runs by more than the differences measured here, so the
+``host`` and ``direct`` rows are not held against one ceiling taken at the start: each of their
+timed runs lies between two probes of the disk (the probe and the ceiling rows again,
+``--probe-pages`` reads each; all in ``result['probes']``, each row's own in ``probes``), and a
+row's ``of_ceiling`` and ``of_probe`` are the median over its runs of the run's rate over the
+mean of the two probes around it (:func:`bracketed`); each run's rate is kept
+(``rep_pages_per_s``), and the run's ceiling is the median of its probes.
 
 Each gids row also says, over its timed runs: the engine's mean I/O time (``engine I/O us``:
 from the daemon taking a request to its CQE, or to its copy or ``pread`` returning) and the
@@ -37,6 +50,8 @@ Every gids row is checked against the file's bytes (``correct``). Writes ``files
 ``files.md`` into ``--out``. In the CUDA simulator sizes are tiny and the figures test the
 harness only.
 """
+import collections
+import itertools
 import os
 import sys
 import tempfile
@@ -56,6 +71,7 @@ from gids.host import (
     IORING_OP_READ,
     T_COLUMNS,
     HostDaemon,
+    SsdModel,
     UringRing,
     ring_consume,
     ring_cqe,
@@ -71,6 +87,9 @@ from workloads.report import command_line, write_report
 
 PAGE = 4096
 ENGINES = ("io_uring", "threads")
+#: files.json's layout: 2 when every O_DIRECT row carries its probes and bracketed fractions
+#: (``of_ceiling``, ``of_probe``), and the emulated rows their host ceiling and ``bound``.
+VERSION = 2
 
 _pread = types.ExternalFunction("pread", types.intp(types.int32, types.uintp, types.uintp,
                                                      types.int64))
@@ -86,6 +105,7 @@ def default_options():
             "ceiling_depth": 8 if sim else 256,
             "ceiling_threads": [2] if sim else [4],
             "pread_threads": 2 if sim else 64,
+            "probe_pages": 16 if sim else 20_000,
             "reps": 1 if sim else 3, "dir": None, "seed": 0}
 
 
@@ -183,13 +203,15 @@ def uring_row(path, n_reads, depth, threads=1, seed=0):
             "daemon_cpu_us_per_page": cpu / (per * threads) * 1e6}
 
 
-def disk_ceiling(path, n_reads, o):
+def disk_ceiling(path, n_reads, o, seed=None):
     """The disk's 4 KiB random-read IOPS, O_DIRECT: the probe row (io_uring, one thread at
-    depth), rows for io_uring at depth from several threads, and one for pread."""
+    depth), rows for io_uring at depth from several threads, and one for pread from many
+    threads (a disk that serves synchronous reads better than a ring shows it here)."""
+    seed = o["seed"] if seed is None else seed
     rows = []
     if uring_probe() is None:
         for t in [1, *o["ceiling_threads"]]:
-            rows.append(uring_row(path, n_reads, o["ceiling_depth"], t, o["seed"]))
+            rows.append(uring_row(path, n_reads, o["ceiling_depth"], t, seed))
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
     n_pages = os.path.getsize(path) // PAGE
     try:
@@ -198,7 +220,7 @@ def disk_ceiling(path, n_reads, o):
         per = max(1, n_reads // t)
         _pread_random_reads(fd, bufs[0].ctypes.data, 8, n_pages, PAGE, 1)
         secs, failed, cpu = _parallel(t, lambda k: _pread_random_reads(
-            fd, bufs[k].ctypes.data, per, n_pages, PAGE, o["seed"] * 1000 + k + 99))
+            fd, bufs[k].ctypes.data, per, n_pages, PAGE, seed * 1000 + k + 99))
         rows.append({"kind": "ceiling", "engine": "pread", "threads": t, "depth": 1,
                      "pages": per * t, "seconds": secs, "pages_per_s": per * t / secs,
                      "correct": sum(failed) == 0,
@@ -206,6 +228,41 @@ def disk_ceiling(path, n_reads, o):
     finally:
         os.close(fd)
     return rows
+
+
+def disk_now(path, o, t0, seed):
+    """One probe of the disk between timed runs: :func:`disk_ceiling` at ``o['probe_pages']``
+    reads a row. ``probe``: one thread's ring (None without io_uring); ``ceiling``: the best of
+    every row (rings at depth, many ``pread`` threads); ``at``: seconds since ``t0``."""
+    rows = disk_ceiling(path, o["probe_pages"], o, seed)
+    probe = next((r["pages_per_s"] for r in rows if r["kind"] == "probe"), None)
+    best = max(rows, key=lambda r: r["pages_per_s"])
+    return {"at": time.perf_counter() - t0, "probe": probe, "ceiling": best["pages_per_s"],
+            "best": f"{best['engine']} x{best['threads']}",
+            "correct": all(r["correct"] for r in rows)}
+
+
+def bracketed(rates, refs):
+    """Median over reps of ``rates[i] / mean(refs[i], refs[i + 1])``: each timed run against
+    the disk probed just before and just after it (the runs and probes alternate, a probe
+    first and last), so that the disk drifting between runs moves rate and reference
+    together. None without a rate or a reference."""
+    if not rates or len(refs) != len(rates) + 1 or any(r is None for r in refs):
+        return None
+    return float(np.median([rate / ((a + b) / 2)
+                            for rate, a, b in zip(rates, refs[:-1], refs[1:])]))
+
+
+def of_disk(row):
+    """A row's fractions of the disk from its probes (``row['probes']``, around each timed
+    run): ``of_ceiling`` (of the best of every way to read the disk) and ``of_probe`` (of
+    ``threads`` probes, one thread's ring each, at most that ceiling)."""
+    rates, probes = row.get("rep_pages_per_s"), row.get("probes") or []
+    row["of_ceiling"] = bracketed(rates, [p["ceiling"] for p in probes])
+    row["of_probe"] = bracketed(rates, [
+        None if p["probe"] is None else min(row["threads"] * p["probe"], p["ceiling"])
+        for p in probes])
+    return row
 
 
 def thread_cpu_ns(native_id):
@@ -238,13 +295,18 @@ def _last_reads_correct(path, sq, cq, staging, sample=1000):
 
 
 def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=256,
-                    engine="io_uring", direct=True, seed=0, fixed_buffers=None):
-    """The daemon alone, no GPU: ``pages`` random 4 KiB reads of file ``path`` through a
-    :class:`HostDaemon` on ``queues`` x ``depth`` queues, a host thread playing the GPU as
-    ``workloads.emulation_bench.drive`` does (a warp's 32 tickets at a time per queue, up to the
-    queue's depth in flight: what a large gather keeps posted). Returns pages/s, the daemon
-    threads' CPU us per page (``/proc``'s schedstat), the engine's counts per page, and whether
-    its rings used registered buffers (``fixed_buffers``: None, the setting)."""
+                    engine="io_uring", direct=True, seed=0, fixed_buffers=None, reps=1,
+                    between=None, ssd=None, n_ssd=1):
+    """The daemon alone, no GPU: ``reps`` timed runs of ``pages`` random 4 KiB reads of file
+    ``path`` through a :class:`HostDaemon` on ``queues`` x ``depth`` queues, a host thread
+    playing the GPU as ``workloads.emulation_bench.drive`` does (a warp's 32 tickets at a time
+    per queue, up to the queue's depth in flight: what a large gather keeps posted). Returns the
+    median run's pages/s (each run's in ``rep_pages_per_s``), the daemon threads' CPU us per
+    page (``/proc``'s schedstat), the engine's counts per page, and whether its rings used
+    registered buffers (``fixed_buffers``: None, the setting). ``between()``, if given, is
+    called before the first run and after each (the daemon idle), its results kept in
+    ``probes``. ``ssd``, ``n_ssd``: emulate those drives in real time, as ``Runtime(ssd=...)``
+    does (the reads still go to the file)."""
     from workloads.emulation_bench import drive
     store = FileStore(path, direct=direct)
     nbytes = os.path.getsize(path) - os.path.getsize(path) % PAGE
@@ -259,16 +321,23 @@ def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=
     mine = np.arange(queues, dtype=np.int64)
     state, times = np.zeros((queues, 2), dtype=np.int64), np.zeros(4, dtype=np.int64)
     drive(mine, sq, cq, depth, n_pages, 0, state, times, seed)   # compile before timing
-    daemon = HostDaemon(sq, cq, staging, table, queues, depth, PAGE, threads, engine=engine,
-                        engine_depth=engine_depth, fixed_buffers=fixed_buffers)
+    model = None if ssd is None else SsdModel(ssd, n_ssd=n_ssd, stripe_bytes=PAGE)
+    daemon = HostDaemon(sq, cq, staging, table, queues, depth, PAGE, threads, model=model,
+                        engine=engine, engine_depth=engine_depth, fixed_buffers=fixed_buffers)
     try:
         with daemon:
             ids = [t.native_id for t in daemon._threads]
+            probes = [between()] if between else []
             cpu0 = [thread_cpu_ns(i) for i in ids]
             passes0, visits0 = daemon.passes, daemon.visits
-            t0, c0 = time.perf_counter(), time.thread_time()
-            drive(mine, sq, cq, depth, n_pages, pages, state, times, seed + 1)
-            secs, driver_cpu = time.perf_counter() - t0, time.thread_time() - c0
+            runs, driver_cpu = [], 0.0
+            for k in range(reps):
+                t0, c0 = time.perf_counter(), time.thread_time()
+                drive(mine, sq, cq, depth, n_pages, pages, state, times, seed + 1 + k)
+                runs.append(time.perf_counter() - t0)
+                driver_cpu += time.thread_time() - c0
+                if between:   # the daemon naps meanwhile; its CPU then is counted, and small
+                    probes.append(between())
             cpu = [thread_cpu_ns(i) for i in ids]
             passes, visits = daemon.passes - passes0, daemon.visits - visits0
             counters = daemon.engine_counters
@@ -277,21 +346,27 @@ def host_daemon_run(path, pages, threads=1, queues=512, depth=128, engine_depth=
         store.close()
     cpu_ns = (None if None in cpu or None in cpu0
               else sum(b[0] - a[0] for a, b in zip(cpu0, cpu)))
-    return {"kind": "host", "engine": daemon.engine, "threads": threads, "store": "file O_DIRECT",
+    secs, total = float(np.median(runs)), pages * reps
+    return {"kind": "host", "engine": daemon.engine, "threads": threads,
+            "store": "file O_DIRECT" if direct else "file page cache", "ssd": ssd, "n_ssd": n_ssd,
             "queues": queues, "depth": depth, "pages": pages, "seconds": secs,
-            "pages_per_s": pages / secs, "correct": _last_reads_correct(path, sq, cq, staging),
-            "daemon_cpu_us_per_page": None if cpu_ns is None else cpu_ns / pages / 1e3,
-            "passes_per_page": passes / pages, "visits_per_page": visits / pages,
-            "driver_busy": driver_cpu / secs,
+            "pages_per_s": pages / secs, "rep_pages_per_s": [pages / t for t in runs],
+            "probes": probes, "correct": _last_reads_correct(path, sq, cq, staging),
+            "daemon_cpu_us_per_page": None if cpu_ns is None else cpu_ns / total / 1e3,
+            "passes_per_page": passes / total, "visits_per_page": visits / total,
+            "driver_busy": driver_cpu / sum(runs),
             "daemon_system_share": None if None in cpu else float(np.mean([c[1] for c in cpu])),
-            "waits_per_page": counters["waits"] / pages,
-            "submits_per_page": counters["submits"] / pages,
-            "in_flight_peak": max(counters["peak_in_flight"] or [0]), "buffers": buffers}
+            "waits_per_page": counters["waits"] / total,
+            "submits_per_page": counters["submits"] / total,
+            "in_flight_peak": max(counters["peak_in_flight"] or [0]), "buffers": buffers,
+            "capacity": daemon.capacity}
 
 
-def _gids_row(kind, store_or_path, ref, o, engine, threads, label, **runtime):
+def _gids_row(kind, store_or_path, ref, o, engine, threads, label, between=None, **runtime):
     """``rt.gather`` of ``o['pages']`` distinct random pages (one int64 each), all misses (the
-    cache is invalidated before each rep); the median rep's pages/s."""
+    cache is invalidated before each rep); the median rep's pages/s (each rep's in
+    ``rep_pages_per_s``). ``between()``, if given, is called before the first timed rep and
+    after each (the GPU and the daemon idle), its results kept in ``probes``."""
     n_pages = ref.size * 8 // PAGE
     pages = min(o["pages"], n_pages)
     cache_pages = max(64, min(pages, 65536))
@@ -304,7 +379,7 @@ def _gids_row(kind, store_or_path, ref, o, engine, threads, label, **runtime):
             row["engine_used"] = rt.daemon.engine
             row["capacity"] = rt.daemon.capacity
             row["buffers"] = rt.stats().engine_buffers
-            times, correct = [], True
+            times, correct, probes = [], True, []
             for rep in range(o["reps"] + 1):        # the first: compile and warm, not timed
                 idx = rng.permutation(n_pages)[:pages] * (PAGE // 8) + rng.integers(
                     0, PAGE // 8, pages)
@@ -313,6 +388,9 @@ def _gids_row(kind, store_or_path, ref, o, engine, threads, label, **runtime):
                 if rep == 1:
                     rt.sync()
                     before, cpu_before = rt.stats(), rt.daemon.cpu_seconds()
+                if rep and between:
+                    rt.sync()
+                    probes.append(between())
                 t = time.perf_counter()
                 got = rt.gather(a, d_idx)
                 rt.sync()
@@ -320,11 +398,16 @@ def _gids_row(kind, store_or_path, ref, o, engine, threads, label, **runtime):
                 correct &= bool((got.copy_to_host() == ref[idx]).all())
                 if rep:
                     times.append(secs)
+            if between:
+                probes.append(between())
             stats = rt.stats() - before
             cpu = rt.daemon.cpu_seconds()
             counters = rt.daemon.engine_counters
         secs = float(np.median(times))
-        row.update(seconds=secs, pages_per_s=pages / secs, correct=correct,
+        if between:
+            row["probes"] = probes
+        row.update(seconds=secs, pages_per_s=pages / secs,
+                   rep_pages_per_s=[pages / t for t in times], correct=correct,
                    **engine_figures(stats, counters, sum(times), threads,
                                     None if cpu is None or cpu_before is None
                                     else cpu - cpu_before))
@@ -351,7 +434,30 @@ def engine_figures(stats, counters, seconds, threads, cpu_seconds):
             "in_flight_peak": max(peaks) if peaks else None,
             "daemon_cpu_us_per_page": (cpu_seconds / pages * 1e6
                                        if cpu_seconds is not None and pages else None),
+            "daemon_busy": (cpu_seconds / seconds / threads
+                            if cpu_seconds is not None and seconds > 0 else None),
             "ring_waits": counters.get("waits")}
+
+
+#: An emulated row at this fraction of the model or more does what the model says; one at this
+#: fraction of its host ceiling (no model) or more is held by the host, not by the emulation.
+MODEL_BOUND, HOST_BOUND = 0.90, 0.85
+
+
+def what_bounds(row, host):
+    """What holds an emulated row back: ``model`` (it reaches the model's IOPS), ``host`` (the
+    same engine and threads with no model, ``host``'s row, is barely faster: the daemon's CPU
+    and copies are the limit), else ``engine`` (the emulation's own cost in the engine: parking
+    requests, timing their completions). Also its fraction of that host ceiling."""
+    rate, ceiling = row.get("pages_per_s"), host.get("pages_per_s")
+    of_host = rate / ceiling if rate and ceiling else None
+    if row.get("of_model") is not None and row["of_model"] >= MODEL_BOUND:
+        bound = "model"
+    elif of_host is None:
+        bound = None
+    else:
+        bound = "host" if of_host >= HOST_BOUND else "engine"
+    return {"host_pages_per_s": ceiling, "of_host": of_host, "bound": bound}
 
 
 def model_iops(profile, n_ssd, in_flight, n=20000):
@@ -404,10 +510,10 @@ def _write_file(path, nbytes, seed):
 def run_files(o, command="gids bench files", progress=True):
     o = {**default_options(), **{k: v for k, v in o.items() if v is not None}}
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)
-    result = {"sweep": "files", "command": command, "simulator": SIMULATOR,
+    result = {"sweep": "files", "version": VERSION, "command": command, "simulator": SIMULATOR,
               "label": "simulator figure" if SIMULATOR else "GPU figure",
               "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "options": o,
-              "uring": uring_probe() or "available", "rows": []}
+              "uring": uring_probe() or "available", "rows": [], "probe_pages_per_s": None}
     rows = result["rows"]
     with tempfile.TemporaryDirectory(dir=o["dir"]) as tmp:
         path = os.path.join(tmp, "files.bin")
@@ -425,17 +531,15 @@ def run_files(o, command="gids bench files", progress=True):
         os.close(fd)
         say("files: disk ceiling")
         rows += disk_ceiling(path, max(o["pages"], 64), o)
-        ceiling = max(r["pages_per_s"] for r in rows)
-        result["ceiling_pages_per_s"] = ceiling
-        probe = next((r["pages_per_s"] for r in rows if r["kind"] == "probe"), None)
-        result["probe_pages_per_s"] = probe
+        # Every O_DIRECT row below is timed between probes of the disk (probe, run, probe, run,
+        # ..., probe) and reported against them (:func:`bracketed`): a virtio or cloud disk
+        # moves between runs, and a ceiling taken once at the start would move the ratios.
+        t0, seeds = time.perf_counter(), itertools.count(o["seed"] * 1000 + 500)
+        probes = result["probes"] = []
 
-        def of_disk(row):
-            rate = row["pages_per_s"]
-            row["of_ceiling"] = rate / ceiling if rate else None
-            row["of_probe"] = (rate / min(row["threads"] * probe, ceiling)
-                               if rate and probe else None)
-            return row
+        def between():
+            probes.append(disk_now(path, o, t0, next(seeds)))
+            return probes[-1]
         queues = defaults.get("queues") or defaults.default_queues(
             PAGE, defaults.get("queue_depth"))
         # Registered buffers as set, and (if that is on) without them: the same daemon alone,
@@ -444,21 +548,25 @@ def run_files(o, command="gids bench files", progress=True):
         for f in fixed:
             say("files: the daemon driven from the host (no GPU), io_uring x1"
                 + (", plain buffers" if f is False else ""))
-            rows.append(of_disk(host_daemon_run(path, o["pages"], 1, queues,
-                                                defaults.get("queue_depth"),
-                                                engine_depth=defaults.get("engine_depth"),
-                                                seed=o["seed"], fixed_buffers=f)))
+            rows.append(of_disk(host_daemon_run(
+                path, o["pages"], 1, queues, defaults.get("queue_depth"),
+                engine_depth=defaults.get("engine_depth"), seed=o["seed"], fixed_buffers=f,
+                reps=o["reps"], between=between)))
         for engine in ENGINES:
             for t in o["daemon_threads"]:
                 say(f"files: direct {engine} x{t}")
                 rows.append(of_disk(_gids_row("direct", FileStore(path, direct=True), ref, o,
-                                              engine, t, "file O_DIRECT")))
+                                              engine, t, "file O_DIRECT", between)))
                 if engine == "io_uring" and t == 1 and len(fixed) > 1:
                     say("files: direct io_uring x1, plain buffers")
                     with defaults.set(engine_fixed_buffers=False):
                         rows.append(of_disk(_gids_row("direct plain buffers",
                                                       FileStore(path, direct=True), ref, o,
-                                                      engine, t, "file O_DIRECT")))
+                                                      engine, t, "file O_DIRECT", between)))
+        # The run's disk: the median of its probes (every row's fraction is of its own).
+        result["ceiling_pages_per_s"] = float(np.median([p["ceiling"] for p in probes]))
+        if probes[0]["probe"] is not None:
+            result["probe_pages_per_s"] = float(np.median([p["probe"] for p in probes]))
         # Page-cached: read the whole file once so it is in the page cache.
         with open(path, "rb") as f:
             while f.read(64 << 20):
@@ -478,6 +586,14 @@ def run_files(o, command="gids bench files", progress=True):
             rows.append(row)
         queue_entries = queues * defaults.get("queue_depth")
         te = o["emulated_threads"]
+        # The host's own ceiling for the emulated rows: the same engine and daemon threads
+        # serving the same pages from the page-cached file with no model.
+        host = {}
+        for engine in ENGINES:
+            say(f"files: no model (the emulated rows' host ceiling), {engine} x{te}")
+            host[engine] = _gids_row("no model", FileStore(path, direct=False), ref, o,
+                                     engine, te, "file page cache")
+            rows.append(host[engine])
         for n_ssd in o["n_ssd"]:
             for engine in ENGINES:
                 say(f"files: emulated {o['profile']} x{n_ssd}, {engine} x{te}")
@@ -491,7 +607,29 @@ def run_files(o, command="gids bench files", progress=True):
                     row["model_in_flight"] = load
                     row["of_model"] = (row["pages_per_s"] / row["model_pages_per_s"]
                                        if row["pages_per_s"] else None)
+                row.update(what_bounds(row, host[engine]))
                 rows.append(row)
+        # The same with the GPU taken out: io_uring daemon threads driven from a host thread,
+        # with no model and under each drive count. Where these reach the model and the rows
+        # above do not, the GPU's side (the gather's kernel and its queues) is what bounds them.
+        alone = None
+        for n_ssd in [None, *o["n_ssd"]]:
+            say(f"files: driven from the host, emulated {o['profile']} x{n_ssd}, io_uring x{te}"
+                if n_ssd else f"files: driven from the host, no model, io_uring x{te}")
+            row = host_daemon_run(path, o["pages"], te, queues, defaults.get("queue_depth"),
+                                  engine_depth=defaults.get("engine_depth"), direct=False,
+                                  seed=o["seed"], reps=o["reps"],
+                                  ssd=o["profile"] if n_ssd else None, n_ssd=n_ssd or 1)
+            row["kind"] = "host emulated"
+            if n_ssd is None:
+                alone = row
+            else:
+                load = min(row["capacity"], queue_entries)
+                row.update(profile=o["profile"], model_in_flight=load,
+                           model_pages_per_s=model_iops(o["profile"], n_ssd, load))
+                row["of_model"] = row["pages_per_s"] / row["model_pages_per_s"]
+                row.update(what_bounds(row, alone))
+            rows.append(row)
         say("files: kvikio")
         rows.append(kvikio_row(path, ref, o))
     return result
@@ -502,18 +640,28 @@ def _f(v, fmt="{:,.0f}"):
 
 
 def format_files(result):
+    probes = result.get("probes") or []
+    ceilings = [p["ceiling"] for p in probes]
+    bests = collections.Counter(p["best"] for p in probes).most_common()
+    spread = (f" (median of {len(ceilings)} probes between the timed runs, "
+              f"{_f(min(ceilings))} to {_f(max(ceilings))}, best: "
+              f"{', '.join(f'{way} {n}x' for way, n in bests)}; each O_DIRECT row's "
+              "fractions are of the probes just before and after each of its runs, the median "
+              "run's)" if ceilings else "")
     lines = [f"# gids bench files ({result['label']})", "",
              f"command: `{result['command']}`  ",
              f"io_uring: {result['uring']}; O_DIRECT: {result.get('direct')}; disk ceiling "
-             f"{_f(result.get('ceiling_pages_per_s'))} pages/s", "",
+             f"{_f(result.get('ceiling_pages_per_s'))} pages/s{spread}", "",
              f"probe (one thread's ring, no GPU) {_f(result.get('probe_pages_per_s'))} pages/s",
              "",
              "| row | engine | threads | store | pages/s | of ceiling | of probe | of memory "
-             "| model pages/s | of model | engine I/O us | GPU I/O us | in flight/thread mean "
-             "| peak | daemon CPU us/page | correct |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| model pages/s | of model | of host | bound | engine I/O us | GPU I/O us "
+             "| in flight/thread mean | peak | daemon CPU us/page | daemon busy | correct |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        kind = r["kind"] + (f" {r['profile']} x{r['n_ssd']}" if r["kind"] == "emulated" else "")
+        kind = r["kind"] + (f" {r['profile']} x{r['n_ssd']}" if r.get("profile") else "")
+        if r["kind"] == "host emulated" and not r.get("ssd"):
+            kind = "host, no model"
         engine = r.get("engine_used") or r["engine"]
         if r.get("engine_used") and r["engine_used"] != r["engine"]:
             engine = f"{r['engine']} -> {r['engine_used']}"
@@ -526,11 +674,12 @@ def format_files(result):
             f"{_f(r.get('pages_per_s'))} | {_f(r.get('of_ceiling'), '{:.2f}')} | "
             f"{_f(r.get('of_probe'), '{:.2f}')} | "
             f"{_f(r.get('of_memory'), '{:.2f}')} | {_f(r.get('model_pages_per_s'))} | "
-            f"{_f(r.get('of_model'), '{:.2f}')} | {_f(r.get('engine_io_us'), '{:.1f}')} | "
+            f"{_f(r.get('of_model'), '{:.2f}')} | {_f(r.get('of_host'), '{:.2f}')} | "
+            f"{r.get('bound') or '-'} | {_f(r.get('engine_io_us'), '{:.1f}')} | "
             f"{_f(r.get('gpu_io_us'), '{:.1f}')} | {_f(r.get('in_flight_mean'), '{:.1f}')} | "
             f"{_f(r.get('in_flight_peak'), '{}')} | "
             f"{_f(r.get('daemon_cpu_us_per_page'), '{:.2f}')} | "
-            f"{'yes' if r.get('correct') else 'NO'} |")
+            f"{_f(r.get('daemon_busy'), '{:.2f}')} | {'yes' if r.get('correct') else 'NO'} |")
         if r.get("skipped"):
             lines.append(f"\nkvikio skipped: {r['skipped']}\n")
         if r.get("error"):
@@ -548,15 +697,19 @@ def add_files_arguments(p):
     g.add_argument("--emulated-threads", type=int, help="daemon threads of the emulated rows")
     g.add_argument("--profile", help="emulated drive profile (default 980pro)")
     g.add_argument("--ceiling-depth", type=int, help="io_uring depth of the ceiling row (256)")
+    g.add_argument("--probe-pages", type=int, help="reads of each probe of the disk between "
+                   "the timed O_DIRECT runs, per way of reading it (20,000)")
 
 
 def cmd_files(args):
     o = {"file_bytes": args.file_bytes, "pages": args.pages,
          "emulated_threads": args.emulated_threads, "n_ssd": args.n_ssd,
          "profile": args.profile, "ceiling_depth": args.ceiling_depth,
+         "probe_pages": args.probe_pages,
          "daemon_threads": args.daemon_threads, "reps": args.reps, "dir": args.dir,
          "seed": args.seed}
-    for name in ("file_bytes", "pages", "emulated_threads", "ceiling_depth", "reps"):
+    for name in ("file_bytes", "pages", "emulated_threads", "ceiling_depth", "probe_pages",
+                 "reps"):
         if o[name] is not None and o[name] < 1:
             sys.stderr.write(f"gids bench: error: --{name.replace('_', '-')} must be >= 1\n")
             return 2

@@ -47,8 +47,9 @@ Stages, in order of priority (default: all, in this order):
 - ``regress``: the RAM-store figures no new back end may move (all-miss pages, QD1
   latency, hits at the default register cap);
 - ``engine``: ``gids bench files`` on the machine's disk (the probe and the disk's ceiling,
-  each storage engine at 1 and 8 daemon threads with the engine's own columns, page-cached file
-  vs the MemoryStore copy, one emulated drive through each engine); about 120 s;
+  each storage engine at 1 and 8 daemon threads with the engine's own columns, each timed run
+  between two probes of the disk, page-cached file vs the MemoryStore copy, one and four
+  emulated drives through each engine and what bounds them); about 175 s;
 - ``engine-writes``: the write stress run on io_uring, one file against four stripe files;
 - ``gnn``: ``gids gnn --gather-only`` (feature rows/s on every data path) and two GraphSAGE
   epochs on every feature path;
@@ -259,14 +260,17 @@ STAGES = {
                   "--out", "{dir}/hits"]], 240),
     # The storage engines on the machine's real disk: `gids bench files` (the probe and the
     # disk's ceiling, with their CPU per page; one io_uring daemon thread driven from a host
-    # thread, no GPU, ~2 s, with registered buffers and without; each engine at 1 and 8 daemon
+    # thread, no GPU, with registered buffers and without; each engine at 1 and 8 daemon
     # threads (io_uring x1 also without registered buffers), O_DIRECT all-miss, with engine
-    # and GPU I/O times, in flight and daemon CPU per page; page-cached file, mapped, against
-    # the MemoryStore copy; emulated 980pro x1 through each engine), its data file under
-    # /var/tmp (on the disk; 4 GiB must not be sent back). About 120 s.
+    # and GPU I/O times, in flight and daemon CPU per page, every timed run between two probes
+    # of the disk; page-cached file, mapped, against the MemoryStore copy; emulated 980pro x1
+    # and x4 through each engine, beside the same engine and threads with no model, and driven
+    # from the host without the GPU: what bounds them), its data file under /var/tmp (on the
+    # disk; 4 GiB must not be sent back). Three timed runs a row, so that each fraction is a
+    # median (28 probes of ~0.8 s). About 175 s.
     "engine": ([[*GIDS, "bench", "files", "--dir", "/var/tmp", "--pages", "100000",
-                 "--daemon-threads", "1,8", "--reps", "2", "--n-ssd", "1", "--no-progress",
-                 "--out", "{dir}/files"]], 170),
+                 "--daemon-threads", "1,8", "--reps", "3", "--n-ssd", "1,4", "--no-progress",
+                 "--out", "{dir}/files"]], 260),
     # The write stress run on the io_uring engine, and one file against four stripe files of
     # the same bytes.
     "engine-writes": ([([sys.executable, "-m", "workloads.stress", "--seconds", "45",

@@ -374,13 +374,23 @@ def _nvme(d):
 
 def _files(d):
     """``gids bench files`` (files.json): each engine against the disk's ceiling, the page
-    cache against the MemoryStore copy, emulated drives against their model."""
+    cache against the MemoryStore copy, emulated drives against their model and against the
+    host's own ceiling (what bounds them). From version 2 on, each O_DIRECT row's fraction is
+    its own, of the disk probed around each of its runs (``of_ceiling``); a version 1 file's
+    rows are read against the one ceiling it measured."""
     cmd = re.sub(r" --out \S+", "", d.get("command", "gids bench files"))
     rows = d["rows"]
     ceiling = d.get("ceiling_pages_per_s") or max(r["pages_per_s"] for r in rows
                                                   if r["kind"] == "ceiling")
+    bracketed = d.get("version", 1) >= 2
+    disk = "the disk's ceiling" + (", probed around each run (median)" if bracketed else "")
+
+    def of_disk(r):
+        return r.get("of_ceiling") if bracketed else r["pages_per_s"] / ceiling
+    probed = len(d.get("probes") or [])
     recs = [record(ENGINES, "the disk's ceiling, 4 KiB random O_DIRECT reads", ceiling / 1e3,
-                   "k IOPS", "", "", None, cmd)]
+                   "k IOPS", "", f"the median of {probed} probes between the runs"
+                   if probed else "", None, cmd)]
     probe = d.get("probe_pages_per_s")
     if probe:
         recs.append(record(ENGINES, "probe: the engine alone, one thread's ring at depth, no GPU",
@@ -395,7 +405,7 @@ def _files(d):
             if r.get("buffers", "").startswith("registered buffers: no"):
                 what += f" ({r['buffers']})"
             recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s", "",
-                               "the disk's ceiling", r["pages_per_s"] / ceiling, cmd))
+                               disk, of_disk(r), cmd))
             if r.get("daemon_cpu_us_per_page") is not None:
                 recs.append(record(ENGINES, f"{what}: daemon CPU per page",
                                    r["daemon_cpu_us_per_page"], "us", "", "", None, cmd))
@@ -404,14 +414,15 @@ def _files(d):
     for engine, threads, target in (("io_uring", 1, ">= 0.90x"), ("io_uring", most, ">= 0.95x"),
                                     ("threads", 1, ""), ("threads", most, "")):
         r = direct.get((engine, threads))
-        if r:
+        if r and r.get("pages_per_s"):
             what = f"gids all-miss from an O_DIRECT file, {engine}, {threads} daemon thread(s)"
             recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s",
-                               target, "the disk's ceiling", r["pages_per_s"] / ceiling, cmd))
+                               target, disk, of_disk(r), cmd))
             if r.get("of_probe") is not None:
                 recs.append(record(ENGINES, f"{what}, of the probe", r["pages_per_s"] / 1e3,
-                                   "k pages/s", "", "probe x threads (at most the ceiling)",
-                                   r["of_probe"], cmd))
+                                   "k pages/s", "", "probe x threads (at most the ceiling)"
+                                   + (", around each run" if probed else ""), r["of_probe"],
+                                   cmd))
             for key, figure, unit in (("engine_io_us", "engine I/O time (taken to CQE)", "us"),
                                       ("gpu_io_us", "GPU I/O time (published to seen)", "us"),
                                       ("in_flight_peak", "peak in flight per thread", ""),
@@ -424,10 +435,24 @@ def _files(d):
             what = (f"gids all-miss from an O_DIRECT file, {r['engine']}, {r['threads']} daemon "
                     "thread(s), plain buffers (engine_fixed_buffers=0)")
             recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s", "",
-                               "the disk's ceiling", r["pages_per_s"] / ceiling, cmd))
+                               disk, of_disk(r), cmd))
             if r.get("daemon_cpu_us_per_page") is not None:
                 recs.append(record(ENGINES, f"{what}: daemon CPU per page",
                                    r["daemon_cpu_us_per_page"], "us", "", "", None, cmd))
+    if bracketed:   # registered against plain buffers, each as a fraction of its own probes
+        pairs = (("host", "host", "driven from the host (no GPU)"),
+                 ("direct", "direct plain buffers", "through the GPU"))
+        for fixed_kind, plain_kind, how in pairs:
+            fixed = next((r for r in rows if r["kind"] == fixed_kind and r["threads"] == 1
+                          and r.get("buffers") == "registered buffers: yes"), None)
+            plain = next((r for r in rows if r["kind"] == plain_kind and r["threads"] == 1
+                          and (r.get("buffers") or "").startswith("registered buffers: no")),
+                         None)
+            if fixed and plain and fixed.get("of_ceiling") and plain.get("of_ceiling"):
+                ratio = fixed["of_ceiling"] / plain["of_ceiling"]
+                recs.append(record(ENGINES, f"io_uring, 1 daemon thread, {how}: registered "
+                                   "buffers / plain buffers, each of the disk around its runs",
+                                   ratio, "x", "", "plain buffers", ratio, cmd))
     cached = {r["engine"]: r for r in rows if r["kind"] == "cached"}
     if "memcpy" in cached:
         for engine in ("io_uring", "threads"):
@@ -439,13 +464,27 @@ def _files(d):
                                    "MemoryStore copy", r["pages_per_s"] /
                                    cached["memcpy"]["pages_per_s"], cmd))
     for r in rows:
-        if r["kind"] == "emulated":
+        if r["kind"] == "emulated" and r.get("pages_per_s"):   # a row that failed: no figure
             target = ">= 0.90x" if r["engine"] == "io_uring" and r["n_ssd"] == 1 else ""
-            recs.append(record(ENGINES, f"emulated {r['profile']} x{r['n_ssd']}, {r['engine']}, "
-                               f"{r['threads']} threads", r["pages_per_s"] / 1e3, "k pages/s",
+            what = f"emulated {r['profile']} x{r['n_ssd']}, {r['engine']}, {r['threads']} threads"
+            recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s",
                                target, "the model at that concurrency", r["of_model"], cmd))
+            if r.get("of_host") is not None:   # version 2: what bounds it
+                recs.append(record(ENGINES, f"{what}, of the host's ceiling",
+                                   r["pages_per_s"] / 1e3, "k pages/s", "",
+                                   f"no model, same engine and threads (bound: {r['bound']})",
+                                   r["of_host"], cmd))
+        if r["kind"] == "host emulated" and r.get("ssd") and r.get("pages_per_s"):
+            what = (f"emulated {r['profile']} x{r['n_ssd']}, {r['engine']}, {r['threads']} "
+                    "threads, driven from the host (no GPU)")
+            recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s", "",
+                               "the model at that concurrency", r["of_model"], cmd))
+            recs.append(record(ENGINES, f"{what}, of the host's ceiling",
+                               r["pages_per_s"] / 1e3, "k pages/s", "",
+                               f"no model, same engine and threads (bound: {r['bound']})",
+                               r["of_host"], cmd))
     kvikio = next((r for r in rows if r["kind"] == "kvikio"), None)
-    if kvikio and direct.get(("io_uring", most)):
+    if kvikio and kvikio.get("pages_per_s") and direct.get(("io_uring", most)):
         g = direct[("io_uring", most)]["pages_per_s"]
         recs.append(record(ENGINES, "KvikIO (POSIX compat mode), one pread future a page",
                            kvikio["pages_per_s"] / 1e3, "k pages/s", "", "", None, cmd))

@@ -1,0 +1,147 @@
+"""``gids bench files``'s bookkeeping, against references computed here: each O_DIRECT run
+against the disk probed just before and after it, and what bounds an emulated row; and the
+results page reading both layouts of files.json."""
+import itertools
+
+import numpy as np
+import pytest
+
+from workloads import file_bench as fb
+from workloads import results
+
+
+def _probes(ceilings, probe=None):
+    return [{"at": float(k), "probe": None if probe is None else probe[k], "ceiling": c,
+             "best": "io_uring x4", "correct": True} for k, c in enumerate(ceilings)]
+
+
+def test_bracketed_is_each_run_over_the_mean_of_its_two_probes_then_the_median():
+    rng = np.random.default_rng()
+    for _ in range(50):
+        n = int(rng.integers(1, 8))
+        rates = list(rng.uniform(1e3, 1e5, n))
+        refs = list(rng.uniform(1e3, 1e5, n + 1))
+        want = sorted(rates[i] * 2 / (refs[i] + refs[i + 1]) for i in range(n))
+        median = want[n // 2] if n % 2 else (want[n // 2 - 1] + want[n // 2]) / 2
+        assert fb.bracketed(rates, refs) == pytest.approx(median, rel=1e-12)
+
+
+def test_bracketed_follows_a_drifting_disk_that_a_single_ceiling_misreads():
+    # The disk slows down run after run; gids is always at 0.93 of the disk as it is then.
+    rng = np.random.default_rng()
+    disk = np.linspace(95e3, 60e3, 7) * rng.uniform(0.9, 1.1)
+    rates = [0.93 * (a + b) / 2 for a, b in itertools.pairwise(disk)]
+    assert fb.bracketed(rates, list(disk)) == pytest.approx(0.93, rel=1e-12)
+    assert np.median(rates) / disk[0] < 0.85   # against the first probe alone: far off
+
+
+def test_bracketed_without_a_reference_for_every_run_is_none():
+    assert fb.bracketed([1.0, 2.0], [1.0, 2.0]) is None          # a probe missing
+    assert fb.bracketed([1.0], [1.0, None]) is None              # no io_uring probe
+    assert fb.bracketed([], [1.0]) is None
+    assert fb.bracketed(None, []) is None
+
+
+def test_of_disk_takes_threads_probes_at_most_the_ceiling():
+    rng = np.random.default_rng()
+    ceiling = list(rng.uniform(80e3, 100e3, 4))
+    probe = [c * rng.uniform(0.5, 0.7) for c in ceiling]
+    rates = list(rng.uniform(40e3, 90e3, 3))
+    for threads in (1, 2, 8):
+        row = fb.of_disk({"threads": threads, "rep_pages_per_s": rates,
+                          "probes": _probes(ceiling, probe)})
+        want = np.median([r / ((min(threads * probe[i], ceiling[i])
+                                + min(threads * probe[i + 1], ceiling[i + 1])) / 2)
+                          for i, r in enumerate(rates)])
+        assert row["of_probe"] == pytest.approx(want, rel=1e-12)
+        assert row["of_ceiling"] == pytest.approx(np.median(
+            [r * 2 / (ceiling[i] + ceiling[i + 1]) for i, r in enumerate(rates)]), rel=1e-12)
+    row = fb.of_disk({"threads": 1, "rep_pages_per_s": rates, "probes": _probes(ceiling)})
+    assert row["of_probe"] is None and row["of_ceiling"] is not None
+    row = fb.of_disk({"threads": 1, "pages_per_s": None, "rep_pages_per_s": None})
+    assert row["of_probe"] is None and row["of_ceiling"] is None   # a row that failed
+
+
+@pytest.mark.parametrize("of_model, rate, host, bound", [
+    (0.95, 0.9e6, 3e6, "model"),      # the model's rate: the model bounds it
+    (0.40, 1.5e6, 1.6e6, "host"),     # barely under the same run with no model
+    (0.40, 1.5e6, 3.0e6, "engine"),   # far under both: the emulation's own cost
+    (0.40, 1.5e6, None, None),        # the host row failed: nothing to say
+])
+def test_what_bounds_an_emulated_row(of_model, rate, host, bound):
+    got = fb.what_bounds({"pages_per_s": rate, "of_model": of_model}, {"pages_per_s": host})
+    assert got["bound"] == bound and got["host_pages_per_s"] == host
+    assert got["of_host"] == (None if host is None else pytest.approx(rate / host))
+
+
+def test_results_read_version_2_fractions_and_bounds():
+    rng = np.random.default_rng()
+    ceiling = list(rng.uniform(70e3, 100e3, 3))
+    rates = list(rng.uniform(50e3, 90e3, 2))
+    direct = fb.of_disk({"kind": "direct", "engine": "io_uring", "threads": 1,
+                         "pages_per_s": float(np.median(rates)), "rep_pages_per_s": rates,
+                         "probes": _probes(ceiling, ceiling),
+                         "buffers": "registered buffers: yes"})
+    host = dict(direct, kind="host")
+    emulated = {"kind": "emulated", "engine": "io_uring", "threads": 4, "profile": "980pro",
+                "n_ssd": 4, "pages_per_s": 1.5e6, "of_model": 0.39,
+                **fb.what_bounds({"pages_per_s": 1.5e6, "of_model": 0.39},
+                                 {"pages_per_s": 1.6e6})}
+    alone = {"kind": "host emulated", "engine": "io_uring", "threads": 4, "ssd": None,
+             "n_ssd": 1, "pages_per_s": 2.5e6}
+    driven = {"kind": "host emulated", "engine": "io_uring", "threads": 4, "ssd": "980pro",
+              "profile": "980pro", "n_ssd": 4, "pages_per_s": 3.6e6, "of_model": 0.95,
+              **fb.what_bounds({"pages_per_s": 3.6e6, "of_model": 0.95}, alone)}
+    d = {"sweep": "files", "version": 2, "command": "gids bench files --out /x",
+         "simulator": False, "ceiling_pages_per_s": float(np.median(ceiling)),
+         "probe_pages_per_s": float(np.median(ceiling)), "probes": _probes(ceiling),
+         "rows": [host, direct, emulated, alone, driven,
+                  {"kind": "kvikio", "engine": "kvikio", "skipped": "ImportError: kvikio",
+                   "pages_per_s": None, "correct": True},
+                  dict(emulated, engine="threads", pages_per_s=None, of_model=None,
+                       error="GidsTimeoutError: ...")]}
+    recs = {r["figure"]: r for r in results.from_json(d)}
+    what = "gids all-miss from an O_DIRECT file, io_uring, 1 daemon thread(s)"
+    assert recs[what]["ratio"] == direct["of_ceiling"]          # its own probes, not the median
+    assert recs[what]["ratio"] != direct["pages_per_s"] / d["ceiling_pages_per_s"]
+    assert "probed around each run" in recs[what]["reference"]
+    assert recs[f"{what}, of the probe"]["ratio"] == direct["of_probe"]
+    host_what = ("the daemon driven from the host (no GPU), O_DIRECT file, io_uring, "
+                 "1 daemon thread(s)")
+    assert recs[host_what]["ratio"] == direct["of_ceiling"]
+    assert "3 probes" in recs["the disk's ceiling, 4 KiB random O_DIRECT reads"]["reference"]
+    # Registered against plain buffers at one thread, each of its own probes.
+    plain_host = fb.of_disk(dict(host, rep_pages_per_s=[0.5 * r for r in rates],
+                                 buffers="registered buffers: no (off)"))
+    plain = dict(plain_host, kind="direct plain buffers")
+    recs = {r["figure"]: r for r in results.from_json(dict(d, rows=[*d["rows"], plain_host,
+                                                                    plain]))}
+    for how in ("driven from the host (no GPU)", "through the GPU"):
+        pair = recs[f"io_uring, 1 daemon thread, {how}: registered buffers / plain buffers, "
+                    "each of the disk around its runs"]
+        assert pair["value"] == pytest.approx(2.0)
+    bound = recs["emulated 980pro x4, io_uring, 4 threads, of the host's ceiling"]
+    assert bound["ratio"] == pytest.approx(1.5 / 1.6) and "bound: host" in bound["reference"]
+    assert recs["emulated 980pro x4, io_uring, 4 threads"]["ratio"] == 0.39
+    # The GPU taken out: the same drives reached from the host alone, so the GPU side bounds.
+    what = "emulated 980pro x4, io_uring, 4 threads, driven from the host (no GPU)"
+    assert recs[what]["ratio"] == 0.95
+    assert "bound: model" in recs[f"{what}, of the host's ceiling"]["reference"]
+    assert not any("no model" in f and "driven" in f for f in recs)   # no row of its own
+    assert not any("KvikIO" in f for f in recs)                          # KvikIO skipped
+    assert not any(f.startswith("emulated 980pro x4, threads") for f in recs)   # it failed
+
+
+@pytest.mark.parametrize("ssd", [None, "980pro"])
+def test_host_daemon_run_reads_the_files_pages_between_its_probes(tmp_path, ssd):
+    """The daemon driven from the host, page-cached, with and without emulated drives: each
+    run's reads checked against the file's bytes, a probe before and after each run."""
+    path = str(tmp_path / "data.bin")
+    fb._write_file(path, 64 * fb.PAGE, int(np.random.default_rng().integers(1 << 30)))
+    calls = []
+    row = fb.host_daemon_run(path, 40, 1, queues=2, depth=32, engine_depth=8, direct=False,
+                             reps=2, between=lambda: calls.append(1) or len(calls),
+                             ssd=ssd, n_ssd=4, fixed_buffers=False)
+    assert row["correct"] and row["probes"] == [1, 2, 3] and len(row["rep_pages_per_s"]) == 2
+    assert row["store"] == "file page cache" and row["ssd"] == ssd
+    assert row["seconds"] == pytest.approx(np.median([40 / r for r in row["rep_pages_per_s"]]))
