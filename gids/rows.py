@@ -155,7 +155,7 @@ def gather_rows(rt, array, rows, out=None, stream=None):
         # Host rows go down on the launch's stream from a pooled pinned buffer (gids/staging.py):
         # no allocation, no copy the host waits for; the buffer is reused once the launch ends.
         buf = rt._staging.take(n)
-        d_rows = launch_array_on(buf.upload(d_rows, s))[0]
+        d_rows = buf.upload_for_launch(d_rows, s)
     words = _words_of(target, width, array.dtype.itemsize)
     wide = words is not None
     args = (array.handle, d_rows, np.int64(width), words if wide else target)

@@ -29,6 +29,8 @@ class Buffer:
         self.device = cuda.device_array(n, dtype=np.int64)
         self.done = None if SIMULATOR else cuda.event(timing=False)
         self._host_address = self.host.ctypes.data
+        self._device_address = None if SIMULATOR else \
+            self.device.__cuda_array_interface__["data"][0]
 
     @property
     def size(self):
@@ -52,6 +54,18 @@ class Buffer:
         self.host[at:at + n] = values
         self.send(stream, n, at)
         return self.device[at:at + n]
+
+    def upload_for_launch(self, values, stream):
+        """:meth:`upload` of ``values`` at the start, as :func:`kernels.launch.launch` takes an
+        array: on the GPU a :class:`~kernels.launch.RawArray` of the buffer's address (no
+        Numba view made per call), in the simulator the view."""
+        n = values.size
+        self.host[:n] = values
+        self.send(stream, n)
+        if SIMULATOR:
+            return self.device[:n]
+        from kernels.launch import RawArray
+        return RawArray(self._device_address, (n,), (8,), np.int64)
 
 
 class Staging:

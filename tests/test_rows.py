@@ -202,17 +202,17 @@ def test_host_rows_copied_on_the_launch_stream(monkeypatch):
     launch_stream = cuda.stream()
     monkeypatch.setattr(rows_module, "numba_stream", lambda handle, device=None: launch_stream)
     copies, given = [], []
-    upload, give_back = Buffer.upload, Staging.give_back
+    send, give_back = Buffer.send, Staging.give_back
 
-    def spy_upload(self, values, stream, at=0):
+    def spy_send(self, stream, n, at=0):
         copies.append(stream)
-        return upload(self, values, stream, at)
+        return send(self, stream, n, at)
 
     def spy_give_back(self, buf, stream=None):
         given.append(stream)
         return give_back(self, buf, stream)
 
-    monkeypatch.setattr(Buffer, "upload", spy_upload)
+    monkeypatch.setattr(Buffer, "send", spy_send)
     monkeypatch.setattr(Staging, "give_back", spy_give_back)
     data = np.arange(20 * 8, dtype=np.float32).reshape(20, 8)
     with _runtime() as rt:
