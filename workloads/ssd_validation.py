@@ -350,15 +350,30 @@ NOT_FOUND = {
               "only Samsung's announcement (the fitting source). Papers that ran PM1743s "
               "report their systems' figures, not the drives': GustANN (SIGMOD'25, six "
               "drives under an A100: searches/s and 'up to 86.7 % SSD utilization'), "
-              "BoostX-NTI (16 drives behind an NVMe/TCP target: network line rate)",
+              "BoostX-NTI (16 drives behind an NVMe/TCP target: network line rate). Hitchhike "
+              "(ASPLOS'26) ran fio through io_uring, libaio and SPDK on a 3.84 TB PM1743 "
+              "(MZWLO3T8HCLS, its 'SSD1'), but its artifact repository "
+              "(github.com/haslaboratory/Hitchhike-AE) holds the scripts only (the result "
+              "files are git-ignored) and the paper is not in the stored copies. No PM1743 "
+              "review (StorageReview, ServeTheHome, TweakTown, Phoronix) is in the stored "
+              "copies",
     "micron9550": "only two rows (Micron's own GPU-initiated run and a review's sequential "
                   "peak); StorageReview's 9550 MAX and TweakTown's 9550 PRO E1.S reviews were "
                   "found, but their stored copies give only the specification table (the "
                   "fitting source) and prose, not their measured 4 KiB random-read or QD1 "
-                  "latency results",
+                  "latency results; Micron's other blogs on the 9550 (GTC'24, BaM on a "
+                  "pre-release Gen5 E3.S drive; 'Inference = IOPS', 2025-06) give charts and "
+                  "ratios against an unnamed competitor, not drive-level figures",
     "980pro": "only one row (2 drives on BaM's testbed; its one-drive log fits that testbed's "
               "GPU-initiated path, gpu-initiated-gpu2); AnandTech's 980 PRO review was found but "
-              "its stored copy has the charts' captions, not their numbers",
+              "its stored copy has the charts' captions, not their numbers. Torp, Lund and "
+              "Tozun, 'Path to GPU-Initiated I/O for Data-Intensive Systems' (DaMoN'25) ran BaM "
+              "against SPDK on a V100 with four 980 PRO 1 TB (the 'legacy GPU server' of "
+              "xnvme.io/aisio/environments.html), but the stored copy (pure.itu.dk) is the "
+              "abstract; BaM issue #34 (github.com/ZaidQureshi/bam/issues/34), a user's "
+              "nvm-block-bench run on a 980 PRO, is cut off in the stored copy before its "
+              "figures; no KitGuru, Tom's Hardware or Phoronix 980 PRO review is in the "
+              "stored copies",
     "ideal": "not a real drive: nothing to measure",
 }
 
@@ -402,6 +417,23 @@ NOT_USED = (
      "would give spdk and libaio host paths a fitting figure and rows on one drive"),
     ("BaM's nvm_pattern_bench.log passes after the first: every access hits BaM's GPU cache, "
      "so they time the cache, not the drive"),
+    ("nvm-block-bench runs posted in BaM's and GIDS's issues on drives they do not name: "
+     "bam#28, a V100 with six 'Intel NVMe SSDs', 4 KiB random, 4,194,304 reads at once, 128 "
+     "queues: 1.3523 M ops/s on one drive, 2.12461 M on two, about 10 GB/s on four (a V100 "
+     "is a PCIe gen 3 device); bam#49, six 'Samsung SSD (PCIe 4.0)', about 5 GB/s of 4 KiB reads each "
+     "(about 1.2 M/s, above the 980 PRO's 1 M rating, so not that drive), 18 GB/s on four and "
+     "20 GB/s on six; GIDS#26, one 'gen5 TLC' drive, 12 GB/s at 4 KiB and 13.8 GB/s at 8 KiB; "
+     "a code-search excerpt with no repository named, an H100 PCIe with one queue of depth "
+     "1,024 on a '3500 GB' drive, 723,451 IOPS at 4 KiB: no drive, so no profile to replay "
+     "them on"),
+    ("SwarmIO (Kim, Yeo and Rhu, arXiv 2604.06668): an SSD emulator validated against 'a real "
+     "SSD' with fio and BaM (7.7 % and 7.4 % IOPS error); the stored copies (an arxivlens "
+     "summary, github.com/VIA-Research/SwarmIO) neither name the drive nor give its figures"),
+    ("xNVMe's AiSIO study (xnvme.io/aisio): GPU-initiated 512 B reads (xnvmeperf cuda-run) "
+     "on 16 Samsung PM1753, up to a 61.7 M IOPS roofline: a drive no profile models"),
+    ("AGILE (SC'25, github.com/arc-research-lab/AGILE) and Solidigm's BaM and GIDS white paper "
+     "measured GPU-initiated reads on Samsung 990 PRO and Solidigm D7-PS1010 drives: drives no "
+     "profile models"),
     ("BaM's nvm_cache_bench.log (first pass: 32,768 cold 4 KiB page reads in 21.35 ms, "
      "1.535 M/s, on the P5800X from the same GPU as nvm_pattern_bench.log): the same quantity "
      "as the pattern-bench row, measured again (the model's 1.500 M is -2.3 % from it), so not "
