@@ -224,19 +224,24 @@ def test_host_rows_copied_on_the_launch_stream(monkeypatch):
         np.testing.assert_array_equal(got.copy_to_host(), data[[4, 19, 0]])
 
 
-def test_resident_first_lists_are_reused():
-    from gids.rows import MAX_ASIDE_LISTS
+def test_resident_first_lists_are_reused(monkeypatch):
+    from gids import rows as gids_rows
+    # Lists of at least 4 rows, not 1024: a gather of 20 rows outgrows one.
+    monkeypatch.setattr(gids_rows, "MIN_ASIDE_ROWS", 4)
     data = np.arange(50 * 8, dtype=np.float32).reshape(50, 8)
     with gids.defaults.set(rows_resident_first=True), _runtime() as rt:
         a = rt.open_array(data)
-        for n in (3, 5, 2, 2000, 4):
+        lists = rt._rows_aside_lists   # one per stream: here the default stream's
+        used = []
+        for n in (3, 5, 2, 20, 4):
             rows = np.arange(n) % 50
             got = rt.gather_rows(a, rows)
             rt.sync()
             np.testing.assert_array_equal(got.copy_to_host(), data[rows])
-        lists = rt._rows_aside_lists   # one per stream: here the default stream's, grown
-        assert len(lists) == 1 <= MAX_ASIDE_LISTS
-        assert next(iter(lists.values()))[0].size >= 2000
+            assert len(lists) == 1 <= gids_rows.MAX_ASIDE_LISTS
+            used.append(next(iter(lists.values()))[0])
+        assert [u.size for u in used] == [4, 8, 8, 32, 32]     # grown, else reused
+        assert used[2] is used[1] and used[4] is used[3]
 
 
 def test_resident_first_set_aside_row_out_of_range_raised_at_sync():
