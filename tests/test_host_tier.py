@@ -804,7 +804,7 @@ def test_the_host_table_follows_the_device_table(tmp_path, tier_pages):
         w = rt.open_array(model.copy(), mode="r+")
         tier = rt.host_tier
         assert tier.add(w, [1, 7, 20]) == 3
-        for _ in range(6):
+        for _ in range(3):
             idx = rng.integers(0, old.size, 40)
             np.testing.assert_array_equal(rt.gather(r, idx).copy_to_host(), old[idx])
             at = rng.choice(model.size, 6, replace=False)
@@ -822,6 +822,7 @@ def test_the_host_table_follows_the_device_table(tmp_path, tier_pages):
         assert 7 not in tier.pages(w)
         s = rt.stats()
         assert s.tier_fills > 3 and s.writebacks > 0, s
+        assert tier_pages > 10 or s.tier_evictions > 0, s      # the clock freed slots
 
 
 def test_victims_enter_the_tier_and_serve_later_misses(tmp_path):
