@@ -211,6 +211,8 @@ def _words_of(target, width, itemsize):
 
 #: Streams a Runtime keeps a set-aside list for (the oldest one's is dropped beyond).
 MAX_ASIDE_LISTS = 8
+#: Rows a set-aside list holds at least (a larger gather's list: the next power of two).
+MIN_ASIDE_ROWS = 1 << 10
 _ZERO = np.zeros(1, dtype=np.int64)
 
 
@@ -229,7 +231,8 @@ def _aside_list(rt, n, key, stream):
         lists.pop(key, None)
         if len(lists) >= MAX_ASIDE_LISTS:
             lists.pop(next(iter(lists), None), None)
-        arrays = (cuda.device_array(1 << max(10, (n - 1).bit_length()), dtype=np.int64),
+        arrays = (cuda.device_array(max(MIN_ASIDE_ROWS, 1 << (n - 1).bit_length()),
+                                    dtype=np.int64),
                   cuda.device_array(1, dtype=np.int64))
         kept = lists[key] = (*(launch_array_on(a)[0] for a in arrays), arrays)
     arrays = kept[2]

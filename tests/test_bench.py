@@ -64,9 +64,9 @@ def _check(obj, spec, where):
 
 @pytest.fixture(scope="module")
 def result():
-    """One run of every sweep at the smallest sizes (a few points each)."""
+    """One run of every sweep at the smallest sizes (a few points each, launches of one warp)."""
     config = bench.make_config(
-        sweeps=["all"], requests=8, reps=1, steps=4, iops_threads=[64], queues=[4],
+        sweeps=["all"], requests=8, reps=1, steps=4, threads=32, iops_threads=[32], queues=[4],
         queue_depths=[32], daemon_threads=[1], request_sizes=[256, 1024], hit_rates=[0.5],
         latency_requests=2)
     return bench.run_bench(config, command="pytest", progress=False)

@@ -134,11 +134,12 @@ def _gather_twice(rt, data, rows, all_cached):
 @pytest.mark.parametrize("config", sorted(SIM_CONFIGS))
 def test_stand_ins_of_the_gpu_configurations(config, resident_first, strict_indexing):
     # A first gather whose result is dropped at once (a warm-up), then the reversed rows; every
-    # index into a device array in range, every pin given back.
+    # index into a device array in range, every pin given back. 24 rows: 6 rounds of the grid's
+    # 4 rows (2 blocks of a warp, 2 rows a warp), more pages than the small caches hold.
     width, n_rows, cache = SIM_CONFIGS[config]
     rng = np.random.default_rng()
     data = rng.standard_normal((n_rows, width)).astype(np.float32)
-    rows = rng.integers(0, n_rows, size=50)
+    rows = rng.integers(0, n_rows, size=24)
     with gids.defaults.set(rows_resident_first=resident_first), \
             gids.Runtime(page_size=PAGE, cache_pages=cache, daemon_threads=1, queues=2) as rt:
         _gather_twice(rt, data, rows, cache * PAGE >= data.nbytes)
@@ -168,16 +169,17 @@ def test_no_tier_kernels_never_touch_the_tier_fields(monkeypatch, resident_first
     rng = np.random.default_rng()
     data = rng.standard_normal((40, 37)).astype(np.float32)
     rows = rng.integers(0, 40, size=30)
-    written = rng.integers(0, 1000, size=16 * 128).astype(np.int32)
+    # 4 elements in each of 16 pages: 16 dirty pages through 8 slots
+    idx = (np.arange(16)[:, None] * 128 + rng.choice(128, 4, replace=False)).ravel()
+    written = rng.integers(0, 1000, size=idx.size).astype(np.int32)
     with gids.defaults.set(rows_resident_first=resident_first), _runtime() as rt:
         a = rt.open_array(data)
         got = rt.gather_rows(a, rows)
         rt.sync()
         np.testing.assert_array_equal(got.copy_to_host(), data[rows])
         w = rt.open_array(np.zeros(16 * 128, dtype=np.int32), mode="r+")
-        rt.scatter(w, np.arange(written.size), written)   # 16 dirty pages, 8 slots
-        np.testing.assert_array_equal(rt.gather(w, np.arange(written.size)).copy_to_host(),
-                                      written)
+        rt.scatter(w, idx, written)
+        np.testing.assert_array_equal(rt.gather(w, idx).copy_to_host(), written)
         assert rt.stats().writebacks > 0
 
 
@@ -224,19 +226,24 @@ def test_host_rows_copied_on_the_launch_stream(monkeypatch):
         np.testing.assert_array_equal(got.copy_to_host(), data[[4, 19, 0]])
 
 
-def test_resident_first_lists_are_reused():
-    from gids.rows import MAX_ASIDE_LISTS
+def test_resident_first_lists_are_reused(monkeypatch):
+    from gids import rows as gids_rows
+    # Lists of at least 4 rows, not 1024: a gather of 20 rows outgrows one.
+    monkeypatch.setattr(gids_rows, "MIN_ASIDE_ROWS", 4)
     data = np.arange(50 * 8, dtype=np.float32).reshape(50, 8)
     with gids.defaults.set(rows_resident_first=True), _runtime() as rt:
         a = rt.open_array(data)
-        for n in (3, 5, 2, 2000, 4):
+        lists = rt._rows_aside_lists   # one per stream: here the default stream's
+        used = []
+        for n in (3, 5, 2, 20, 4):
             rows = np.arange(n) % 50
             got = rt.gather_rows(a, rows)
             rt.sync()
             np.testing.assert_array_equal(got.copy_to_host(), data[rows])
-        lists = rt._rows_aside_lists   # one per stream: here the default stream's, grown
-        assert len(lists) == 1 <= MAX_ASIDE_LISTS
-        assert next(iter(lists.values()))[0].size >= 2000
+            assert len(lists) == 1 <= gids_rows.MAX_ASIDE_LISTS
+            used.append(next(iter(lists.values()))[0])
+        assert [u.size for u in used] == [4, 8, 8, 32, 32]     # grown, else reused
+        assert used[2] is used[1] and used[4] is used[3]
 
 
 def test_resident_first_set_aside_row_out_of_range_raised_at_sync():
