@@ -29,8 +29,7 @@ class Buffer:
         self.device = cuda.device_array(n, dtype=np.int64)
         self.done = None if SIMULATOR else cuda.event(timing=False)
         self._host_address = self.host.ctypes.data
-        self._device_address = None if SIMULATOR else \
-            self.device.__cuda_array_interface__["data"][0]
+        self._device_address = None if SIMULATOR else self.device.device_ctypes_pointer.value
 
     @property
     def size(self):
