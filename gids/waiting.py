@@ -85,7 +85,7 @@ class KernelWaiter:
     #: Events the pool keeps at most.
     POOL = 32
     #: Launches noted and not yet seen done at most: a host ahead of the GPU by more waits, in
-    #: :meth:`record`, for the oldest (bounded by ``ahead_timeout``). Left to the driver, a
+    #: :meth:`record`, for the oldest still in flight (bounded by ``ahead_timeout``). Left to the driver, a
     #: queue of ~2000 row gathers (a loop whose host work per call is shorter than the
     #: kernel's) ran at a fifth of the GPU's rate on the H200; 64 queued gathers keep it busy.
     MOST_AHEAD = 64
@@ -104,6 +104,15 @@ class KernelWaiter:
         from numba import cuda
         with self._lock:
             on = self._on_streams
+            if len(on) >= self.MOST_AHEAD:
+                # Launches that ended behind a slow one (a prefetch waiting on storage, on
+                # another stream) give their events back first: only launches in flight count.
+                ended = [entry for entry in on if event_done(entry[0])]
+                if ended:
+                    gone = {id(entry) for entry in ended}
+                    on[:] = [entry for entry in on if id(entry) not in gone]
+                    room = max(0, self.POOL - len(self._free))
+                    self._free.extend(event for event, _ in ended[:room])
             if len(on) >= self.MOST_AHEAD:
                 oldest = on[0][0]
                 poll_until(lambda: event_done(oldest), timeout=ahead_timeout)
