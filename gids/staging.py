@@ -46,21 +46,25 @@ class Buffer:
         dst = self.device if at == 0 else self.device.gpu_data.view(8 * at)
         driver.host_to_device(dst, self._host_address + 8 * at, 8 * n, stream=stream)
 
-    def upload(self, values, stream, at=0):
-        """``device[at:at + values.size]`` (a view), holding ``values`` once ``stream`` has run
-        the copy queued here (the host's part is done on return)."""
+    def _put(self, values, stream, at):
+        """``values`` into ``host[at:]``, their copy to the device queued on ``stream``; their
+        count."""
         n = values.size
         self.host[at:at + n] = values
         self.send(stream, n, at)
+        return n
+
+    def upload(self, values, stream, at=0):
+        """``device[at:at + values.size]`` (a view), holding ``values`` once ``stream`` has run
+        the copy queued here (the host's part is done on return)."""
+        n = self._put(values, stream, at)
         return self.device[at:at + n]
 
     def upload_for_launch(self, values, stream):
         """:meth:`upload` of ``values`` at the start, as :func:`kernels.launch.launch` takes an
         array: on the GPU a :class:`~kernels.launch.RawArray` of the buffer's address (no
         Numba view made per call), in the simulator the view."""
-        n = values.size
-        self.host[:n] = values
-        self.send(stream, n)
+        n = self._put(values, stream, 0)
         if SIMULATOR:
             return self.device[:n]
         from kernels.launch import RawArray

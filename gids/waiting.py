@@ -99,20 +99,15 @@ class KernelWaiter:
     def record(self, stream, keep=(), ahead_timeout=60.0):
         """An event recorded on ``stream`` (a Numba stream) after a launch there, waited for
         by :meth:`wait`; ``keep``: what the launch reads, kept until it is seen done. With
-        :data:`MOST_AHEAD` launches in flight, first waits for the oldest, at most
-        ``ahead_timeout`` seconds (then goes on: the wait only paces the host)."""
+        :data:`MOST_AHEAD` launches in flight, first waits for the oldest still in flight, at
+        most ``ahead_timeout`` seconds (then goes on: the wait only paces the host)."""
         from numba import cuda
         with self._lock:
-            on = self._on_streams
-            if len(on) >= self.MOST_AHEAD:
+            if len(self._on_streams) >= self.MOST_AHEAD:
                 # Launches that ended behind a slow one (a prefetch waiting on storage, on
                 # another stream) give their events back first: only launches in flight count.
-                ended = [entry for entry in on if event_done(entry[0])]
-                if ended:
-                    gone = {id(entry) for entry in ended}
-                    on[:] = [entry for entry in on if id(entry) not in gone]
-                    room = max(0, self.POOL - len(self._free))
-                    self._free.extend(event for event, _ in ended[:room])
+                self._let_go([entry for entry in self._on_streams if event_done(entry[0])])
+            on = self._on_streams
             if len(on) >= self.MOST_AHEAD:
                 oldest = on[0][0]
                 poll_until(lambda: event_done(oldest), timeout=ahead_timeout)
@@ -124,6 +119,15 @@ class KernelWaiter:
             event.record(stream)
             on.append((event, keep))
         return event
+
+    def _let_go(self, ended):
+        """Take the launches ``ended`` (entries of ``_on_streams`` seen done) off the list,
+        their events back to the pool as far as it has room (the caller holds the lock)."""
+        if not ended:
+            return
+        gone = {id(entry) for entry in ended}
+        self._on_streams = [entry for entry in self._on_streams if id(entry) not in gone]
+        self._free.extend(event for event, _ in ended[:max(0, self.POOL - len(self._free))])
 
     def streams_done(self):
         """Whether every noted launch has ended (a query, no wait)."""
@@ -144,9 +148,7 @@ class KernelWaiter:
         with self._lock:
             # What :meth:`record` took back meanwhile is not given back twice.
             waited = {id(entry) for entry in noted}
-            done = [entry for entry in self._on_streams if id(entry) in waited]
-            self._on_streams = [entry for entry in self._on_streams if id(entry) not in waited]
-            self._free.extend(e for e, _ in done[:max(0, self.POOL - len(self._free))])
+            self._let_go([entry for entry in self._on_streams if id(entry) in waited])
         if self._event is None:
             self._event = cuda.event(timing=False)   # no timestamps: lighter to record and query
         done = self._event
