@@ -183,7 +183,11 @@ def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
         assert ring["buffers"] == "registered buffers: yes" and "(registered buffers)" in table
         assert host["passes_per_page"] > 0 and host["visits_per_page"] > 0
     # Every O_DIRECT run between two probes of the disk, its fractions from them.
-    assert result["version"] == 2 and all(p["correct"] for p in result["probes"])
+    assert result["version"] == 3 and all(p["correct"] for p in result["probes"])
+    # Each probe's ceiling is the rate of one way, the best over the run, at every probe.
+    way = result["ceiling_way"]
+    assert all(p["ceiling"] == p["ways"][way] <= p["ceiling_max"] for p in result["probes"])
+    assert way in table
     for r in result["rows"]:
         if r["kind"] in ("direct", "direct plain buffers", "host"):
             assert len(r["rep_pages_per_s"]) == 2 and len(r["probes"]) == 3

@@ -12,7 +12,36 @@ from workloads import results
 
 def _probes(ceilings, probe=None):
     return [{"at": float(k), "probe": None if probe is None else probe[k], "ceiling": c,
-             "best": "io_uring x4", "correct": True} for k, c in enumerate(ceilings)]
+             "ceiling_max": c, "ways": {"io_uring x4": c}, "best_now": "io_uring x4",
+             "correct": True} for k, c in enumerate(ceilings)]
+
+
+def test_settle_ceiling_takes_the_way_best_over_the_run_at_every_probe():
+    rng = np.random.default_rng()
+    n = 9
+    ways = {"io_uring x1": rng.uniform(70e3, 80e3, n), "io_uring x4": rng.uniform(80e3, 90e3, n),
+            "pread x64": rng.uniform(60e3, 95e3, n)}
+    probes = [{"ways": {w: float(r[k]) for w, r in ways.items()}} for k in range(n)]
+    best = max(ways, key=lambda w: np.median(ways[w]))
+    assert fb.settle_ceiling(probes) == best
+    assert [p["ceiling"] for p in probes] == [float(x) for x in ways[best]]
+    assert fb.settle_ceiling([]) is None
+
+
+def test_the_fastest_way_at_each_probe_reads_a_run_at_the_disks_rate_as_short():
+    """Three ways with the same true rate and 5 % noise each: a run at exactly that rate is
+    ~1.0 of the settled ceiling but ~0.95 of the per-probe maximum (the estimator's bias)."""
+    rng = np.random.default_rng()
+    n, true = 201, 80e3
+    probes = [{"probe": None, "ways": {w: true * rng.normal(1, 0.05) for w in "abc"}}
+              for _ in range(n + 1)]
+    for p in probes:
+        p["ceiling_max"] = max(p["ways"].values())
+    fb.settle_ceiling(probes)
+    row = fb.of_disk({"threads": 1, "probes": probes,
+                      "rep_pages_per_s": list(true * rng.normal(1, 0.05, n))})
+    assert row["of_ceiling"] == pytest.approx(1.0, abs=0.02)
+    assert row["of_ceiling_max"] < 0.97
 
 
 def test_bracketed_is_each_run_over_the_mean_of_its_two_probes_then_the_median():
@@ -56,6 +85,7 @@ def test_of_disk_takes_threads_probes_at_most_the_ceiling():
         assert row["of_probe"] == pytest.approx(want, rel=1e-12)
         assert row["of_ceiling"] == pytest.approx(np.median(
             [r * 2 / (ceiling[i] + ceiling[i + 1]) for i, r in enumerate(rates)]), rel=1e-12)
+        assert row["of_ceiling_max"] == row["of_ceiling"]   # one way: the same probes
     row = fb.of_disk({"threads": 1, "rep_pages_per_s": rates, "probes": _probes(ceiling)})
     assert row["of_probe"] is None and row["of_ceiling"] is not None
     row = fb.of_disk({"threads": 1, "pages_per_s": None, "rep_pages_per_s": None})
@@ -92,7 +122,8 @@ def test_results_read_version_2_fractions_and_bounds():
     driven = {"kind": "host emulated", "engine": "io_uring", "threads": 4, "ssd": "980pro",
               "profile": "980pro", "n_ssd": 4, "pages_per_s": 3.6e6, "of_model": 0.95,
               **fb.what_bounds({"pages_per_s": 3.6e6, "of_model": 0.95}, alone)}
-    d = {"sweep": "files", "version": 2, "command": "gids bench files --out /x",
+    d = {"sweep": "files", "version": 3, "command": "gids bench files --out /x",
+         "ceiling_way": "io_uring x4",
          "simulator": False, "ceiling_pages_per_s": float(np.median(ceiling)),
          "probe_pages_per_s": float(np.median(ceiling)), "probes": _probes(ceiling),
          "rows": [host, direct, emulated, alone, driven,
@@ -105,6 +136,8 @@ def test_results_read_version_2_fractions_and_bounds():
     assert recs[what]["ratio"] == direct["of_ceiling"]          # its own probes, not the median
     assert recs[what]["ratio"] != direct["pages_per_s"] / d["ceiling_pages_per_s"]
     assert "probed around each run" in recs[what]["reference"]
+    assert "io_uring x4, its best way over the run" in recs[what]["reference"]
+    assert recs[f"{what}, of the fastest way at each probe"]["ratio"] == direct["of_ceiling_max"]
     assert recs[f"{what}, of the probe"]["ratio"] == direct["of_probe"]
     host_what = ("the daemon driven from the host (no GPU), O_DIRECT file, io_uring, "
                  "1 daemon thread(s)")

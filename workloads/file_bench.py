@@ -36,7 +36,9 @@ timed runs lies between two probes of the disk (the probe and the ceiling rows a
 ``--probe-pages`` reads each; all in ``result['probes']``, each row's own in ``probes``), and a
 row's ``of_ceiling`` and ``of_probe`` are the median over its runs of the run's rate over the
 mean of the two probes around it (:func:`bracketed`); each run's rate is kept
-(``rep_pages_per_s``), and the run's ceiling is the median of its probes.
+(``rep_pages_per_s``), and the run's ceiling is the median of its probes. A probe's ceiling is
+the rate of the disk's best way of reading over the whole run (``ceiling_way``), not of the
+fastest way at that probe, whose noisy maximum would read high (:func:`settle_ceiling`).
 
 Each gids row also says, over its timed runs: the engine's mean I/O time (``engine I/O us``:
 from the daemon taking a request to its CQE, or to its copy or ``pread`` returning) and the
@@ -88,8 +90,10 @@ from workloads.report import command_line, write_report
 PAGE = 4096
 ENGINES = ("io_uring", "threads")
 #: files.json's layout: 2 when every O_DIRECT row carries its probes and bracketed fractions
-#: (``of_ceiling``, ``of_probe``), and the emulated rows their host ceiling and ``bound``.
-VERSION = 2
+#: (``of_ceiling``, ``of_probe``), and the emulated rows their host ceiling and ``bound``; 3
+#: when each probe's ``ceiling`` is the disk's best way of reading over the run
+#: (``ceiling_way``, :func:`settle_ceiling`), not the fastest way at that probe.
+VERSION = 3
 
 _pread = types.ExternalFunction("pread", types.intp(types.int32, types.uintp, types.uintp,
                                                      types.int64))
@@ -232,14 +236,32 @@ def disk_ceiling(path, n_reads, o, seed=None):
 
 def disk_now(path, o, t0, seed):
     """One probe of the disk between timed runs: :func:`disk_ceiling` at ``o['probe_pages']``
-    reads a row. ``probe``: one thread's ring (None without io_uring); ``ceiling``: the best of
-    every row (rings at depth, many ``pread`` threads); ``at``: seconds since ``t0``."""
+    reads a row. ``probe``: one thread's ring (None without io_uring); ``ways``: each way of
+    reading the disk (rings at depth, many ``pread`` threads) and its rate; ``best_now``: the
+    fastest way this time and ``ceiling_max`` its rate; ``at``: seconds since ``t0``. Each
+    probe's ``ceiling`` is set once every probe is in (:func:`settle_ceiling`)."""
     rows = disk_ceiling(path, o["probe_pages"], o, seed)
     probe = next((r["pages_per_s"] for r in rows if r["kind"] == "probe"), None)
-    best = max(rows, key=lambda r: r["pages_per_s"])
-    return {"at": time.perf_counter() - t0, "probe": probe, "ceiling": best["pages_per_s"],
-            "best": f"{best['engine']} x{best['threads']}",
-            "correct": all(r["correct"] for r in rows)}
+    ways = {f"{r['engine']} x{r['threads']}": r["pages_per_s"] for r in rows}
+    best = max(ways, key=ways.get)
+    return {"at": time.perf_counter() - t0, "probe": probe, "ways": ways, "best_now": best,
+            "ceiling_max": ways[best], "correct": all(r["correct"] for r in rows)}
+
+
+def settle_ceiling(probes):
+    """Set each probe's ``ceiling`` to the rate of the disk's best way of reading, the one
+    with the highest median over all ``probes``, and return that way's name.
+
+    Not the fastest way at each probe: each way's rate is a short, noisy sample, and the
+    largest of several noisy samples is biased upwards (by about one standard deviation for
+    three ways), so a run at exactly the disk's rate would read as a few per cent short of it.
+    One way, the same at every probe, is an unbiased sample of the disk as it was then."""
+    if not probes:
+        return None
+    way = max(probes[0]["ways"], key=lambda w: np.median([p["ways"][w] for p in probes]))
+    for p in probes:
+        p["ceiling"] = p["ways"][way]
+    return way
 
 
 def bracketed(rates, refs):
@@ -255,10 +277,14 @@ def bracketed(rates, refs):
 
 def of_disk(row):
     """A row's fractions of the disk from its probes (``row['probes']``, around each timed
-    run): ``of_ceiling`` (of the best of every way to read the disk) and ``of_probe`` (of
-    ``threads`` probes, one thread's ring each, at most that ceiling)."""
+    run, their ``ceiling`` settled): ``of_ceiling`` (of the disk's best way of reading it),
+    ``of_ceiling_max`` (of the fastest way at each probe: the same noisy maximum a single
+    probe would give, kept to show the estimator's bias) and ``of_probe`` (of ``threads``
+    probes, one thread's ring each, at most that ceiling)."""
     rates, probes = row.get("rep_pages_per_s"), row.get("probes") or []
     row["of_ceiling"] = bracketed(rates, [p["ceiling"] for p in probes])
+    row["of_ceiling_max"] = bracketed(rates, [p.get("ceiling_max", p["ceiling"])
+                                              for p in probes])
     row["of_probe"] = bracketed(rates, [
         None if p["probe"] is None else min(row["threads"] * p["probe"], p["ceiling"])
         for p in probes])
@@ -548,22 +574,27 @@ def run_files(o, command="gids bench files", progress=True):
         for f in fixed:
             say("files: the daemon driven from the host (no GPU), io_uring x1"
                 + (", plain buffers" if f is False else ""))
-            rows.append(of_disk(host_daemon_run(
+            rows.append(host_daemon_run(
                 path, o["pages"], 1, queues, defaults.get("queue_depth"),
                 engine_depth=defaults.get("engine_depth"), seed=o["seed"], fixed_buffers=f,
-                reps=o["reps"], between=between)))
+                reps=o["reps"], between=between))
         for engine in ENGINES:
             for t in o["daemon_threads"]:
                 say(f"files: direct {engine} x{t}")
-                rows.append(of_disk(_gids_row("direct", FileStore(path, direct=True), ref, o,
-                                              engine, t, "file O_DIRECT", between)))
+                rows.append(_gids_row("direct", FileStore(path, direct=True), ref, o,
+                                      engine, t, "file O_DIRECT", between))
                 if engine == "io_uring" and t == 1 and len(fixed) > 1:
                     say("files: direct io_uring x1, plain buffers")
                     with defaults.set(engine_fixed_buffers=False):
-                        rows.append(of_disk(_gids_row("direct plain buffers",
-                                                      FileStore(path, direct=True), ref, o,
-                                                      engine, t, "file O_DIRECT", between)))
-        # The run's disk: the median of its probes (every row's fraction is of its own).
+                        rows.append(_gids_row("direct plain buffers",
+                                              FileStore(path, direct=True), ref, o,
+                                              engine, t, "file O_DIRECT", between))
+        # The disk's best way of reading it over the whole run, then each row against the
+        # probes around its own runs; the run's disk: the median of its probes.
+        result["ceiling_way"] = settle_ceiling(probes)
+        for r in rows:
+            if "probes" in r:
+                of_disk(r)
         result["ceiling_pages_per_s"] = float(np.median([p["ceiling"] for p in probes]))
         if probes[0]["probe"] is not None:
             result["probe_pages_per_s"] = float(np.median([p["probe"] for p in probes]))
@@ -642,9 +673,10 @@ def _f(v, fmt="{:,.0f}"):
 def format_files(result):
     probes = result.get("probes") or []
     ceilings = [p["ceiling"] for p in probes]
-    bests = collections.Counter(p["best"] for p in probes).most_common()
+    bests = collections.Counter(p.get("best_now", p.get("best")) for p in probes).most_common()
     spread = (f" (median of {len(ceilings)} probes between the timed runs, "
-              f"{_f(min(ceilings))} to {_f(max(ceilings))}, best: "
+              f"{_f(min(ceilings))} to {_f(max(ceilings))}, by the best way over the run: "
+              f"{result.get('ceiling_way')}; fastest at each probe: "
               f"{', '.join(f'{way} {n}x' for way, n in bests)}; each O_DIRECT row's "
               "fractions are of the probes just before and after each of its runs, the median "
               "run's)" if ceilings else "")

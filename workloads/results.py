@@ -376,14 +376,18 @@ def _files(d):
     """``gids bench files`` (files.json): each engine against the disk's ceiling, the page
     cache against the MemoryStore copy, emulated drives against their model and against the
     host's own ceiling (what bounds them). From version 2 on, each O_DIRECT row's fraction is
-    its own, of the disk probed around each of its runs (``of_ceiling``); a version 1 file's
-    rows are read against the one ceiling it measured."""
+    its own, of the disk probed around each of its runs (``of_ceiling``); from version 3 on, of
+    the disk's best way of reading over the run at each probe (``ceiling_way``), with the
+    fastest way at each probe (``of_ceiling_max``) beside the targets' rows; a version 1
+    file's rows are read against the one ceiling it measured."""
     cmd = re.sub(r" --out \S+", "", d.get("command", "gids bench files"))
     rows = d["rows"]
     ceiling = d.get("ceiling_pages_per_s") or max(r["pages_per_s"] for r in rows
                                                   if r["kind"] == "ceiling")
     bracketed = d.get("version", 1) >= 2
-    disk = "the disk's ceiling" + (", probed around each run (median)" if bracketed else "")
+    way = d.get("ceiling_way")
+    disk = ("the disk's ceiling" + (f" ({way}, its best way over the run)" if way else "")
+            + (", probed around each run (median)" if bracketed else ""))
 
     def of_disk(r):
         return r.get("of_ceiling") if bracketed else r["pages_per_s"] / ceiling
@@ -418,6 +422,11 @@ def _files(d):
             what = f"gids all-miss from an O_DIRECT file, {engine}, {threads} daemon thread(s)"
             recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s",
                                target, disk, of_disk(r), cmd))
+            if target and r.get("of_ceiling_max") is not None and way:
+                recs.append(record(ENGINES, f"{what}, of the fastest way at each probe",
+                                   r["pages_per_s"] / 1e3, "k pages/s", "",
+                                   "the largest of the ways' noisy rates at each probe (reads "
+                                   "high), around each run (median)", r["of_ceiling_max"], cmd))
             if r.get("of_probe") is not None:
                 recs.append(record(ENGINES, f"{what}, of the probe", r["pages_per_s"] / 1e3,
                                    "k pages/s", "", "probe x threads (at most the ceiling)"
