@@ -178,3 +178,27 @@ def test_host_daemon_run_reads_the_files_pages_between_its_probes(tmp_path, ssd)
     assert row["correct"] and row["probes"] == [1, 2, 3] and len(row["rep_pages_per_s"]) == 2
     assert row["store"] == "file page cache" and row["ssd"] == ssd
     assert row["seconds"] == pytest.approx(np.median([40 / r for r in row["rep_pages_per_s"]]))
+
+
+def test_each_probe_reads_the_disk_in_a_turning_order(tmp_path, monkeypatch):
+    """Probe after probe, every way of reading the disk comes first once per round, and the
+    rows come back in the order read (a way always read last would meet the disk settled)."""
+    path = str(tmp_path / "data.bin")
+    fb._write_file(path, 64 * fb.PAGE, 1)
+    order = []
+    monkeypatch.setattr(fb, "uring_row", lambda p, n, depth, t, seed: order.append(
+        f"io_uring x{t}") or {"kind": "probe" if t == 1 else "ceiling", "engine": "io_uring",
+                              "threads": t, "pages_per_s": 1.0 + t, "correct": True})
+    monkeypatch.setattr(fb, "_pread_row", lambda p, n, t, seed: order.append(
+        f"pread x{t}") or {"kind": "ceiling", "engine": "pread", "threads": t,
+                           "pages_per_s": 9.0, "correct": True})
+    monkeypatch.setattr(fb, "uring_probe", lambda: None)
+    o = dict(fb.default_options(), ceiling_threads=[4], pread_threads=64)
+    firsts = []
+    for turn in range(6):
+        order.clear()
+        p = fb.disk_now(path, o, 0.0, 7, turn=turn)
+        assert list(p["ways"]) == order and p["first"] == order[0]
+        assert p["probe"] == 2.0 and p["best_now"] == "pread x64" and p["ceiling_max"] == 9.0
+        firsts.append(order[0])
+    assert firsts == ["io_uring x1", "io_uring x4", "pread x64"] * 2

@@ -33,7 +33,8 @@ Rows (4 KiB random reads of distinct pages: every read a miss):
 A virtual disk's rate moves between runs by more than the differences measured here, so the
 ``host`` and ``direct`` rows are not held against one ceiling taken at the start: each of their
 timed runs lies between two probes of the disk (the probe and the ceiling rows again,
-``--probe-pages`` reads each; all in ``result['probes']``, each row's own in ``probes``), and a
+``--probe-pages`` reads each, the ways in an order that turns from probe to probe; all in
+``result['probes']``, each row's own in ``probes``), and a
 row's ``of_ceiling`` and ``of_probe`` are the median over its runs of the run's rate over the
 mean of the two probes around it (:func:`bracketed`); each run's rate is kept
 (``rep_pages_per_s``), and the run's ceiling is the median of its probes. A probe's ceiling is
@@ -207,44 +208,55 @@ def uring_row(path, n_reads, depth, threads=1, seed=0):
             "daemon_cpu_us_per_page": cpu / (per * threads) * 1e6}
 
 
-def disk_ceiling(path, n_reads, o, seed=None):
+def disk_ceiling(path, n_reads, o, seed=None, turn=0):
     """The disk's 4 KiB random-read IOPS, O_DIRECT: the probe row (io_uring, one thread at
     depth), rows for io_uring at depth from several threads, and one for pread from many
-    threads (a disk that serves synchronous reads better than a ring shows it here)."""
+    threads (a disk that serves synchronous reads better than a ring shows it here). The ways
+    run one after another, starting at the ``turn``-th (mod their count), so that probes with
+    turning ``turn`` give no way the place right after a timed run or the last place every
+    time (a virtual disk reads differently after a pause or a burst); rows in that order."""
     seed = o["seed"] if seed is None else seed
-    rows = []
+    ways = []
     if uring_probe() is None:
-        for t in [1, *o["ceiling_threads"]]:
-            rows.append(uring_row(path, n_reads, o["ceiling_depth"], t, seed))
+        ways += [lambda t=t: uring_row(path, n_reads, o["ceiling_depth"], t, seed)
+                 for t in [1, *o["ceiling_threads"]]]
+    ways.append(lambda: _pread_row(path, n_reads, o["pread_threads"], seed))
+    turn %= len(ways)
+    return [way() for way in ways[turn:] + ways[:turn]]
+
+
+def _pread_row(path, n_reads, threads, seed):
+    """``n_reads`` random 4 KiB reads of ``path``, O_DIRECT, by ``threads`` threads each
+    calling ``pread`` (one read in flight each): a ceiling row."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
     n_pages = os.path.getsize(path) // PAGE
     try:
-        t = o["pread_threads"]
-        bufs = [_aligned(PAGE) for _ in range(t)]
-        per = max(1, n_reads // t)
+        bufs = [_aligned(PAGE) for _ in range(threads)]
+        per = max(1, n_reads // threads)
         _pread_random_reads(fd, bufs[0].ctypes.data, 8, n_pages, PAGE, 1)
-        secs, failed, cpu = _parallel(t, lambda k: _pread_random_reads(
+        secs, failed, cpu = _parallel(threads, lambda k: _pread_random_reads(
             fd, bufs[k].ctypes.data, per, n_pages, PAGE, seed * 1000 + k + 99))
-        rows.append({"kind": "ceiling", "engine": "pread", "threads": t, "depth": 1,
-                     "pages": per * t, "seconds": secs, "pages_per_s": per * t / secs,
-                     "correct": sum(failed) == 0,
-                     "daemon_cpu_us_per_page": cpu / (per * t) * 1e6})
     finally:
         os.close(fd)
-    return rows
+    return {"kind": "ceiling", "engine": "pread", "threads": threads, "depth": 1,
+            "pages": per * threads, "seconds": secs, "pages_per_s": per * threads / secs,
+            "correct": sum(failed) == 0,
+            "daemon_cpu_us_per_page": cpu / (per * threads) * 1e6}
 
 
-def disk_now(path, o, t0, seed):
+def disk_now(path, o, t0, seed, turn=0):
     """One probe of the disk between timed runs: :func:`disk_ceiling` at ``o['probe_pages']``
-    reads a row. ``probe``: one thread's ring (None without io_uring); ``ways``: each way of
-    reading the disk (rings at depth, many ``pread`` threads) and its rate; ``best_now``: the
+    reads a row, its ways starting at the ``turn``-th (``first``). ``probe``: one thread's
+    ring (None without io_uring); ``ways``: each way of reading the disk (rings at depth,
+    many ``pread`` threads) and its rate, in the order read; ``best_now``: the
     fastest way this time and ``ceiling_max`` its rate; ``at``: seconds since ``t0``. Each
     probe's ``ceiling`` is set once every probe is in (:func:`settle_ceiling`)."""
-    rows = disk_ceiling(path, o["probe_pages"], o, seed)
+    rows = disk_ceiling(path, o["probe_pages"], o, seed, turn)
     probe = next((r["pages_per_s"] for r in rows if r["kind"] == "probe"), None)
     ways = {f"{r['engine']} x{r['threads']}": r["pages_per_s"] for r in rows}
     best = max(ways, key=ways.get)
-    return {"at": time.perf_counter() - t0, "probe": probe, "ways": ways, "best_now": best,
+    return {"at": time.perf_counter() - t0, "probe": probe, "ways": ways, "first": next(iter(ways)),
+            "best_now": best,
             "ceiling_max": ways[best], "correct": all(r["correct"] for r in rows)}
 
 
@@ -563,8 +575,8 @@ def run_files(o, command="gids bench files", progress=True):
         t0, seeds = time.perf_counter(), itertools.count(o["seed"] * 1000 + 500)
         probes = result["probes"] = []
 
-        def between():
-            probes.append(disk_now(path, o, t0, next(seeds)))
+        def between():   # each probe's ways in a turning order
+            probes.append(disk_now(path, o, t0, next(seeds), turn=len(probes)))
             return probes[-1]
         queues = defaults.get("queues") or defaults.default_queues(
             PAGE, defaults.get("queue_depth"))
