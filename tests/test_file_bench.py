@@ -143,6 +143,13 @@ def test_results_read_version_2_fractions_and_bounds():
                  "1 daemon thread(s)")
     assert recs[host_what]["ratio"] == direct["of_ceiling"]
     assert "3 probes" in recs["the disk's ceiling, 4 KiB random O_DIRECT reads"]["reference"]
+    # One ring beside the disk's best way, read in turn at each probe.
+    ways = [dict(p["ways"], **{"io_uring x1": 0.9 * p["ways"]["io_uring x4"]}) for p in d["probes"]]
+    recs = {r["figure"]: r for r in results.from_json(dict(d, probes=[
+        dict(p, ways=w) for p, w in zip(d["probes"], ways)]))}
+    paired = recs["probe: one thread's ring at depth / io_uring x4, read in turn at each probe"]
+    assert paired["value"] == pytest.approx(0.9) and "median of 3" in paired["reference"]
+    recs = {r["figure"]: r for r in results.from_json(d)}
     # Registered against plain buffers at one thread, each of its own probes.
     plain_host = fb.of_disk(dict(host, rep_pages_per_s=[0.5 * r for r in rates],
                                  buffers="registered buffers: no (off)"))

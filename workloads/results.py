@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -399,6 +400,14 @@ def _files(d):
     if probe:
         recs.append(record(ENGINES, "probe: the engine alone, one thread's ring at depth, no GPU",
                            probe / 1e3, "k IOPS", "", "the disk's ceiling", probe / ceiling, cmd))
+    ways = [p.get("ways") for p in d.get("probes") or []]
+    if way and all(ways) and "io_uring x1" in ways[0] and way != "io_uring x1":
+        # The same probes, each way read beside the other: how much the disk's best way gets
+        # over one ring at depth, without the disk's swings between probes.
+        paired = statistics.median(w["io_uring x1"] / w[way] for w in ways)
+        recs.append(record(ENGINES, f"probe: one thread's ring at depth / {way}, read in turn "
+                           "at each probe", paired, "x", "", f"{way} at the same probe (median "
+                           f"of {len(ways)})", paired, cmd))
     for r in rows:
         if r["kind"] == "probe" and r.get("daemon_cpu_us_per_page") is not None:
             recs.append(record(ENGINES, "probe: its thread's CPU per page",
