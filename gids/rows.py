@@ -5,10 +5,11 @@ The kernel (:mod:`kernels.rows`) copies a row per warp, a page at a time through
 ``pin_page`` / ``pinned`` / ``unpin_page``. Resident first (``rows_resident_first``: by
 default "auto", for gathers of :data:`RESIDENT_FIRST_ROWS` rows or more) a gather is two
 launches on the stream: the rows whose pages are resident, by a kernel with no miss path, then
-the rows it set aside (a list the Runtime keeps per stream), through ``pin_page``. Everything a caller can get wrong is checked here,
-before any kernel: the array (2-D, this Runtime's), host row indices (range), ``out`` (shape,
-dtype, on the GPU, on this device), the stream (its device). Device row indices are checked by
-the kernel (an out-of-range row is recorded and raised by the next :meth:`Runtime.sync`).
+the rows it set aside (a list the Runtime keeps per stream), through ``pin_page``. Everything
+a caller can get wrong is checked here, before any kernel: the array (2-D, this Runtime's),
+host row indices (range), ``out`` (shape, dtype, on the GPU, on this device), the stream (its
+device). Device row indices are checked by the kernel (an out-of-range row is recorded and
+raised by the next :meth:`Runtime.sync`).
 
 The launch does not wait. Its kernel's errors are raised by the next :meth:`Runtime.sync`
 (which waits for launches on every stream) or :meth:`Runtime.check` (which does not wait).

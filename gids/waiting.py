@@ -85,9 +85,10 @@ class KernelWaiter:
     #: Events the pool keeps at most.
     POOL = 32
     #: Launches noted and not yet seen done at most: a host ahead of the GPU by more waits, in
-    #: :meth:`record`, for the oldest still in flight (bounded by ``ahead_timeout``). Left to the driver, a
-    #: queue of ~2000 row gathers (a loop whose host work per call is shorter than the
-    #: kernel's) ran at a fifth of the GPU's rate on the H200; 64 queued gathers keep it busy.
+    #: :meth:`record`, for the oldest still in flight (bounded by ``ahead_timeout``). Left to
+    #: the driver, a queue of ~2000 row gathers (a loop whose host work per call is shorter
+    #: than the kernel's) ran at a fifth of the GPU's rate on the H200; 64 queued gathers keep
+    #: it busy.
     MOST_AHEAD = 64
 
     def __init__(self):

@@ -246,7 +246,7 @@ def _pread_row(path, n_reads, threads, seed):
 
 def disk_now(path, o, t0, seed, turn=0):
     """One probe of the disk between timed runs: :func:`disk_ceiling` at ``o['probe_pages']``
-    reads a row, its ways starting at the ``turn``-th (``first``). ``probe``: one thread's
+    reads a row, its ways starting at the ``turn``-th. ``probe``: one thread's
     ring (None without io_uring); ``ways``: each way of reading the disk (rings at depth,
     many ``pread`` threads) and its rate, in the order read; ``best_now``: the
     fastest way this time and ``ceiling_max`` its rate; ``at``: seconds since ``t0``. Each
@@ -255,8 +255,7 @@ def disk_now(path, o, t0, seed, turn=0):
     probe = next((r["pages_per_s"] for r in rows if r["kind"] == "probe"), None)
     ways = {f"{r['engine']} x{r['threads']}": r["pages_per_s"] for r in rows}
     best = max(ways, key=ways.get)
-    return {"at": time.perf_counter() - t0, "probe": probe, "ways": ways, "first": next(iter(ways)),
-            "best_now": best,
+    return {"at": time.perf_counter() - t0, "probe": probe, "ways": ways, "best_now": best,
             "ceiling_max": ways[best], "correct": all(r["correct"] for r in rows)}
 
 
@@ -295,8 +294,7 @@ def of_disk(row):
     probes, one thread's ring each, at most that ceiling)."""
     rates, probes = row.get("rep_pages_per_s"), row.get("probes") or []
     row["of_ceiling"] = bracketed(rates, [p["ceiling"] for p in probes])
-    row["of_ceiling_max"] = bracketed(rates, [p.get("ceiling_max", p["ceiling"])
-                                              for p in probes])
+    row["of_ceiling_max"] = bracketed(rates, [p["ceiling_max"] for p in probes])
     row["of_probe"] = bracketed(rates, [
         None if p["probe"] is None else min(row["threads"] * p["probe"], p["ceiling"])
         for p in probes])
@@ -685,7 +683,7 @@ def _f(v, fmt="{:,.0f}"):
 def format_files(result):
     probes = result.get("probes") or []
     ceilings = [p["ceiling"] for p in probes]
-    bests = collections.Counter(p.get("best_now", p.get("best")) for p in probes).most_common()
+    bests = collections.Counter(p["best_now"] for p in probes).most_common()
     spread = (f" (median of {len(ceilings)} probes between the timed runs, "
               f"{_f(min(ceilings))} to {_f(max(ceilings))}, by the best way over the run: "
               f"{result.get('ceiling_way')}; fastest at each probe: "
