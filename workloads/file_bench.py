@@ -11,8 +11,8 @@ Rows (4 KiB random reads of distinct pages: every read a miss):
   (count and depth), a host thread posting requests into them as the GPU would
   (:func:`host_daemon_run`): the daemon's own cost beside the probe's, without the GPU's;
 - ``ceiling``: the disk alone, O_DIRECT, no GPU: io_uring at high depth from several threads
-  (one ring per thread) and synchronous ``pread`` from many threads; the largest of these and
-  the probe is the disk's ceiling;
+  (one ring per thread) and synchronous ``pread`` from many threads; of these and the probe,
+  the way with the best median over the run's probes is the disk's ceiling;
 - ``direct``: ``rt.gather`` all-miss through an O_DIRECT ``FileStore``, each engine at each
   daemon thread count (1, 2, 4, 8);
 - ``cached``: the same file read through the page cache (``FileStore(direct=False)``, warmed),
