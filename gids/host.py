@@ -20,7 +20,8 @@ controller's) queues, or read a store the way the daemon does.
   ``TraceWriter``: writes an I/O trace (``gids.read_trace``, ``gids.replay``);
   ``synthetic_trace(n, queue_depth, nbytes)``: a trace of ``n`` random reads at a depth.
 - io_uring, the daemon's engine: ``uring_probe()`` (None where a ring can be set up here, else
-  why not); ``UringRing(entries)`` (a ring; ``.args`` is what the njit operations take:
+  why not); ``UringRing(entries, owned=False)`` (a ring; ``owned``: one thread's, which calls
+  ``.enable()`` before it submits; ``.args`` is what the njit operations take:
   ``ring_room``, ``ring_prep``, ``ring_submit``, ``ring_submit_wait``, ``ring_enter``,
   ``ring_ready``, ``ring_cqe``, ``ring_consume``, with ``IORING_OP_READ`` and
   ``IORING_ENTER_GETEVENTS``).

@@ -37,6 +37,7 @@ Two options, both off by default:
   the device's part done, completion posted; see :mod:`host_daemon.trace`) into a ring per
   thread, which a Python thread drains to the file.
 """
+import errno
 import os
 import threading
 import warnings
@@ -524,23 +525,48 @@ def read_resident(table, array_id, file_offset, n, dst, now):
 
 
 @njit(nogil=True, cache=True)
+def read_on_spot(table, array_id, page, page_size, buf, pend, row, file_io, start, clock):
+    """Read page ``page`` of a file store into ``buf`` on the spot if the page cache holds it,
+    and count it against its store file (the time since ``start``); returns whether it did.
+
+    A mapped FileStore copies from its mapping (:func:`read_resident`). Another buffered read
+    is tried with ``preadv2(RWF_NOWAIT)`` (its iovec in ``pend``'s row ``row``), which copies
+    the page if it is cached and refuses (EAGAIN) if it would wait for the disk. An O_DIRECT
+    read is never tried here. A cached page then costs a copy, or one system call as with
+    ``pread``, instead of an SQE, its submission and its CQE; a read that would wait goes to
+    the ring (:func:`_ring_page`). Nothing of the ring's bookkeeping is written for a page read
+    here: the ``pend`` row of a queue slot is cold, and filling it cost a third of the copy."""
+    n = min(page_size, table[array_id, T_NBYTES] - page * page_size)
+    file, fd, fd_direct, file_offset = page_location(table, array_id, page, page_size)
+    if table[array_id, T_MAP] != 0:
+        if not read_resident(table, array_id, file_offset, n, buf, start):
+            return False
+    elif fd_direct >= 0 and file_offset % DIRECT_ALIGN == 0 and n % DIRECT_ALIGN == 0:
+        return False
+    else:
+        # struct iovec {base, len} in the row itself: two adjacent int64 columns.
+        pend[row, P_IOV_BASE] = buf
+        pend[row, P_IOV_LEN] = n
+        iov = pend.ctypes.data + (row * pend.shape[1] + P_IOV_BASE) * 8
+        if _preadv2(fd, iov, 1, file_offset, _RWF_NOWAIT) != n:
+            return False
+    if n < page_size:
+        _memset(buf + n, 0, page_size - n)   # the tail of the last page reads as zeros
+    count_file_io(file_io, table, array_id, file, False, n, _now_ns(clock) - start)
+    return True
+
+
+@njit(nogil=True, cache=True)
 def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, buf_index, entry,
                ticket, seen, op):
-    """Fill an SQE that reads (writes) the page between its store file and ``buf``: the file
-    and offset from :func:`~host_daemon.stores.page_location` (striped or not), O_DIRECT where
-    the page allows it, as :func:`serve_page` does; only the array's own bytes are written, and
-    a short last page's tail is zeroed now (the read does not reach it).
-
-    A read of a mapped FileStore (``mapped``: a file without O_DIRECT) whose page is resident
-    is a copy from the mapping (:func:`read_resident`), on the spot; one that is not, a read
-    through the ring. Another read through the page cache is first tried on the spot with
-    ``preadv2(RWF_NOWAIT)``,
-    which copies the page if it is cached and refuses (EAGAIN) if it would wait for the disk:
-    a cached page then costs one system call, as with ``pread``, instead of an SQE, its
-    submission and its CQE; only reads that wait go to the ring. Returns STATUS_OK when the
-    page was read that way (no SQE; ``pend``'s row still says what the request was), else
-    ``_QUEUED``. ``buf_index``: the ring's registered buffer that holds ``buf``'s page (a
-    READ_FIXED / WRITE_FIXED, see :func:`~host_daemon.uring.ring_prep_rw`), or -1."""
+    """Fill an SQE that reads (writes) the page between its store file and ``buf``, and
+    ``pend``'s row ``row`` with what the request is: the file and offset from
+    :func:`~host_daemon.stores.page_location` (striped or not), O_DIRECT where the page allows
+    it, as :func:`serve_page` does; only the array's own bytes are written, and a short last
+    page's tail is zeroed now (the read does not reach it). (A read the page cache can serve
+    is first tried with :func:`read_on_spot`.) ``buf_index``: the ring's registered buffer
+    that holds ``buf``'s page (a READ_FIXED / WRITE_FIXED, see
+    :func:`~host_daemon.uring.ring_prep_rw`), or -1."""
     nbytes = table[array_id, T_NBYTES]
     n = min(page_size, nbytes - page * page_size)
     file, fd, fd_direct, file_offset = page_location(table, array_id, page, page_size)
@@ -566,21 +592,9 @@ def _ring_page(uring, pend, row, table, array_id, page, page_size, buf, buf_inde
     p[P_ARRAY] = array_id
     p[P_FILE] = file
     p[P_BYTES] = n
-    p[P_IN_RING] = 0
-    p[P_BUF] = buf_index
-    if op == L.OP_READ and table[array_id, T_MAP] != 0:
-        if read_resident(table, array_id, file_offset, n, buf, seen):
-            return L.STATUS_OK
-    elif op == L.OP_READ and alt < 0:
-        # struct iovec {base, len} in the row itself: two adjacent int64 columns.
-        p[P_IOV_BASE] = buf
-        p[P_IOV_LEN] = n
-        iov = pend.ctypes.data + (row * pend.shape[1] + P_IOV_BASE) * 8
-        if _preadv2(fd, iov, 1, file_offset, _RWF_NOWAIT) == n:
-            return L.STATUS_OK
     p[P_IN_RING] = 1
+    p[P_BUF] = buf_index
     ring_prep_rw(uring, op == L.OP_WRITE, fd, buf, n, file_offset, buf_index, row)
-    return _QUEUED
 
 
 @njit(nogil=True, cache=True)
@@ -900,15 +914,16 @@ def _serve_loop(my_queues, heads, sq, cq, staging_address, depth, page_size, tab
                 source = L.SOURCE_STAGING
                 if ring_usable(uring) and _on_ring(table, array_id, page, page_size, op):
                     pend_row = k * depth + slot
-                    # (its time is the per-file counts' too, so read the clock; registered
-                    # buffer k holds the queue's staging pages: HostDaemon._register_staging)
-                    status = _ring_page(uring, pend, pend_row, table, array_id, page, page_size,
-                                        buf, k, entry, ticket, seen if timed else _now_ns(clock),
-                                        op)
-                    if status == _QUEUED:
+                    # (its time is the per-file counts' too, so read the clock)
+                    start = seen if timed else _now_ns(clock)
+                    if op == L.OP_READ and read_on_spot(table, array_id, page, page_size, buf,
+                                                        pend, pend_row, file_io, start, clock):
+                        status = L.STATUS_OK
+                    else:   # (registered buffer k: the queue's staging, _register_staging)
+                        _ring_page(uring, pend, pend_row, table, array_id, page, page_size,
+                                   buf, k, entry, ticket, start, op)
+                        status = _QUEUED
                         source = pend_row
-                    else:   # read on the spot from the page cache
-                        count_ring_io(file_io, table, pend, pend_row, _now_ns(clock))
                 else:
                     status, source = page_io(table, array_id, page, page_size, buf, op, file_io,
                                              clock)
@@ -1175,11 +1190,11 @@ class HostDaemon:
     def engine_error(self):
         """Why a daemon thread's ring stopped working (a hard ``io_uring_enter`` error: every
         request it held failed with an I/O error, and the thread serves later requests
-        synchronously), or "" while every ring works."""
+        synchronously; or the thread could not enable it), or "" while every ring works."""
         for k, ring in enumerate(self._urings):
             if ring is not None and ring.args is not None and ring.args.state[U.S_ERROR]:
                 err = -int(ring.args.state[U.S_ERROR])
-                return (f"io_uring_enter failed on daemon thread {k}'s ring: "
+                return (f"io_uring failed on daemon thread {k}'s ring: "
                         f"{os.strerror(err)} (errno {err}); its requests failed and it served "
                         "the rest without the ring")
         return self._engine_error   # a ring that failed before the last stop
@@ -1281,7 +1296,7 @@ class HostDaemon:
         engine instead, said as for a failed probe."""
         try:
             for k in range(self.n_threads):
-                self._urings[k] = U.Ring(_ring_entries(self.engine_depth))
+                self._urings[k] = U.Ring(_ring_entries(self.engine_depth), owned=True)
         except OSError as exc:
             for ring in self._urings:
                 if ring is not None:
@@ -1335,6 +1350,12 @@ class HostDaemon:
         return ring.args, self._pend[k], ring.entries
 
     def _run(self, k, my_queues):
+        ring = self._urings[k]
+        if ring is not None:
+            try:
+                ring.enable()   # this thread is the ring's one issuer
+            except OSError as exc:   # a hard ring error: the thread serves without it
+                ring.args.state[U.S_ERROR] = -(exc.errno or errno.EIO)
         try:
             self._serve(k, my_queues, self._heads[k])
         except BaseException as exc:   # reported by check(); a dead thread must not go unseen

@@ -74,13 +74,13 @@ from host_daemon.daemon import (
     _record,
     _ring_page,
     _usleep,
-    count_ring_io,
     end_pass,
     engine_room,
     fail_ring,
     njit_without_refcounts,
     page_io,
     park,
+    read_on_spot,
     reap_ring,
     ring_usable,
 )
@@ -415,12 +415,15 @@ def _serve_pairs(my_queues, state, sq, cq, db, ring, depth, page_size, dma_base,
                     table, opcode, nsid, slba, nlb, prp1, page_size, dma_base, dma_bytes)
                 if (ring_usable(uring) and status == L.NVME_SC_SUCCESS
                         and _on_ring(table, array_id, page, page_size, op)):
-                    status = _ring_page(uring, pend, row, table, array_id, page, page_size,
-                                        prp1, -1, q, cid, seen if timed else _now_ns(clock), op)
-                    pend[row, P_ORDER] = order
-                    if status != _QUEUED:   # read on the spot from the page cache
-                        count_ring_io(file_io, table, pend, row, _now_ns(clock))
+                    start = seen if timed else _now_ns(clock)
+                    if op == L.OP_READ and read_on_spot(table, array_id, page, page_size, prp1,
+                                                        pend, row, file_io, start, clock):
                         status = L.NVME_SC_SUCCESS
+                    else:
+                        _ring_page(uring, pend, row, table, array_id, page, page_size, prp1,
+                                   -1, q, cid, start, op)
+                        pend[row, P_ORDER] = order
+                        status = _QUEUED
                 else:
                     status, offset, nbytes = execute(table, opcode, nsid, slba, nlb, prp1,
                                                      page_size, dma_base, dma_bytes, file_io, clock)

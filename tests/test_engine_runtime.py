@@ -115,7 +115,7 @@ def test_a_hard_io_uring_enter_error_is_a_storage_io_error_at_once(tmp_path, bac
             rt.gather(a, [k * PAGE // 8 for k in range(8)])
         assert time.monotonic() - start < 150, "waited for the timeout"
         assert info.value.page in range(8)
-        assert "io_uring_enter failed" in rt.daemon.engine_error
+        assert "io_uring failed" in rt.daemon.engine_error
         rt.invalidate(discard_dirty=True)
         idx = np.random.default_rng(2).integers(0, ref.size, 30)
         np.testing.assert_array_equal(rt.gather(a, idx).copy_to_host(), ref[idx])

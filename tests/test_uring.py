@@ -432,6 +432,82 @@ def test_submit_and_wait_in_one_enter_and_the_ring_counts_it():
         assert a.state[U.S_WAITS] == 2 and a.state[U.S_ERROR] == 0
 
 
+def test_an_owned_ring_takes_sqes_from_the_thread_that_enabled_it_only():
+    """Ring(owned=True): set up disabled with SINGLE_ISSUER | DEFER_TASKRUN (where the kernel
+    has them, else as an unowned ring); buffers register before it is enabled; it refuses SQEs
+    until a thread enables it (EBADFD), serves that thread, and refuses another (EEXIST)."""
+    import threading
+    ring = U.Ring(8, owned=True)
+    try:
+        a = ring.args
+        assert ring.setup_flags in (U.Ring.OWNED, U.Ring.COOP, 0)
+        if ring.setup_flags != U.Ring.OWNED:
+            pytest.skip(f"this kernel has no owned rings (set up with {ring.setup_flags:#x})")
+        buf = np.zeros(4 * PAGE, dtype=np.uint8)
+        assert ring.register_buffers([(buf.ctypes.data, buf.nbytes)]) is None
+        U.ring_prep(a, U.IORING_OP_NOP, -1, 0, 0, 0, 0, 7)
+        assert U.ring_submit(a) == -errno.EBADFD and a.state[U.S_UNSUBMITTED] == 1
+        a.state[U.S_ERROR] = 0
+        got = []
+
+        def owner():
+            ring.enable()
+            ring.enable()   # a second time: nothing
+            assert U.ring_submit_wait(a, 1_000_000_000) == 1
+            end = time.monotonic() + 5
+            while U.ring_ready(a) < 1:   # DEFER_TASKRUN: posted when the owner asks
+                assert time.monotonic() < end
+                U.ring_submit_wait(a, 1_000_000)
+            got.append(U.ring_cqe(a, 0))
+            U.ring_consume(a, 1)
+        t = threading.Thread(target=owner)
+        t.start()
+        t.join(10)
+        assert got == [(7, 0)]
+        U.ring_prep(a, U.IORING_OP_NOP, -1, 0, 0, 0, 0, 8)
+        assert U.ring_submit(a) == -errno.EEXIST
+    finally:
+        ring.close()
+
+
+def test_owned_rings_fall_back_where_the_kernel_has_none(monkeypatch):
+    """A kernel before 6.1 says EINVAL to the owned flags: the ring is set up with COOP (or
+    plainly), needs no enabling, and works from any thread."""
+    setup = U.io_uring_setup
+
+    def old_kernel(entries, params):
+        if int(params[0]["flags"]) & (U.IORING_SETUP_SINGLE_ISSUER | U.IORING_SETUP_COOP_TASKRUN):
+            return -errno.EINVAL
+        return setup(entries, params)
+    monkeypatch.setattr(U, "io_uring_setup", old_kernel)
+    with U.Ring(8, owned=True) as ring:
+        assert ring.setup_flags == 0
+        ring.enable()
+        assert U.ring_nop_roundtrip(ring.args)
+
+
+def test_a_ring_its_thread_cannot_enable_leaves_the_thread_serving_without_it(tmp_path,
+                                                                             monkeypatch):
+    """IORING_REGISTER_ENABLE_RINGS refused: the thread serves its requests synchronously, and
+    the engine's error says so."""
+    register = U.io_uring_register
+    monkeypatch.setattr(U, "io_uring_register", lambda fd, op, *args: -errno.EPERM
+                        if op == U.IORING_REGISTER_ENABLE_RINGS else register(fd, op, *args))
+    path, raw = _file(tmp_path, 8 * PAGE, seed=29)
+    store = FileStore(path)
+    rig = _Rig(store, len(raw), "io_uring")
+    rig.d.start()
+    try:
+        for page in range(8):
+            q, t, entry = rig.submit(page % QUEUES, page)
+            assert rig.wait(q, t) == L.STATUS_OK and rig.page(entry) == _expected(raw, page)
+        if any(r.setup_flags == U.Ring.OWNED for r in rig.d._urings):
+            assert "EPERM" in rig.d.engine_error or "not permitted" in rig.d.engine_error
+    finally:
+        rig.d.stop()
+        store.close()
+
+
 def _evict(path, start, nbytes):
     """Drop the file's clean pages in [start, start + nbytes) from the page cache (what fadvise
     can drop; the test then asks mincore what it did)."""
@@ -603,7 +679,9 @@ def test_daemon_reads_and_writes_through_registered_buffers(tmp_path, direct):
 def test_refused_registration_falls_back_to_plain_ops_and_says_so(tmp_path, monkeypatch):
     """IORING_REGISTER_BUFFERS refused (EFAULT: memory the kernel cannot pin): one warning, the
     engine's note says why, plain READ SQEs read the file's bytes."""
-    monkeypatch.setattr(U, "io_uring_register", lambda *args: -errno.EFAULT)
+    register = U.io_uring_register
+    monkeypatch.setattr(U, "io_uring_register", lambda fd, op, *args: -errno.EFAULT
+                        if op == U.IORING_REGISTER_BUFFERS else register(fd, op, *args))
     monkeypatch.setattr(D, "_fallback_said", set())
     path, raw = _file(tmp_path, 16 * PAGE, seed=25)
     store = FileStore(path)

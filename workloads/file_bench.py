@@ -189,15 +189,20 @@ def uring_row(path, n_reads, depth, threads=1, seed=0):
     with the threads' CPU us per page."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
     n_pages = os.path.getsize(path) // PAGE
-    rings = [UringRing(depth) for _ in range(threads)]
+    # Each thread's ring is set up as a daemon thread's is: its own (owned, enabled by it).
+    rings = [UringRing(depth, owned=True) for _ in range(threads)]
     bufs = [_aligned(depth * PAGE) for _ in range(threads)]
     per = n_reads // threads
+
+    def reads(k):
+        rings[k].enable()
+        return _uring_random_reads(rings[k].args, fd, bufs[k].ctypes.data, per, n_pages, PAGE,
+                                   depth, seed * 1000 + k + 7)
     try:
-        _uring_random_reads(rings[0].args, fd, bufs[0].ctypes.data, 8, n_pages, PAGE,
-                            depth, 1)   # compile, warm
-        secs, failed, cpu = _parallel(threads, lambda k: _uring_random_reads(
-            rings[k].args, fd, bufs[k].ctypes.data, per, n_pages, PAGE, depth,
-            seed * 1000 + k + 7))
+        with UringRing(8) as warm:   # compile, warm
+            _uring_random_reads(warm.args, fd, _aligned(8 * PAGE).ctypes.data, 8, n_pages,
+                                PAGE, 8, 1)
+        secs, failed, cpu = _parallel(threads, reads)
     finally:
         for r in rings:
             r.close()
