@@ -199,9 +199,9 @@ def uring_row(path, n_reads, depth, threads=1, seed=0):
         return _uring_random_reads(rings[k].args, fd, bufs[k].ctypes.data, per, n_pages, PAGE,
                                    depth, seed * 1000 + k + 7)
     try:
-        with UringRing(8) as warm:   # compile, warm
-            _uring_random_reads(warm.args, fd, _aligned(8 * PAGE).ctypes.data, 8, n_pages,
-                                PAGE, 8, 1)
+        with UringRing(8) as warm:   # compile, warm (into a buffer that outlives the reads)
+            scratch = _aligned(8 * PAGE)
+            _uring_random_reads(warm.args, fd, scratch.ctypes.data, 8, n_pages, PAGE, 8, 1)
         secs, failed, cpu = _parallel(threads, reads)
     finally:
         for r in rings:
