@@ -183,7 +183,7 @@ def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
         assert ring["buffers"] == "registered buffers: yes" and "(registered buffers)" in table
         assert host["passes_per_page"] > 0 and host["visits_per_page"] > 0
     # Every O_DIRECT run between two probes of the disk, its fractions from them.
-    assert result["version"] == 3 and all(p["correct"] for p in result["probes"])
+    assert result["version"] == 4 and all(p["correct"] for p in result["probes"])
     # Each probe's ceiling is the rate of one way, the best over the run, at every probe.
     way = result["ceiling_way"]
     assert all(p["ceiling"] == p["ways"][way] <= p["ceiling_max"] for p in result["probes"])
@@ -195,6 +195,10 @@ def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
                                                    [p["ceiling"] for p in r["probes"]])
             assert all(p in result["probes"] for p in r["probes"])
     assert result["ceiling_pages_per_s"] == np.median([p["ceiling"] for p in result["probes"]])
+    # The page-cached rows against the memory copy, paired in each round (one here).
+    for r in result["rows"]:
+        if r["kind"] == "cached" and r["engine"] != "memcpy":
+            assert r["rounds"] == 1 and r["of_memory"] == r["of_memory_rounds"][0] > 0
     # Each emulated row beside the same engine and threads with no model: what bounds it.
     for r in result["rows"]:
         if r["kind"] == "emulated":

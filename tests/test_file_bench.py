@@ -44,6 +44,22 @@ def test_the_fastest_way_at_each_probe_reads_a_run_at_the_disks_rate_as_short():
     assert row["of_ceiling_max"] < 0.97
 
 
+def test_merge_rounds_keeps_the_median_round_and_every_rate():
+    rng = np.random.default_rng()
+    rates = rng.uniform(1e6, 5e6, 3)
+    runs = [{"kind": "cached", "pages_per_s": float(x), "rep_pages_per_s": [float(x)] * 2,
+             "correct": True, "engine_io_us": float(x) / 1e6} for x in rates]
+    row = fb.merge_rounds(runs)
+    mid = float(np.median(rates))
+    assert row["pages_per_s"] == mid and row["engine_io_us"] == mid / 1e6
+    assert row["round_pages_per_s"] == [float(x) for x in rates] and row["rounds"] == 3
+    assert len(row["rep_pages_per_s"]) == 6 and row["correct"]
+    runs[1]["correct"] = False
+    assert not fb.merge_rounds(runs)["correct"]
+    failed = {"kind": "cached", "pages_per_s": None, "correct": False, "error": "E"}
+    assert fb.merge_rounds(runs + [failed]) is failed
+
+
 def test_bracketed_is_each_run_over_the_mean_of_its_two_probes_then_the_median():
     rng = np.random.default_rng()
     for _ in range(50):

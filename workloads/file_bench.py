@@ -17,7 +17,9 @@ Rows (4 KiB random reads of distinct pages: every read a miss):
   daemon thread count (1, 2, 4, 8);
 - ``cached``: the same file read through the page cache (``FileStore(direct=False)``, warmed),
   beside the ``MemoryStore`` staging-copy path (``zero_copy=False``) at the same thread count:
-  the engine's own cost over a memcpy;
+  the engine's own cost over a memcpy. The rows run in turn for ``--cached-rounds`` rounds;
+  ``of_memory`` is the median of the rounds' ratios (``of_memory_rounds``), a row's rate the
+  median of its rounds' (:func:`merge_rounds`);
 - ``emulated``: ``ssd="980pro"`` with ``n_ssd`` 1 and 4, a page-cached file behind the model
   (so the disk is not the limit), each engine, beside the model's own IOPS for that load (a
   closed-loop replay at the run's concurrency: the engine's capacity, at most the GPU queues'
@@ -93,8 +95,9 @@ ENGINES = ("io_uring", "threads")
 #: files.json's layout: 2 when every O_DIRECT row carries its probes and bracketed fractions
 #: (``of_ceiling``, ``of_probe``), and the emulated rows their host ceiling and ``bound``; 3
 #: when each probe's ``ceiling`` is the disk's best way of reading over the run
-#: (``ceiling_way``, :func:`settle_ceiling`), not the fastest way at that probe.
-VERSION = 3
+#: (``ceiling_way``, :func:`settle_ceiling`), not the fastest way at that probe; 4 when the
+#: page-cached rows run in rounds (``of_memory`` paired per round, :func:`merge_rounds`).
+VERSION = 4
 
 _pread = types.ExternalFunction("pread", types.intp(types.int32, types.uintp, types.uintp,
                                                      types.int64))
@@ -111,7 +114,8 @@ def default_options():
             "ceiling_threads": [2] if sim else [4],
             "pread_threads": 2 if sim else 64,
             "probe_pages": 16 if sim else 20_000,
-            "reps": 1 if sim else 3, "dir": None, "seed": 0}
+            "reps": 1 if sim else 3, "cached_rounds": 1 if sim else 3, "dir": None,
+            "seed": 0}
 
 
 @njit(nogil=True, cache=True)
@@ -289,6 +293,22 @@ def bracketed(rates, refs):
         return None
     return float(np.median([rate / ((a + b) / 2)
                             for rate, a, b in zip(rates, refs[:-1], refs[1:])]))
+
+
+def merge_rounds(runs):
+    """One row of the same row run in several rounds: the round with the median rate stands
+    for them (its figures), with every round's rate (``round_pages_per_s``) and timed runs
+    (``rep_pages_per_s``); correct if every round was, failed if one failed."""
+    good = [r for r in runs if r.get("pages_per_s")]
+    if len(good) < len(runs):
+        return next(r for r in runs if not r.get("pages_per_s"))
+    rates = [r["pages_per_s"] for r in runs]
+    row = dict(sorted(runs, key=lambda r: r["pages_per_s"])[(len(runs) - 1) // 2])
+    row.update(rounds=len(runs), round_pages_per_s=rates,
+               pages_per_s=float(np.median(rates)),
+               rep_pages_per_s=[x for r in runs for x in r.get("rep_pages_per_s", [])],
+               correct=all(r["correct"] for r in runs))
+    return row
 
 
 def of_disk(row):
@@ -618,17 +638,30 @@ def run_files(o, command="gids bench files", progress=True):
             while f.read(64 << 20):
                 pass
         t = max(o["daemon_threads"])
-        say(f"files: page-cached file and memory copy x{t}")
-        mem = _gids_row("cached", MemoryStore(ref, zero_copy=False), ref, o, "threads", t,
-                        "MemoryStore copy")
-        # A memory store is copied by the daemon thread, whatever the engine.
-        mem["engine"] = mem["engine_used"] = "memcpy"
-        rows.append(mem)
+        # The memory copy and the page-cached rows in turn, round after round: the machine
+        # moves between rows seconds apart as a virtual disk does (one row over the other read
+        # 0.78 in one round and 1.00 in the next), so each round's ratio is paired and the
+        # median of the rounds taken.
+        runs = collections.defaultdict(list)
+        for k in range(o["cached_rounds"]):
+            say(f"files: page-cached file and memory copy x{t}, round {k + 1}")
+            mem = _gids_row("cached", MemoryStore(ref, zero_copy=False), ref, o, "threads", t,
+                            "MemoryStore copy")
+            # A memory store is copied by the daemon thread, whatever the engine.
+            mem["engine"] = mem["engine_used"] = "memcpy"
+            runs["memcpy"].append(mem)
+            for engine in ENGINES:
+                runs[engine].append(_gids_row(
+                    "cached", FileStore(path, direct=False), ref, o, engine, t,
+                    "file page cache" + (" (mapped)" if engine == "io_uring" else "")))
+        rows.append(merge_rounds(runs["memcpy"]))
         for engine in ENGINES:
-            row = _gids_row("cached", FileStore(path, direct=False), ref, o, engine, t,
-                            "file page cache" + (" (mapped)" if engine == "io_uring" else ""))
-            row["of_memory"] = (row["pages_per_s"] / mem["pages_per_s"]
-                                if row["pages_per_s"] and mem["pages_per_s"] else None)
+            row = merge_rounds(runs[engine])
+            row["of_memory_rounds"] = [r["pages_per_s"] / m["pages_per_s"] for r, m in
+                                       zip(runs[engine], runs["memcpy"])
+                                       if r["pages_per_s"] and m["pages_per_s"]]
+            row["of_memory"] = (float(np.median(row["of_memory_rounds"]))
+                                if row["of_memory_rounds"] else None)
             rows.append(row)
         queue_entries = queues * defaults.get("queue_depth")
         te = o["emulated_threads"]
@@ -746,17 +779,19 @@ def add_files_arguments(p):
     g.add_argument("--ceiling-depth", type=int, help="io_uring depth of the ceiling row (256)")
     g.add_argument("--probe-pages", type=int, help="reads of each probe of the disk between "
                    "the timed O_DIRECT runs, per way of reading it (20,000)")
+    g.add_argument("--cached-rounds", type=int, help="rounds of the memory-copy and "
+                   "page-cached rows, in turn (3)")
 
 
 def cmd_files(args):
     o = {"file_bytes": args.file_bytes, "pages": args.pages,
          "emulated_threads": args.emulated_threads, "n_ssd": args.n_ssd,
          "profile": args.profile, "ceiling_depth": args.ceiling_depth,
-         "probe_pages": args.probe_pages,
+         "probe_pages": args.probe_pages, "cached_rounds": args.cached_rounds,
          "daemon_threads": args.daemon_threads, "reps": args.reps, "dir": args.dir,
          "seed": args.seed}
     for name in ("file_bytes", "pages", "emulated_threads", "ceiling_depth", "probe_pages",
-                 "reps"):
+                 "cached_rounds", "reps"):
         if o[name] is not None and o[name] < 1:
             sys.stderr.write(f"gids bench: error: --{name.replace('_', '-')} must be >= 1\n")
             return 2
