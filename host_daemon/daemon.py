@@ -1166,14 +1166,15 @@ class HostDaemon:
     def engine_counters(self):
         """io_uring's ``submits`` (io_uring_enter calls that submitted), ``sqes`` (SQEs they
         took), ``waits`` (calls that waited for a CQE), summed over threads, and per thread
-        ``peak_in_flight`` and ``waits_per_thread``, since start; zeros (and empty lists) for
-        the threads engine."""
+        ``peak_in_flight`` and ``waits_per_thread``, since start, and ``rings``: how each
+        thread's ring was set up (:attr:`~host_daemon.uring.Ring.setup_name`); zeros (and
+        empty lists) for the threads engine."""
         rings = [r for r in self._urings if r is not None and r.args is not None]
         per = {c: [int(r.args.state[c]) for r in rings]
                for c in (U.S_SUBMITS, U.S_SUBMITTED, U.S_WAITS, U.S_PEAK_IN_FLIGHT)}
         return {"submits": sum(per[U.S_SUBMITS]), "sqes": sum(per[U.S_SUBMITTED]),
                 "waits": sum(per[U.S_WAITS]), "peak_in_flight": per[U.S_PEAK_IN_FLIGHT],
-                "waits_per_thread": per[U.S_WAITS]}
+                "waits_per_thread": per[U.S_WAITS], "rings": [r.setup_name for r in rings]}
 
     @property
     def buffers_note(self):

@@ -339,6 +339,12 @@ class Ring:
         self.args.state[S_FIXED] = 1
         return None
 
+    @property
+    def setup_name(self):
+        """How the ring was set up, in words: "owned" (:attr:`OWNED`), "coop" (:attr:`COOP`)
+        or "plain"."""
+        return {self.OWNED: "owned", self.COOP: "coop"}.get(self.setup_flags, "plain")
+
     def enable(self):
         """Make the calling thread the ring's one issuer: an owned ring (:attr:`OWNED`) takes
         no SQE before this; only that thread may then submit to it or wait on it (another

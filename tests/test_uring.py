@@ -133,6 +133,11 @@ def test_daemon_reads_file_pages_on_both_engines(tmp_path, engine, direct):
             assert rig.wait(q, t) == L.STATUS_OK
             assert rig.page(entry) == _expected(raw, p)
         counters = rig.d.engine_counters
+        if engine == "io_uring":   # each thread's ring its own where the kernel has that
+            assert len(counters["rings"]) == 2 and set(counters["rings"]) <= {"owned", "coop",
+                                                                                 "plain"}
+            with U.Ring(1, owned=True) as ring:
+                assert ("owned" in counters["rings"]) == (ring.setup_name == "owned")
     if engine == "io_uring" and store.direct_enabled:
         # Batched: far fewer io_uring_enter calls than requests. (Through the page cache a
         # cached page is read on the spot, with no SQE.)
@@ -441,6 +446,8 @@ def test_an_owned_ring_takes_sqes_from_the_thread_that_enabled_it_only():
     try:
         a = ring.args
         assert ring.setup_flags in (U.Ring.OWNED, U.Ring.COOP, 0)
+        assert ring.setup_name == {U.Ring.OWNED: "owned", U.Ring.COOP: "coop", 0: "plain"}[
+            ring.setup_flags]
         if ring.setup_flags != U.Ring.OWNED:
             pytest.skip(f"this kernel has no owned rings (set up with {ring.setup_flags:#x})")
         buf = np.zeros(4 * PAGE, dtype=np.uint8)
