@@ -466,6 +466,8 @@ FULL_WAIT_NS = 1_000_000
 IDLE_WAIT_NS = 20_000
 #: How long a stopping thread waits for its ring's reads and writes to end (seconds).
 DRAIN_S_MAX = 5.0
+#: How long ``HostDaemon.start`` waits for each thread to have enabled its ring (seconds).
+READY_WAIT_S = 10.0
 
 
 @njit(nogil=True, cache=True)
@@ -1278,12 +1280,18 @@ class HostDaemon:
             self._make_rings()
         if self.trace_writer is not None and hasattr(self.trace_writer, "set_engine"):
             self.trace_writer.set_engine(self.engine, self.capacity)
+        ready = [threading.Event() for _ in range(self.n_threads)]
         for k in range(self.n_threads):
             my_queues = np.arange(k, self.n_queues, self.n_threads, dtype=np.int64)
-            t = threading.Thread(target=self._run, args=(k, my_queues), daemon=True,
+            t = threading.Thread(target=self._run, args=(k, my_queues, ready[k]), daemon=True,
                                  name=f"gids-daemon-{k}")
             self._threads.append(t)
             t.start()
+        # Each thread's first act is to enable its ring: once start returns, every ring is
+        # owned by its thread (or known to have failed: engine_error). Bounded: a thread the
+        # OS starts late still serves when it runs.
+        for event in ready:
+            event.wait(READY_WAIT_S)
         if self.trace_writer is not None:
             self._drain_stop.clear()
             self._drainer = threading.Thread(target=self._drain_loop, daemon=True,
@@ -1350,13 +1358,14 @@ class HostDaemon:
             return U.stand_in(), _NO_PEND, self._thread_capacity()
         return ring.args, self._pend[k], ring.entries
 
-    def _run(self, k, my_queues):
+    def _run(self, k, my_queues, ready):
         ring = self._urings[k]
         if ring is not None:
             try:
                 ring.enable()   # this thread is the ring's one issuer
             except OSError as exc:   # a hard ring error: the thread serves without it
                 ring.args.state[U.S_ERROR] = -(exc.errno or errno.EIO)
+        ready.set()
         try:
             self._serve(k, my_queues, self._heads[k])
         except BaseException as exc:   # reported by check(); a dead thread must not go unseen

@@ -340,6 +340,12 @@ class Ring:
         return None
 
     @property
+    def enabled(self):
+        """Whether the ring takes SQEs: an owned ring once :meth:`enable` ran, any other at
+        once."""
+        return self._enabled
+
+    @property
     def setup_name(self):
         """How the ring was set up, in words: "owned" (:attr:`OWNED`), "coop" (:attr:`COOP`)
         or "plain"."""

@@ -128,6 +128,8 @@ def test_daemon_reads_file_pages_on_both_engines(tmp_path, engine, direct):
     pages = np.random.default_rng(4).integers(0, 51, QUEUES * DEPTH)
     with rig.d:
         assert rig.d.engine == engine
+        # start() returns once every thread has enabled its ring (owned by that thread).
+        assert all(r.enabled for r in rig.d._urings if r is not None)
         reqs = [(rig.submit(i % QUEUES, int(p)), int(p)) for i, p in enumerate(pages)]
         for (q, t, entry), p in reqs:
             assert rig.wait(q, t) == L.STATUS_OK
