@@ -537,7 +537,8 @@ def read_on_spot(table, array_id, page, page_size, buf, pend, row, file_io, star
     read is never tried here. A cached page then costs a copy, or one system call as with
     ``pread``, instead of an SQE, its submission and its CQE; a read that would wait goes to
     the ring (:func:`_ring_page`). Nothing of the ring's bookkeeping is written for a page read
-    here: the ``pend`` row of a queue slot is cold, and filling it cost a third of the copy."""
+    here (only ``preadv2``'s iovec): the ``pend`` row of a queue slot is cold, and filling it
+    cost about a third of the copy."""
     n = min(page_size, table[array_id, T_NBYTES] - page * page_size)
     file, fd, fd_direct, file_offset = page_location(table, array_id, page, page_size)
     if table[array_id, T_MAP] != 0:
