@@ -183,7 +183,7 @@ def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
         assert ring["buffers"] == "registered buffers: yes" and "(registered buffers)" in table
         assert host["passes_per_page"] > 0 and host["visits_per_page"] > 0
     # Every O_DIRECT run between two probes of the disk, its fractions from them.
-    assert result["version"] == 4 and all(p["correct"] for p in result["probes"])
+    assert result["version"] == 5 and all(p["correct"] for p in result["probes"])
     # Each probe's ceiling is the rate of one way, the best over the run, at every probe.
     way = result["ceiling_way"]
     assert all(p["ceiling"] == p["ways"][way] <= p["ceiling_max"] for p in result["probes"])
@@ -194,6 +194,8 @@ def test_bench_files_runs_every_row_and_checks_its_values(tmp_path, capsys):
             assert r["of_ceiling"] == fb.bracketed(r["rep_pages_per_s"],
                                                    [p["ceiling"] for p in r["probes"]])
             assert all(p in result["probes"] for p in r["probes"])
+            if r["engine"] == "io_uring" and r["kind"] != "host":   # in rounds (one here)
+                assert r["rounds"] == 1 and r["of_ceiling_rounds"] == [r["of_ceiling"]]
     assert result["ceiling_pages_per_s"] == np.median([p["ceiling"] for p in result["probes"]])
     # The page-cached rows against the memory copy, paired in each round (one here).
     for r in result["rows"]:
@@ -227,6 +229,8 @@ def test_bench_files_bad_arguments_exit_2(capsys):
     assert "--pages must be >= 1" in capsys.readouterr().err
     assert main(["bench", "files", "--probe-pages", "0"]) == 2
     assert "--probe-pages must be >= 1" in capsys.readouterr().err
+    assert main(["bench", "files", "--direct-rounds", "0"]) == 2
+    assert "--direct-rounds must be >= 1" in capsys.readouterr().err
     assert main(["bench", "files", "--profile", "nope"]) == 2
     assert main(["bench", "files", "iops"]) == 2
 

@@ -44,6 +44,32 @@ def test_the_fastest_way_at_each_probe_reads_a_run_at_the_disks_rate_as_short():
     assert row["of_ceiling_max"] < 0.97
 
 
+def test_pool_rounds_takes_the_median_over_every_rounds_runs():
+    rng = np.random.default_rng()
+    runs = []
+    for k in range(3):      # each round: its runs, its own probes around them
+        disk = rng.uniform(70e3, 110e3, 4)
+        probes = [{"ceiling": float(d), "ceiling_max": float(d) * 1.05, "probe": float(d)}
+                  for d in disk]
+        rates = [float((a + b) / 2 * f) for a, b, f in
+                 zip(disk[:-1], disk[1:], rng.uniform(0.8, 1.0, 3))]
+        runs.append(fb.of_disk({"kind": "direct", "threads": 1, "correct": True,
+                                "pages_per_s": float(np.median(rates)),
+                                "rep_pages_per_s": rates, "probes": probes}))
+    row = fb.pool_rounds(runs)
+    every = [x for r in runs for x in r["of_ceiling_runs"]]
+    assert len(every) == 9 and row["of_ceiling"] == pytest.approx(np.median(every))
+    assert row["of_ceiling_rounds"] == [r["of_ceiling"] for r in runs]
+    assert row["of_probe"] == pytest.approx(np.median(every))    # probe == ceiling here
+    assert row["of_ceiling_max"] == pytest.approx(np.median(every) / 1.05)
+    assert len(row["probes"]) == 12 and row["rounds"] == 3 and len(row["rep_pages_per_s"]) == 9
+    # A round without a reference for its runs (no io_uring probe) leaves that fraction out.
+    runs[1]["of_probe_runs"] = None
+    assert fb.pool_rounds(runs)["of_probe"] is None
+    failed = {"kind": "direct", "pages_per_s": None, "correct": False, "error": "E"}
+    assert fb.pool_rounds(runs + [failed]) is failed
+
+
 def test_merge_rounds_keeps_the_median_round_and_every_rate():
     rng = np.random.default_rng()
     rates = rng.uniform(1e6, 5e6, 3)

@@ -14,7 +14,8 @@ Rows (4 KiB random reads of distinct pages: every read a miss):
   (one ring per thread) and synchronous ``pread`` from many threads; of these and the probe,
   the way with the best median over the run's probes is the disk's ceiling;
 - ``direct``: ``rt.gather`` all-miss through an O_DIRECT ``FileStore``, each engine at each
-  daemon thread count (1, 2, 4, 8);
+  daemon thread count (1, 2, 4, 8); the io_uring rows run in ``--direct-rounds`` rounds spread
+  over the O_DIRECT rows, their fractions pooled over every round's runs (:func:`pool_rounds`);
 - ``cached``: the same file read through the page cache (``FileStore(direct=False)``, warmed),
   beside the ``MemoryStore`` staging-copy path (``zero_copy=False``) at the same thread count:
   the engine's own cost over a memcpy. The rows run in turn for ``--cached-rounds`` rounds;
@@ -96,8 +97,10 @@ ENGINES = ("io_uring", "threads")
 #: (``of_ceiling``, ``of_probe``), and the emulated rows their host ceiling and ``bound``; 3
 #: when each probe's ``ceiling`` is the disk's best way of reading over the run
 #: (``ceiling_way``, :func:`settle_ceiling`), not the fastest way at that probe; 4 when the
-#: page-cached rows run in rounds (``of_memory`` paired per round, :func:`merge_rounds`).
-VERSION = 4
+#: page-cached rows run in rounds (``of_memory`` paired per round, :func:`merge_rounds`); 5 when
+#: the O_DIRECT io_uring rows run in rounds too (fractions over every round's runs,
+#: :func:`pool_rounds`).
+VERSION = 5
 
 _pread = types.ExternalFunction("pread", types.intp(types.int32, types.uintp, types.uintp,
                                                      types.int64))
@@ -114,7 +117,8 @@ def default_options():
             "ceiling_threads": [2] if sim else [4],
             "pread_threads": 2 if sim else 64,
             "probe_pages": 16 if sim else 20_000,
-            "reps": 1 if sim else 3, "cached_rounds": 1 if sim else 3, "dir": None,
+            "reps": 1 if sim else 3, "cached_rounds": 1 if sim else 3,
+            "direct_rounds": 1 if sim else 3, "dir": None,
             "seed": 0}
 
 
@@ -284,15 +288,20 @@ def settle_ceiling(probes):
     return way
 
 
-def bracketed(rates, refs):
-    """Median over reps of ``rates[i] / mean(refs[i], refs[i + 1])``: each timed run against
-    the disk probed just before and just after it (the runs and probes alternate, a probe
-    first and last), so that the disk drifting between runs moves rate and reference
-    together. None without a rate or a reference."""
+def run_ratios(rates, refs):
+    """``rates[i] / mean(refs[i], refs[i + 1])`` for each timed run: the run against the disk
+    probed just before and just after it (the runs and probes alternate, a probe first and
+    last), so that the disk drifting between runs moves rate and reference together. None
+    without a rate or a reference."""
     if not rates or len(refs) != len(rates) + 1 or any(r is None for r in refs):
         return None
-    return float(np.median([rate / ((a + b) / 2)
-                            for rate, a, b in zip(rates, refs[:-1], refs[1:])]))
+    return [rate / ((a + b) / 2) for rate, a, b in zip(rates, refs[:-1], refs[1:])]
+
+
+def bracketed(rates, refs):
+    """The median of :func:`run_ratios` (None where it is None)."""
+    ratios = run_ratios(rates, refs)
+    return None if ratios is None else float(np.median(ratios))
 
 
 def merge_rounds(runs):
@@ -318,11 +327,33 @@ def of_disk(row):
     probe would give, kept to show the estimator's bias) and ``of_probe`` (of ``threads``
     probes, one thread's ring each, at most that ceiling)."""
     rates, probes = row.get("rep_pages_per_s"), row.get("probes") or []
-    row["of_ceiling"] = bracketed(rates, [p["ceiling"] for p in probes])
-    row["of_ceiling_max"] = bracketed(rates, [p["ceiling_max"] for p in probes])
-    row["of_probe"] = bracketed(rates, [
-        None if p["probe"] is None else min(row["threads"] * p["probe"], p["ceiling"])
-        for p in probes])
+    refs = {"of_ceiling": [p["ceiling"] for p in probes],
+            "of_ceiling_max": [p["ceiling_max"] for p in probes],
+            "of_probe": [None if p["probe"] is None
+                         else min(row["threads"] * p["probe"], p["ceiling"]) for p in probes]}
+    for key, ref in refs.items():
+        row[key + "_runs"] = run_ratios(rates, ref)
+        row[key] = bracketed(rates, ref)
+    return row
+
+
+def pool_rounds(runs):
+    """One O_DIRECT row run in several rounds, each round's runs between its own probes
+    (:func:`of_disk` done on each): :func:`merge_rounds`, its fractions the median over every
+    round's runs (``of_ceiling_runs`` and the like, each round's ``of_ceiling`` in
+    ``of_ceiling_rounds``) and every round's probes in ``probes``. A round with a row's
+    spread of runs (0.85-0.96 of the disk from one bench run to the next) moves the median
+    of all the runs less than its own."""
+    row = merge_rounds(runs)
+    if not row.get("pages_per_s"):
+        return row
+    for key in ("of_ceiling", "of_ceiling_max", "of_probe"):
+        rounds = [r.get(key + "_runs") for r in runs]
+        pooled = None if None in rounds else [x for xs in rounds for x in xs]
+        row[key + "_runs"] = pooled
+        row[key] = None if pooled is None else float(np.median(pooled))
+    row["of_ceiling_rounds"] = [r.get("of_ceiling") for r in runs]
+    row["probes"] = [p for r in runs for p in r.get("probes") or []]
     return row
 
 
@@ -613,23 +644,31 @@ def run_files(o, command="gids bench files", progress=True):
                 path, o["pages"], 1, queues, defaults.get("queue_depth"),
                 engine_depth=defaults.get("engine_depth"), seed=o["seed"], fixed_buffers=f,
                 reps=o["reps"], between=between))
-        for engine in ENGINES:
-            for t in o["daemon_threads"]:
-                say(f"files: direct {engine} x{t}")
-                rows.append(_gids_row("direct", FileStore(path, direct=True), ref, o,
-                                      engine, t, "file O_DIRECT", between))
-                if engine == "io_uring" and t == 1 and len(fixed) > 1:
-                    say("files: direct io_uring x1, plain buffers")
-                    with defaults.set(engine_fixed_buffers=False):
-                        rows.append(_gids_row("direct plain buffers",
-                                              FileStore(path, direct=True), ref, o,
-                                              engine, t, "file O_DIRECT", between))
+        # The io_uring rows, which carry the targets, in rounds spread over this part (a
+        # row's five runs in a row read 0.85-0.96 of the disk from one bench run to the
+        # next); the threads rows once (slow, and only beside them).
+        direct = collections.defaultdict(list)
+        for k in range(o["direct_rounds"]):
+            of = f", round {k + 1}" if o["direct_rounds"] > 1 else ""
+            for engine in ENGINES if k == 0 else ("io_uring",):
+                for t in o["daemon_threads"]:
+                    say(f"files: direct {engine} x{t}{of}")
+                    direct["direct", engine, t].append(_gids_row(
+                        "direct", FileStore(path, direct=True), ref, o, engine, t,
+                        "file O_DIRECT", between))
+                    if engine == "io_uring" and t == 1 and len(fixed) > 1:
+                        say(f"files: direct io_uring x1, plain buffers{of}")
+                        with defaults.set(engine_fixed_buffers=False):
+                            direct["plain", engine, t].append(_gids_row(
+                                "direct plain buffers", FileStore(path, direct=True), ref,
+                                o, engine, t, "file O_DIRECT", between))
         # The disk's best way of reading it over the whole run, then each row against the
         # probes around its own runs; the run's disk: the median of its probes.
         result["ceiling_way"] = settle_ceiling(probes)
-        for r in rows:
+        for r in rows + [r for runs in direct.values() for r in runs]:
             if "probes" in r:
                 of_disk(r)
+        rows += [pool_rounds(runs) for runs in direct.values()]
         result["ceiling_pages_per_s"] = float(np.median([p["ceiling"] for p in probes]))
         if probes[0]["probe"] is not None:
             result["probe_pages_per_s"] = float(np.median([p["probe"] for p in probes]))
@@ -781,6 +820,8 @@ def add_files_arguments(p):
                    "the timed O_DIRECT runs, per way of reading it (20,000)")
     g.add_argument("--cached-rounds", type=int, help="rounds of the memory-copy and "
                    "page-cached rows, in turn (3)")
+    g.add_argument("--direct-rounds", type=int, help="rounds of the O_DIRECT io_uring rows, "
+                   "their fractions over every round's runs (3)")
 
 
 def cmd_files(args):
@@ -788,10 +829,11 @@ def cmd_files(args):
          "emulated_threads": args.emulated_threads, "n_ssd": args.n_ssd,
          "profile": args.profile, "ceiling_depth": args.ceiling_depth,
          "probe_pages": args.probe_pages, "cached_rounds": args.cached_rounds,
+         "direct_rounds": args.direct_rounds,
          "daemon_threads": args.daemon_threads, "reps": args.reps, "dir": args.dir,
          "seed": args.seed}
     for name in ("file_bytes", "pages", "emulated_threads", "ceiling_depth", "probe_pages",
-                 "cached_rounds", "reps"):
+                 "cached_rounds", "direct_rounds", "reps"):
         if o[name] is not None and o[name] < 1:
             sys.stderr.write(f"gids bench: error: --{name.replace('_', '-')} must be >= 1\n")
             return 2

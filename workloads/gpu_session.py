@@ -48,8 +48,9 @@ Stages, in order of priority (default: all, in this order):
   latency, hits at the default register cap);
 - ``engine``: ``gids bench files`` on the machine's disk (the probe and the disk's ceiling,
   each storage engine at 1 and 8 daemon threads with the engine's own columns, each timed run
-  between two probes of the disk, page-cached file vs the MemoryStore copy, one and four
-  emulated drives through each engine and what bounds them); about 420 s;
+  between two probes of the disk, the io_uring rows in three rounds, page-cached file vs the
+  MemoryStore copy, one and four emulated drives through each engine and what bounds them);
+  about 420 s;
 - ``engine-writes``: the write stress run on io_uring, one file against four stripe files;
 - ``gnn``: ``gids gnn --gather-only`` (feature rows/s on every data path) and two GraphSAGE
   epochs on every feature path;
@@ -266,13 +267,15 @@ STAGES = {
     # of the disk; page-cached file, mapped, against the MemoryStore copy; emulated 980pro x1
     # and x4 through each engine, beside the same engine and threads with no model, and driven
     # from the host without the GPU: what bounds them), its data file under /var/tmp (on the
-    # disk; 4 GiB must not be sent back). Five timed runs a row of 200,000 reads (~2.5 s), each
-    # way of a probe 50,000 reads (~0.6 s): the lent disk moves by 10-15 % between sub-second
-    # probes, so each fraction is a median over runs, its runs and probes long enough to
-    # average the disk's short swings (about 45 probes of ~2 s). About 420 s.
+    # disk; 4 GiB must not be sent back). Three timed runs a row of 200,000 reads (~2.5 s),
+    # the io_uring rows in three rounds (nine runs each), each way of a probe 50,000 reads
+    # (~0.6 s): the lent disk moves by 10-15 % between sub-second probes, so each fraction is
+    # a median over runs spread over the O_DIRECT part, its runs and probes long enough to
+    # average the disk's short swings (about 50 probes of ~2 s). About 420 s.
     "engine": ([[*GIDS, "bench", "files", "--dir", "/var/tmp", "--pages", "200000",
-                 "--probe-pages", "50000", "--daemon-threads", "1,8", "--reps", "5",
-                 "--n-ssd", "1,4", "--no-progress", "--out", "{dir}/files"]], 560),
+                 "--probe-pages", "50000", "--daemon-threads", "1,8", "--reps", "3",
+                 "--direct-rounds", "3", "--n-ssd", "1,4", "--no-progress",
+                 "--out", "{dir}/files"]], 560),
     # The write stress run on the io_uring engine, and one file against four stripe files of
     # the same bytes.
     "engine-writes": ([([sys.executable, "-m", "workloads.stress", "--seconds", "45",

@@ -379,8 +379,9 @@ def _files(d):
     host's own ceiling (what bounds them). From version 2 on, each O_DIRECT row's fraction is
     its own, of the disk probed around each of its runs (``of_ceiling``); from version 3 on, of
     the disk's best way of reading over the run at each probe (``ceiling_way``), with the
-    fastest way at each probe (``of_ceiling_max``) beside the targets' rows; a version 1
-    file's rows are read against the one ceiling it measured."""
+    fastest way at each probe (``of_ceiling_max``) beside the targets' rows; from version 5
+    on, the io_uring rows' over every run of their rounds; a version 1 file's rows are read
+    against the one ceiling it measured."""
     cmd = re.sub(r" --out \S+", "", d.get("command", "gids bench files"))
     rows = d["rows"]
     ceiling = d.get("ceiling_pages_per_s") or max(r["pages_per_s"] for r in rows
@@ -429,8 +430,10 @@ def _files(d):
         r = direct.get((engine, threads))
         if r and r.get("pages_per_s"):
             what = f"gids all-miss from an O_DIRECT file, {engine}, {threads} daemon thread(s)"
+            runs = (f", of {len(r['rep_pages_per_s'])} runs in {r['rounds']} rounds"
+                    if r.get("rounds", 1) > 1 else "")
             recs.append(record(ENGINES, what, r["pages_per_s"] / 1e3, "k pages/s",
-                               target, disk, of_disk(r), cmd))
+                               target, disk + runs, of_disk(r), cmd))
             if target and r.get("of_ceiling_max") is not None and way:
                 recs.append(record(ENGINES, f"{what}, of the fastest way at each probe",
                                    r["pages_per_s"] / 1e3, "k pages/s", "",
