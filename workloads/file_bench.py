@@ -341,9 +341,8 @@ def pool_rounds(runs):
     """One O_DIRECT row run in several rounds, each round's runs between its own probes
     (:func:`of_disk` done on each): :func:`merge_rounds`, its fractions the median over every
     round's runs (``of_ceiling_runs`` and the like, each round's ``of_ceiling`` in
-    ``of_ceiling_rounds``) and every round's probes in ``probes``. A round with a row's
-    spread of runs (0.85-0.96 of the disk from one bench run to the next) moves the median
-    of all the runs less than its own."""
+    ``of_ceiling_rounds``) and every round's probes in ``probes``: runs spread over minutes
+    average the disk's slower moves, which the probes around each run do not pair away."""
     row = merge_rounds(runs)
     if not row.get("pages_per_s"):
         return row
@@ -644,20 +643,19 @@ def run_files(o, command="gids bench files", progress=True):
                 path, o["pages"], 1, queues, defaults.get("queue_depth"),
                 engine_depth=defaults.get("engine_depth"), seed=o["seed"], fixed_buffers=f,
                 reps=o["reps"], between=between))
-        # The io_uring rows, which carry the targets, in rounds spread over this part (a
-        # row's five runs in a row read 0.85-0.96 of the disk from one bench run to the
-        # next); the threads rows once (slow, and only beside them).
+        # The io_uring rows, which carry the targets, in rounds spread over this part; the
+        # threads rows once (slow, and only beside them).
         direct = collections.defaultdict(list)
         for k in range(o["direct_rounds"]):
-            of = f", round {k + 1}" if o["direct_rounds"] > 1 else ""
+            which = f", round {k + 1}" if o["direct_rounds"] > 1 else ""
             for engine in ENGINES if k == 0 else ("io_uring",):
                 for t in o["daemon_threads"]:
-                    say(f"files: direct {engine} x{t}{of}")
+                    say(f"files: direct {engine} x{t}{which}")
                     direct["direct", engine, t].append(_gids_row(
                         "direct", FileStore(path, direct=True), ref, o, engine, t,
                         "file O_DIRECT", between))
                     if engine == "io_uring" and t == 1 and len(fixed) > 1:
-                        say(f"files: direct io_uring x1, plain buffers{of}")
+                        say(f"files: direct io_uring x1, plain buffers{which}")
                         with defaults.set(engine_fixed_buffers=False):
                             direct["plain", engine, t].append(_gids_row(
                                 "direct plain buffers", FileStore(path, direct=True), ref,
@@ -766,7 +764,7 @@ def format_files(result):
               f"{result.get('ceiling_way')}; fastest at each probe: "
               f"{', '.join(f'{way} {n}x' for way, n in bests)}; each O_DIRECT row's "
               "fractions are of the probes just before and after each of its runs, the median "
-              "run's)" if ceilings else "")
+              "over its runs, of every round's where it ran in rounds)" if ceilings else "")
     lines = [f"# gids bench files ({result['label']})", "",
              f"command: `{result['command']}`  ",
              f"io_uring: {result['uring']}; O_DIRECT: {result.get('direct')}; disk ceiling "
