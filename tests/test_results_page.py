@@ -336,3 +336,18 @@ def test_update_reads_the_gpu_tests_summary():
                    {"file": "tests/test_c.py", "exit": "timeout", "seconds": 300.0}]}
     (r,) = from_json(d)
     assert r["value"] == 9 and r["ratio"] == 0.9 and "tests/test_c.py" in r["reference"]
+
+
+def test_update_reads_the_stress_run():
+    # The command is the one asked for (60 s), not the timed rounds' 61.8 s; operations/s
+    # leaves out the first round (it compiles).
+    from workloads.results import from_json
+    d = {"file_bytes": 1 << 34, "cache_fraction": 0.00999999, "engine": "io_uring",
+         "seconds": 60.0, "rounds": 4, "run_s": 61.8, "writes": 400, "reads": 1200,
+         "bad_own_reads": 0, "bad_reads": 0, "file_mismatches": 1, "hangs": 0,
+         "simulator": False, "ok": False}
+    ops, bad = from_json(d)
+    assert ops["value"] == pytest.approx(1200 / 61.8 / 1e6)
+    assert bad["value"] == 1 and bad["target"] == "0"
+    assert ops["command"] == ("python -m workloads.stress --seconds 60 --file-gib 16 "
+                              "--cache-fraction 0.01 --engine io_uring")

@@ -190,7 +190,8 @@ def run(args):
         f.truncate(n * 8)   # sparse: all zeros, no time to write
     result = {"file_bytes": n * 8, "elements": n, "threads": threads, "reads_per_thread": args.reads,
                   "page_size": page_size, "cache_pages": cache_pages,
-                  "cache_fraction": cache_pages * page_size / (n * 8), "simulator": gids.SIMULATOR}
+                  "cache_fraction": cache_pages * page_size / (n * 8), "simulator": gids.SIMULATOR,
+                  "seconds": None if args.rounds is not None else args.seconds}
     try:
         with gids.Runtime(cache_pages=cache_pages, page_size=page_size, timeout=timeout,
                           daemon_threads=args.daemon_threads, engine=args.engine) as rt:
