@@ -298,19 +298,23 @@ def run_ratios(rates, refs):
     return [rate / ((a + b) / 2) for rate, a, b in zip(rates, refs[:-1], refs[1:])]
 
 
+def _median(xs):
+    """The median of ``xs``, or None for None."""
+    return None if xs is None else float(np.median(xs))
+
+
 def bracketed(rates, refs):
     """The median of :func:`run_ratios` (None where it is None)."""
-    ratios = run_ratios(rates, refs)
-    return None if ratios is None else float(np.median(ratios))
+    return _median(run_ratios(rates, refs))
 
 
 def merge_rounds(runs):
     """One row of the same row run in several rounds: the round with the median rate stands
     for them (its figures), with every round's rate (``round_pages_per_s``) and timed runs
     (``rep_pages_per_s``); correct if every round was, failed if one failed."""
-    good = [r for r in runs if r.get("pages_per_s")]
-    if len(good) < len(runs):
-        return next(r for r in runs if not r.get("pages_per_s"))
+    failed = next((r for r in runs if not r.get("pages_per_s")), None)
+    if failed is not None:
+        return failed
     rates = [r["pages_per_s"] for r in runs]
     row = dict(sorted(runs, key=lambda r: r["pages_per_s"])[(len(runs) - 1) // 2])
     row.update(rounds=len(runs), round_pages_per_s=rates,
@@ -333,7 +337,7 @@ def of_disk(row):
                          else min(row["threads"] * p["probe"], p["ceiling"]) for p in probes]}
     for key, ref in refs.items():
         row[key + "_runs"] = run_ratios(rates, ref)
-        row[key] = bracketed(rates, ref)
+        row[key] = _median(row[key + "_runs"])
     return row
 
 
@@ -350,7 +354,7 @@ def pool_rounds(runs):
         rounds = [r.get(key + "_runs") for r in runs]
         pooled = None if None in rounds else [x for xs in rounds for x in xs]
         row[key + "_runs"] = pooled
-        row[key] = None if pooled is None else float(np.median(pooled))
+        row[key] = _median(pooled)
     row["of_ceiling_rounds"] = [r.get("of_ceiling") for r in runs]
     row["probes"] = [p for r in runs for p in r.get("probes") or []]
     return row

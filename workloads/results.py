@@ -526,9 +526,9 @@ def _stress(d):
     cmd = (f"python -m workloads.stress --seconds {seconds:g} --file-gib "
            f"{d['file_bytes'] / (1 << 30):g} --cache-fraction {d['cache_fraction']:.2g} "
            f"--engine {engine}")
-    rounds_after_first = ops * (d["rounds"] - 1) / d["rounds"] if d.get("rounds") else ops
+    ops_after_first = ops * (d["rounds"] - 1) / d["rounds"] if d.get("rounds") else ops
     return [record(WRITES, f"stress run ({engine} engine): operations/s after the first round",
-                   rounds_after_first / d["run_s"] / 1e6, "M ops/s", "", "", None, cmd),
+                   ops_after_first / d["run_s"] / 1e6, "M ops/s", "", "", None, cmd),
             record(WRITES, f"stress run ({engine} engine): mismatches (own writes, reads, file) "
                    "and hangs", bad + d.get("hangs", 0), "", "0", "", None, cmd)]
 
